@@ -1,0 +1,189 @@
+"""The ``trajkit`` command: one sub-app per stage, plus run-directory tools.
+
+Thin by design: parse, call into the package, report. A user error prints one
+line and exits 2; heavy libraries are imported inside the commands only.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from trajkit.clikit import Overrides, RunDir
+from trajkit.curate.cli import app as curate_app
+from trajkit.eval.cli import app as eval_app
+from trajkit.models.cli import app as model_app
+from trajkit.synth.cli import app as synth_app
+from trajkit.train.cli import app as train_app
+
+app = typer.Typer(
+    name="trajkit",
+    help="Post-training data for tool-using LLM agents: synthesize, curate, train, evaluate, publish.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(synth_app, name="synth", help="Harvest MCP servers, synthesize tasks, roll out, judge, extend.")
+app.add_typer(curate_app, name="curate", help="Import, verify, pass@k-tag, dedup, decontaminate, split, curriculum.")
+app.add_typer(train_app, name="train", help="SFT and GRPO with TRL on the curated data.")
+app.add_typer(eval_app, name="eval", help="pass@k, tool-call accuracy, diversity.")
+app.add_typer(model_app, name="model", help="Local models: build a tiny model for tests and demos.")
+
+RunExisting = Annotated[Path, typer.Option("--run", "-r", help="Run directory.")]
+DEMO_PIPELINE = Path(__file__).resolve().parent.parent / "examples" / "demo.yaml"
+
+
+@app.command()
+def sql(
+    query: Annotated[str, typer.Argument(help="A DuckDB query over the run's tables (views named after them).")],
+    run: RunExisting = Path("."),
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")] = "table",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to a .csv, .json, .jsonl or .parquet file.")] = None,
+    limit: Annotated[int, typer.Option(help="Rows shown in table format.")] = 50,
+) -> None:
+    """Query a run with DuckDB SQL, e.g. ``SELECT difficulty, count(*) FROM tasks GROUP BY 1``."""
+    from trajkit.store import Store
+    from trajkit.tabular import print_table, write_table
+
+    if fmt not in ("table", "csv", "json"):
+        raise _user(f"--format must be table, csv or json, not {fmt!r}")
+    result = Store(run).sql(query)
+    if output is not None:
+        write_table(result, output)
+        typer.echo(f"wrote {result.num_rows} rows to {output}", err=True)
+    elif fmt == "table":
+        print_table(result, limit)
+    else:
+        write_table(result, sys.stdout, fmt)
+
+
+@app.command()
+def info(run: RunExisting = Path(".")) -> None:
+    """Row counts, schema versions and stage manifests of a run directory."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from trajkit import schema as S
+    from trajkit.store import Store
+
+    store = Store(run)
+    console = Console()
+    tables = Table("table", "rows", "shards", "schema", title=f"tables in {run}")
+    for name in store.tables():
+        paths = store.validate(name)
+        tables.add_row(name, str(store.count(name)), str(len(paths)), f"v{S.table(name).version}")
+    console.print(tables)
+    stages = Table("stage", "kind", "finished", "seconds", "rows written", "tokens", "config", title="stages")
+    for m in store.manifests():
+        out = ", ".join(f"{k} {v}" for k, v in m.get("outputs", {}).items())
+        usage = m.get("usage", {})
+        tokens = usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
+        stages.add_row(m["stage"], m["kind"], m["finished_at"], f"{m['seconds']:.1f}", out, str(tokens), m["config_hash"])
+    console.print(stages)
+    running = [p.parent.name for p in (store.root / "_stages").glob("*/_config.json") if not list(p.parent.glob("_manifest*.json"))]
+    if running:
+        console.print(f"incomplete stages (rerun to resume): {', '.join(sorted(running))}")
+
+
+@app.command()
+def show(
+    row_id: Annotated[str, typer.Argument(help="A task, trajectory, sample or server id (a unique prefix works).")],
+    run: RunExisting = Path("."),
+) -> None:
+    """Render one row as a conversation."""
+    from trajkit import schema as S
+    from trajkit.render import print_row
+    from trajkit.store import Store
+
+    store = Store(run)
+    con = store.duckdb()
+    for name in ("trajectories", "tasks", "samples", "servers"):
+        key = S.table(name).key
+        rows = con.sql(f'SELECT * FROM "{name}" WHERE {key} LIKE ? LIMIT 2', params=[row_id + "%"]).to_arrow_table().to_pylist()
+        if len(rows) > 1:
+            raise _user(f"id prefix {row_id!r} matches several {name}; give more characters")
+        if rows:
+            print_row(rows[0], name)
+            return
+    raise _user(f"no task, trajectory, sample or server with id {row_id!r} in {run}")
+
+
+@app.command()
+def export(
+    output: Annotated[Path, typer.Argument(help="Output .jsonl file.")],
+    run: RunExisting = Path("."),
+    fmt: Annotated[str, typer.Option("--format", "-f", help="jsonl (all columns), openai (messages+tools) or sharegpt.")] = "openai",
+    where: Annotated[str, typer.Option(help="SQL filter on the trajectories view.")] = "status = 'completed' AND reject_reason IS NULL",
+) -> None:
+    """Write trajectories as JSON lines for other tools (OpenAI fine-tuning, ShareGPT, raw)."""
+    from trajkit.export import FORMATS, convert
+    from trajkit.store import Store
+
+    if fmt not in FORMATS:
+        raise _user(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    rows = Store(run).sql(f"SELECT * FROM trajectories WHERE {where}").to_pylist()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with open(output, "w") as f:
+        for rec in convert(rows, fmt):
+            f.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
+    typer.echo(f"wrote {len(rows)} trajectories to {output} ({fmt})", err=True)
+
+
+@app.command("run")
+def run_cmd(
+    pipeline: Annotated[Path, typer.Argument(help="Pipeline YAML: a list of stages with their configs.")],
+    run: RunDir,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Start every stage over.")] = False,
+    overrides: Overrides = None,
+) -> None:
+    """Run a pipeline file stage by stage; a rerun resumes where it stopped."""
+    from trajkit.pipeline import run_pipeline
+
+    run_pipeline(pipeline, run, fresh=fresh, overrides=overrides or [])
+
+
+@app.command()
+def demo(
+    run: RunDir = Path("runs/demo"),
+    fresh: Annotated[bool, typer.Option("--fresh", help="Start over instead of resuming.")] = False,
+    pipeline: Annotated[Path, typer.Option(help="Pipeline file to run.")] = DEMO_PIPELINE,
+    overrides: Overrides = None,
+) -> None:
+    """Run the end-to-end demo pipeline (examples/demo.yaml) offline, then summarize it."""
+    from trajkit.pipeline import run_pipeline
+
+    run_pipeline(pipeline, run, fresh=fresh, overrides=overrides or [])
+    from trajkit.demo_summary import print_summary
+
+    print_summary(run)
+
+
+def _user(message: str) -> Exception:
+    from trajkit.errors import UserError
+
+    return UserError(message)
+
+
+def main() -> None:
+    """Entry point: user errors become one line and exit status 2."""
+    from trajkit.errors import StageStopped, UserError
+
+    try:
+        app()
+    except UserError as e:
+        typer.echo(f"error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except StageStopped as e:
+        typer.echo(f"stopped: {e}", err=True)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        typer.echo("interrupted; rerun the same command to resume", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""Shared pieces of the stage sub-commands: common options and one way to run a stage.
+
+Each stage's ``cli.py`` declares its own options and calls ``run_command``;
+light imports only, so ``trajkit --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+RunDir = Annotated[Path, typer.Option("--run", "-r", help="Run directory (created if missing).")]
+ConfigFile = Annotated[Path | None, typer.Option("--config", "-c", help="YAML file with the stage's config.")]
+Overrides = Annotated[list[str] | None, typer.Option("--set", help="Config override KEY=VALUE (YAML value); repeatable.")]
+Name = Annotated[str | None, typer.Option("--name", help="Stage name in the run (default: the command's name).")]
+Fresh = Annotated[bool, typer.Option("--fresh", help="Delete this stage's output and start over.")]
+Rank = Annotated[int, typer.Option("--rank", help="This process's shard, 0-based.")]
+WorldSize = Annotated[int, typer.Option("--world-size", help="Number of shards the stage is split into.")]
+BudgetTokens = Annotated[int | None, typer.Option("--budget-tokens", help="Stop cleanly after this many tokens.")]
+BudgetCost = Annotated[float | None, typer.Option("--budget-cost", help="Stop cleanly after this cost.")]
+
+
+def run_command(
+    kind: str,
+    run: Path,
+    options: dict[str, Any],
+    config: Path | None = None,
+    overrides: list[str] | None = None,
+    name: str | None = None,
+    fresh: bool = False,
+    rank: int = 0,
+    world_size: int = 1,
+    budget_tokens: int | None = None,
+    budget_cost: float | None = None,
+) -> dict[str, Any]:
+    """Build a stage's config from YAML, options and overrides, validate it, run the stage."""
+    from trajkit.config import build, read_yaml
+    from trajkit.pipeline import get_stage
+    from trajkit.runner import run_stage
+    from trajkit.store import Store
+
+    spec = get_stage(kind)
+    from_file = read_yaml(config) if config else {}
+    cfg = build(spec.config, from_file, options, overrides=overrides or [], where=kind)
+    store = Store(run, create=True)
+    return run_stage(
+        store,
+        spec,
+        cfg,
+        name=name,
+        fresh=fresh,
+        rank=rank,
+        world_size=world_size,
+        budget_tokens=budget_tokens,
+        budget_cost=budget_cost,
+    )

@@ -1,0 +1,112 @@
+"""Typed configs: YAML plus CLI overrides, validated all at once before work starts."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from trajkit.errors import UserError
+
+C = TypeVar("C", bound=BaseModel)
+
+
+class StageConfig(BaseModel):
+    """Base of every stage's config: unknown keys are errors, not silently ignored.
+
+    Fields marked ``json_schema_extra={"hash": False}`` (concurrency, budgets,
+    progress) may change between a run and its resume without counting as a
+    different config.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping or fail with one line."""
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"config file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise UserError(f"{p}:{where} is not valid YAML ({getattr(e, 'problem', e)})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{p}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """``a.b=value`` -> (["a", "b"], value), the value parsed as YAML (so 3, true, [1,2] work)."""
+    if "=" not in item:
+        raise UserError(f"override {item!r} is not KEY=VALUE")
+    key, raw = item.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def merge(base: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge ``updates`` into a copy of ``base`` (updates win)."""
+    out = dict(base)
+    for k, v in updates.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def build(cls: type[C], *sources: dict[str, Any] | None, overrides: list[str] = (), where: str = "") -> C:
+    """Merge mappings (later wins) and ``a.b=value`` overrides, then validate.
+
+    Every validation error is reported at once, in one line.
+    """
+    data: dict[str, Any] = {}
+    for src in sources:
+        if src:
+            data = merge(data, {k: v for k, v in src.items() if v is not None})
+    for item in overrides:
+        keys, value = parse_override(item)
+        node = data
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise UserError(f"override {item!r}: {k} is not a mapping")
+        node[keys[-1]] = value
+    try:
+        return cls.model_validate(data)
+    except ValidationError as e:
+        raise UserError(format_errors(e, where or cls.__name__)) from None
+
+
+def format_errors(e: ValidationError, where: str) -> str:
+    parts = []
+    for err in e.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top)"
+        parts.append(f"{loc}: {err['msg']}")
+    n = len(parts)
+    return f"invalid config for {where} ({n} error{'s' * (n != 1)}): " + "; ".join(parts)
+
+
+def hashed_dict(cfg: BaseModel) -> dict[str, Any]:
+    """The config as a dict without the fields marked as not part of its identity."""
+    data = cfg.model_dump(mode="json")
+    for name, field in type(cfg).model_fields.items():
+        extra = field.json_schema_extra
+        if isinstance(extra, dict) and extra.get("hash") is False:
+            data.pop(name, None)
+    return data
+
+
+def config_hash(cfg: BaseModel) -> str:
+    blob = json.dumps(hashed_dict(cfg), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -1,0 +1,1 @@
+"""trajkit.data_cards."""

@@ -1,0 +1,3 @@
+"""`trajkit card` and `trajkit push`."""
+
+from __future__ import annotations

@@ -1,0 +1,1 @@
+"""trajkit.eval."""

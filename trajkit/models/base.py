@@ -1,0 +1,128 @@
+"""The one async interface every generation backend implements.
+
+Chat messages (OpenAI format) and tool schemas in; completions out: text,
+parsed tool calls (malformed ones kept as errors with the raw text), finish
+reason, token counts, and where the backend gives them the prompt and
+completion token ids and the logprobs of the sampled tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from pydantic import Field
+
+from trajkit.config import StageConfig
+
+Message = dict[str, Any]  # {"role", "content", "tool_calls"?, "tool_call_id"?, "name"?, "reasoning_content"?}
+ToolSchema = dict[str, Any]  # {"type": "function", "function": {"name", "description", "parameters"}}
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 256
+    stop: tuple[str, ...] | None = None
+    seed: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["stop"] = list(self.stop) if self.stop else None
+        return d
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # JSON text of an object
+
+
+@dataclass(frozen=True)
+class ToolCallError:
+    """A tool call the model tried to make that could not be used; the raw text is kept."""
+
+    raw: str
+    reason: str
+
+
+@dataclass
+class Completion:
+    text: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_errors: list[ToolCallError] = field(default_factory=list)
+    reasoning: str | None = None
+    finish_reason: str = "stop"  # stop, length, tool_calls, error
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    prompt_token_ids: list[int] | None = None
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    cached: bool = False
+    error: str | None = None  # a failed request, as data (the run goes on)
+
+    def message(self) -> Message:
+        """The assistant message this completion adds to a conversation."""
+        return {
+            "role": "assistant",
+            "content": self.text,
+            "reasoning_content": self.reasoning,
+            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.tool_calls] or None,
+        }
+
+
+class ModelSpec(StageConfig):
+    """Which model to call and how: shared by every stage that generates."""
+
+    model: str = Field(description="Local model directory, Hub id, or the served model name.")
+    backend: Literal["transformers", "openai", "vllm"] = "transformers"
+    base_url: str | None = Field(None, description="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1.")
+    api_key_env: str | None = Field("OPENAI_API_KEY", description="Environment variable holding the API key.")
+    headers_env: dict[str, str] = Field(default_factory=dict, description="Header name -> environment variable.")
+    device: str | None = Field(None, description="transformers: cpu, cuda, ... (default: cuda if available).")
+    dtype: str | None = Field(None, description="transformers/vllm: float32, bfloat16, ...")
+    max_batch_size: int = Field(64, json_schema_extra={"hash": False}, description="transformers: largest batch.")
+    max_concurrency: int = Field(16, json_schema_extra={"hash": False}, description="openai: requests in flight.")
+    requests_per_minute: float | None = Field(None, json_schema_extra={"hash": False})
+    tokens_per_minute: float | None = Field(None, json_schema_extra={"hash": False})
+    timeout_s: float = Field(120.0, json_schema_extra={"hash": False})
+    max_retries: int = Field(5, json_schema_extra={"hash": False})
+    price_input_per_mtok: float = Field(0.0, description="Cost per million prompt tokens.")
+    price_output_per_mtok: float = Field(0.0, description="Cost per million completion tokens.")
+    cache: bool = Field(True, json_schema_extra={"hash": False}, description="Use the persistent call cache.")
+    engine_args: dict[str, Any] = Field(default_factory=dict, description="vllm: extra LLM(...) arguments.")
+
+
+class Backend:
+    """Base class of backends. Subclasses implement ``_generate`` for one conversation."""
+
+    name: str = "base"
+
+    def __init__(self, spec: ModelSpec):
+        self.spec = spec
+        self.model = spec.model
+
+    async def generate(
+        self, messages: list[Message], tools: list[ToolSchema] | None = None, params: SamplingParams = SamplingParams()
+    ) -> list[Completion]:
+        """``params.n`` independent completions of one conversation."""
+        return await self._generate(messages, tools, params)
+
+    async def generate_batch(
+        self,
+        conversations: list[list[Message]],
+        tools: list[ToolSchema] | None = None,
+        params: SamplingParams = SamplingParams(),
+    ) -> list[list[Completion]]:
+        """Completions for many conversations; backends batch concurrent requests."""
+        return list(await asyncio.gather(*(self.generate(c, tools, params) for c in conversations)))
+
+    async def _generate(self, messages: list[Message], tools: list[ToolSchema] | None, params: SamplingParams) -> list[Completion]:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Release resources (HTTP clients, engines)."""

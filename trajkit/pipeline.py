@@ -1,0 +1,131 @@
+"""The stage registry and the pipeline runner (``trajkit run pipeline.yaml``).
+
+A pipeline file lists stages by kind, each with an optional name and a config::
+
+    stages:
+      - stage: synth.harvest
+        config: {servers: examples/servers.json}
+      - stage: curate.passk
+        name: passk-tools
+        config: {model: runs/demo/models/agent, k: 8}
+
+Every stage's config is validated before the first stage starts, and every
+error is reported at once. Each stage resumes on a rerun; ``fresh`` starts all over.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+from trajkit.config import build, read_yaml
+from trajkit.errors import UserError
+from trajkit.runner import StageSpec, run_stage
+from trajkit.store import Store
+
+# kind -> "module:ATTRIBUTE" of a StageSpec; imported only when used.
+REGISTRY: dict[str, str] = {
+    "synth.harvest": "trajkit.synth.harvest:HARVEST",
+    "synth.tasks": "trajkit.synth.tasks:TASKS",
+    "synth.rollouts": "trajkit.synth.rollouts:ROLLOUTS",
+    "synth.judge": "trajkit.synth.judge:JUDGE",
+    "synth.filter": "trajkit.synth.filters:FILTER",
+    "synth.extend": "trajkit.synth.extend:EXTEND",
+    "curate.import": "trajkit.curate.imports:IMPORT",
+    "curate.verify": "trajkit.curate.verify:VERIFY",
+    "curate.passk": "trajkit.curate.passk:PASSK",
+    "curate.dedup": "trajkit.curate.dedup:DEDUP",
+    "curate.decontaminate": "trajkit.curate.decontaminate:DECONTAMINATE",
+    "curate.filter": "trajkit.curate.filters:FILTER",
+    "curate.split": "trajkit.curate.splits:SPLIT",
+    "curate.curriculum": "trajkit.curate.curriculum:CURRICULUM",
+    "train.sft": "trajkit.train.sft:SFT",
+    "train.grpo": "trajkit.train.grpo:GRPO",
+    "eval.passk": "trajkit.eval.passk:EVAL_PASSK",
+    "eval.tools": "trajkit.eval.tools:EVAL_TOOLS",
+    "eval.diversity": "trajkit.eval.diversity:EVAL_DIVERSITY",
+    "card": "trajkit.data_cards.card:CARD",
+}
+
+
+def load_object(path: str, what: str = "object") -> Any:
+    """Import ``package.module:attr`` (or ``package.module.attr``); a clear error if absent."""
+    module_name, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
+    if not module_name or not attr:
+        raise UserError(f"{what} {path!r} is not a dotted path like package.module:name")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise UserError(f"cannot import {what} {path!r}: {e}") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise UserError(f"cannot import {what} {path!r}: {module_name} has no {attr!r}") from None
+
+
+def get_stage(kind: str) -> StageSpec:
+    if kind not in REGISTRY:
+        raise UserError(f"unknown stage {kind!r}; known: {', '.join(sorted(REGISTRY))}")
+    return load_object(REGISTRY[kind], "stage")
+
+
+def load_pipeline(
+    path: str | Path, overrides: list[str] = (), variables: dict[str, str] | None = None
+) -> list[tuple[StageSpec, str, Any]]:
+    """Read a pipeline file and validate every stage's config; all errors at once.
+
+    ``overrides`` are ``NAME.key=value`` for the stage named NAME.
+    """
+    data = substitute(read_yaml(path), variables or {})
+    entries = data.get("stages")
+    if not isinstance(entries, list) or not entries:
+        raise UserError(f"{path}: expected a non-empty 'stages:' list")
+    plan, errors, names = [], [], set()
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or "stage" not in entry:
+            errors.append(f"stages[{i}]: expected a mapping with a 'stage' key")
+            continue
+        unknown = set(entry) - {"stage", "name", "config"}
+        if unknown:
+            errors.append(f"stages[{i}]: unknown key(s) {', '.join(sorted(unknown))}")
+        try:
+            spec = get_stage(entry["stage"])
+        except UserError as e:
+            errors.append(f"stages[{i}]: {e}")
+            continue
+        name = entry.get("name") or entry["stage"].split(".")[-1]
+        if name in names:
+            errors.append(f"stages[{i}]: duplicate stage name {name!r}; give it a 'name:'")
+        names.add(name)
+        mine = [o.split("=", 1)[0][len(name) + 1 :] + "=" + o.split("=", 1)[1] for o in overrides if o.startswith(name + ".")]
+        try:
+            cfg = build(spec.config, entry.get("config") or {}, overrides=mine, where=f"stage {name!r}")
+        except UserError as e:
+            errors.append(str(e))
+            continue
+        plan.append((spec, name, cfg))
+    if errors:
+        raise UserError(f"{path}: {len(errors)} problem(s): " + " | ".join(errors))
+    return plan
+
+
+def run_pipeline(path: str | Path, run_dir: str | Path, fresh: bool = False, overrides: list[str] = ()) -> list[dict]:
+    """Run every stage of a pipeline file in order, each resumable; returns the manifests."""
+    plan = load_pipeline(path, overrides, {"run": str(run_dir)})
+    store = Store(run_dir, create=True)
+    return [run_stage(store, spec, cfg, name=name, fresh=fresh) for spec, name, cfg in plan]
+
+
+
+def substitute(value: Any, variables: dict[str, str]) -> Any:
+    """Replace ``${name}`` in every string of a config (``${run}`` is the run directory)."""
+    if isinstance(value, str):
+        for k, v in variables.items():
+            value = value.replace("${" + k + "}", v)
+        return value
+    if isinstance(value, dict):
+        return {k: substitute(v, variables) for k, v in value.items()}
+    if isinstance(value, list):
+        return [substitute(v, variables) for v in value]
+    return value

@@ -1,0 +1,284 @@
+"""Running one stage: config check, resume, writers, counters, usage, manifest last.
+
+A stage is a ``StageSpec``: a config class and a function ``run(ctx, cfg)`` that
+reads tables through ``ctx.store`` and writes rows through ``ctx.write``. The
+runner makes every stage resumable the same way:
+
+* the config is written when the stage starts; a rerun with a different config
+  is a user error unless ``fresh`` (which deletes the stage's own shards);
+* a stage whose manifest exists is complete and is skipped;
+* ``ctx.done(table)`` gives the ids this stage already wrote, so it skips them;
+* writers are flushed on every exit path, and the manifest is written last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import functools
+import hashlib
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from trajkit import __version__
+from trajkit import schema as S
+from trajkit.config import StageConfig, config_hash, hashed_dict
+from trajkit.errors import StageStopped, UserError
+from trajkit.store import ShardWriter, Store, atomic_write_json
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """What a stage is: its kind (``curate.import``), config class, function and tables."""
+
+    kind: str
+    config: type[StageConfig]
+    run: Callable[[StageContext, Any], dict[str, Any] | None]
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    help: str = ""
+
+
+@dataclass
+class Usage:
+    """Tokens, calls and cost of one stage, with an optional budget cap.
+
+    ``add`` raises StageStopped once a cap is passed; the runner then flushes
+    what was written and leaves the stage resumable.
+    """
+
+    max_tokens: int | None = None
+    max_cost: float | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 0
+    cached_calls: int = 0
+    cost: float = 0.0
+
+    def add(self, prompt_tokens: int = 0, completion_tokens: int = 0, cost: float = 0.0, cached: bool = False) -> None:
+        if cached:
+            self.cached_calls += 1
+            return
+        self.calls += 1
+        self.prompt_tokens += prompt_tokens
+        self.completion_tokens += completion_tokens
+        self.cost += cost
+        self.check()
+
+    def check(self) -> None:
+        total = self.prompt_tokens + self.completion_tokens
+        if self.max_tokens is not None and total > self.max_tokens:
+            raise StageStopped(f"token budget reached ({total} > {self.max_tokens})")
+        if self.max_cost is not None and self.cost > self.max_cost:
+            raise StageStopped(f"cost budget reached ({self.cost:.4f} > {self.max_cost})")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "calls": self.calls,
+            "cached_calls": self.cached_calls,
+            "cost": round(self.cost, 6),
+        }
+
+
+@dataclass
+class StageContext:
+    """What a running stage sees: the store, its name and shard, writers and counters."""
+
+    store: Store
+    name: str
+    kind: str
+    rank: int = 0
+    world_size: int = 1
+    usage: Usage = field(default_factory=Usage)
+    counts: Counter = field(default_factory=Counter)
+    quiet: bool = False
+    _writers: dict[str, ShardWriter] = field(default_factory=dict)
+
+    # ------------------------------------------------------------ writing
+    def writer(self, table: str) -> ShardWriter:
+        if table not in self._writers:
+            self._writers[table] = self.store.writer(table, self.name, self.rank)
+        return self._writers[table]
+
+    def write(self, table: str, rows: dict[str, Any] | Iterable[dict[str, Any]] | pa.Table) -> None:
+        rows = [rows] if isinstance(rows, dict) else rows
+        if not isinstance(rows, pa.Table):
+            rows = list(rows)
+        self.writer(table).write(rows)
+        self.counts[f"rows.{table}"] += len(rows)
+
+    def reject(self, table: str, row_id: str, reason: str, detail: str | None = None) -> None:
+        """Record that a row was rejected (it stays in its table); the reason is counted."""
+        self.write(
+            "rejected",
+            {
+                "reject_id": S.content_id(table, row_id, self.name, reason),
+                "row_id": row_id,
+                "table_name": table,
+                "stage": self.name,
+                "reason": reason,
+                "detail": detail,
+            },
+        )
+        self.counts[f"rejected.{reason}"] += 1
+
+    def flush(self) -> None:
+        for w in self._writers.values():
+            w.flush()
+
+    # ------------------------------------------------------------ resume and sharding
+    def done(self, table: str) -> set[str]:
+        """Ids of rows this stage (any rank) already wrote to a table."""
+        return self.store.ids(table, stage=self.name)
+
+    def retry_aborted(self, table: str, status_column: str = "status") -> set[str]:
+        """Drop this stage's aborted rows from its own shards so they run again."""
+        data = self.store.read(table, [S.table(table).key, status_column], stage=self.name)
+        ids = {k for k, s in zip(data.column(0).to_pylist(), data.column(1).to_pylist()) if s == "aborted"}
+        if ids:
+            self.store.drop_rows(table, self.name, ids)
+        return ids
+
+    def mine(self, row_id: str) -> bool:
+        """Whether this rank owns a row: a hash partition, so shards split the same rows."""
+        if self.world_size == 1:
+            return True
+        return int(hashlib.sha256(row_id.encode()).hexdigest()[:8], 16) % self.world_size == self.rank
+
+    # ------------------------------------------------------------ reporting
+    def log(self, message: str) -> None:
+        if not self.quiet:
+            _console().print(f"[dim]{self.name}[/]: {message}", highlight=False)
+
+    @contextlib.contextmanager
+    def progress(self, total: int | None, description: str = "") -> Iterator[Callable[[int], None]]:
+        """A rich progress bar with counts and rate; yields ``advance(n=1)``."""
+        if self.quiet:
+            yield lambda n=1: None
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        columns = [TextColumn(f"{self.name} {description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
+        with Progress(*columns, console=_console(), transient=False) as bar:
+            task = bar.add_task(description, total=total)
+            start = time.monotonic()
+
+            def advance(n: int = 1) -> None:
+                bar.advance(task, n)
+
+            yield advance
+            done = bar.tasks[0].completed
+            bar.update(task, description=f"{done / max(time.monotonic() - start, 1e-9):.1f}/s")
+
+
+@functools.cache
+def _console():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+@functools.cache
+def code_version() -> str:
+    """The package version, plus the git commit when run from a checkout."""
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        sha = ""
+    return f"{__version__}+{sha}" if sha else __version__
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def run_stage(
+    store: Store,
+    spec: StageSpec,
+    cfg: StageConfig,
+    name: str | None = None,
+    fresh: bool = False,
+    rank: int = 0,
+    world_size: int = 1,
+    quiet: bool = False,
+    budget_tokens: int | None = None,
+    budget_cost: float | None = None,
+) -> dict[str, Any]:
+    """Run (or resume, or skip) one stage and return its manifest."""
+    name = name or spec.kind.split(".")[-1]
+    if not 0 <= rank < world_size:
+        raise UserError(f"rank {rank} is not in 0..{world_size - 1}")
+    chash = config_hash(cfg)
+    previous = store.stage_config(name)
+    if fresh:
+        store.drop_stage(name)
+    elif previous is not None and previous["config_hash"] != chash:
+        raise UserError(
+            f"stage {name!r} in {store.root} was run with a different config "
+            f"({previous['config_hash']} != {chash}); pass --fresh to start it over"
+        )
+    done = store.manifest(name, rank, world_size)
+    if done is not None and not fresh:
+        if not quiet:
+            _console().print(f"[dim]{name}[/]: already complete, skipped ({_summary(done)})", highlight=False)
+        return done
+    store.clean_temp()
+    if store.stage_config(name) is None:
+        atomic_write_json(
+            store.stage_dir(name) / "_config.json",
+            {"stage": name, "kind": spec.kind, "config": hashed_dict(cfg), "config_hash": chash},
+        )
+    ctx = StageContext(store, name, spec.kind, rank, world_size, Usage(budget_tokens, budget_cost), quiet=quiet)
+    started, t0 = _now(), time.monotonic()
+    inputs = {t: {"rows": store.count(t), "shards": len(store.shards(t))} for t in spec.inputs}
+    try:
+        extra = spec.run(ctx, cfg) or {}
+    except StageStopped as e:
+        ctx.flush()
+        raise StageStopped(f"stage {name!r} stopped: {e}; rerun to resume") from None
+    finally:
+        ctx.flush()
+    manifest = {
+        "stage": name,
+        "kind": spec.kind,
+        "config": cfg.model_dump(mode="json"),
+        "config_hash": chash,
+        "inputs": inputs,
+        "outputs": {t: store.count(t, stage=name) for t in ctx._writers},
+        "code_version": code_version(),
+        "python": sys.version.split()[0],
+        "rank": rank,
+        "world_size": world_size,
+        "started_at": started,
+        "finished_at": _now(),
+        "seconds": round(time.monotonic() - t0, 3),
+        "counts": dict(sorted(ctx.counts.items())),
+        "usage": ctx.usage.as_dict(),
+        **({"summary": extra} if extra else {}),
+    }
+    atomic_write_json(store.manifest_path(name, rank, world_size), manifest)
+    if not quiet:
+        _console().print(f"[dim]{name}[/]: done in {manifest['seconds']:.1f}s ({_summary(manifest)})", highlight=False)
+    return manifest
+
+
+def _summary(manifest: dict[str, Any]) -> str:
+    counts = manifest.get("counts", {})
+    rows = ", ".join(f"{k.split('.', 1)[1]} {v}" for k, v in counts.items() if k.startswith("rows."))
+    return rows or "no rows"

@@ -1,0 +1,375 @@
+"""A run directory: immutable Parquet shards per table, manifests, resume, DuckDB views.
+
+Layout::
+
+    RUN/
+      tasks/<stage>-r<rank>-<seq>.parquet     one folder per table, shards never rewritten
+      trajectories/...                        by another stage
+      _stages/<stage>/_config.json            the stage's config, written when it starts
+      _stages/<stage>/_manifest.json          written last: the stage completed
+
+Only this module writes shards: through pyarrow, cast to the table's schema,
+to a temporary file that is fsynced and renamed into place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from trajkit import schema as S
+from trajkit.errors import UserError
+
+STAGES_DIR = "_stages"
+TMP_PREFIX = ".tmp-"
+SHARD_RE = re.compile(r"^(?P<stage>.+)-r(?P<rank>\d+)-(?P<seq>\d{6})\.parquet$")
+
+
+def safe_name(stage: str) -> str:
+    """A stage name usable in file names."""
+    return re.sub(r"[^A-Za-z0-9_.]+", "_", stage).replace(".", "_")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(TMP_PREFIX + path.name)
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_bytes(path, json.dumps(obj, indent=2, sort_keys=True, default=str).encode() + b"\n")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_parquet_atomic(path: Path, data: pa.Table) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(TMP_PREFIX + path.name)
+    with open(tmp, "wb") as f:
+        pq.write_table(data, f, compression="zstd", row_group_size=64 * 1024)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+class ShardWriter:
+    """Buffers rows for one (table, stage, rank) and writes them as numbered shards.
+
+    A shard is flushed every ``rows_per_shard`` rows and on ``close``. Shard
+    boundaries depend only on the order rows arrive in, so a resumed stage that
+    skips the rows already written produces the same shards.
+    """
+
+    def __init__(self, store: Store, table: str, stage: str, rank: int = 0, rows_per_shard: int = 10_000):
+        self.store, self.table, self.stage, self.rank = store, table, safe_name(stage), rank
+        self.rows_per_shard = rows_per_shard
+        self._rows: list[dict[str, Any]] = []
+        self._arrow: list[pa.Table] = []
+        self._buffered = 0
+        self.rows_written = 0
+        self._seq = store._next_seq(table, self.stage, rank)
+
+    def write(self, rows: dict[str, Any] | Iterable[dict[str, Any]] | pa.Table) -> None:
+        if isinstance(rows, pa.Table):
+            self._arrow.append(S.to_batch(self.table, rows))
+            self._buffered += len(rows)
+        else:
+            rows = [rows] if isinstance(rows, dict) else list(rows)
+            S.to_batch(self.table, rows)  # validate now, so the error points at the caller
+            self._rows.extend(rows)
+            self._buffered += len(rows)
+        if self._buffered >= self.rows_per_shard:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._buffered:
+            return
+        parts = list(self._arrow)
+        if self._rows:
+            parts.append(S.to_batch(self.table, self._rows))
+        data = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        path = self.store.table_dir(self.table) / f"{self.stage}-r{self.rank}-{self._seq:06d}.parquet"
+        _write_parquet_atomic(path, data)
+        self._seq += 1
+        self.rows_written += len(data)
+        self._rows, self._arrow, self._buffered = [], [], 0
+
+    close = flush
+
+
+class Store:
+    """A run directory. ``create=False`` makes a missing directory a user error."""
+
+    def __init__(self, root: str | Path, create: bool = False):
+        self.root = Path(root)
+        if not self.root.is_dir():
+            if not create:
+                raise UserError(f"run directory not found: {self.root}")
+            self.root.mkdir(parents=True)
+
+    # ------------------------------------------------------------ paths
+    def table_dir(self, table: str) -> Path:
+        S.table(table)
+        return self.root / table
+
+    def stage_dir(self, stage: str) -> Path:
+        return self.root / STAGES_DIR / safe_name(stage)
+
+    def tables(self) -> list[str]:
+        """Tables that have at least one shard, in schema order."""
+        return [t for t in S.TABLES if self.shards(t)]
+
+    def shards(self, table: str, stage: str | None = None) -> list[Path]:
+        """A table's shard files in a stable order (stage, rank, sequence)."""
+        d = self.table_dir(table)
+        if not d.is_dir():
+            return []
+        out = []
+        for p in d.iterdir():
+            m = SHARD_RE.match(p.name)
+            if m and (stage is None or m["stage"] == safe_name(stage)):
+                out.append((m["stage"], int(m["rank"]), int(m["seq"]), p))
+            elif not m and not p.name.startswith(TMP_PREFIX) and p.suffix == ".parquet":
+                out.append(("", 0, 0, p))  # a file copied in by hand: read and validated too
+        return [p for *_, p in sorted(out)]
+
+    def _next_seq(self, table: str, stage: str, rank: int) -> int:
+        seqs = [int(m["seq"]) for p in self.shards(table, stage) if (m := SHARD_RE.match(p.name)) and int(m["rank"]) == rank]
+        return max(seqs, default=-1) + 1
+
+    def writer(self, table: str, stage: str, rank: int = 0, rows_per_shard: int = 10_000) -> ShardWriter:
+        return ShardWriter(self, table, stage, rank, rows_per_shard)
+
+    def write(self, table: str, stage: str, rows: Iterable[dict[str, Any]] | pa.Table, rank: int = 0) -> int:
+        """Write rows as this stage's shards in one go; returns the number written."""
+        w = self.writer(table, stage, rank)
+        w.write(rows)
+        w.close()
+        return w.rows_written
+
+    # ------------------------------------------------------------ reading
+    def _open(self, path: Path, table: str) -> pq.ParquetFile:
+        try:
+            f = pq.ParquetFile(path)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise UserError(f"{path}: not a readable Parquet file ({str(e).splitlines()[0]})") from None
+        try:
+            S.check_schema(table, f.schema_arrow, where=str(path))
+        except S.SchemaError as e:
+            raise UserError(f"wrong schema: {e}") from None
+        return f
+
+    def validate(self, table: str) -> list[Path]:
+        """Open every shard of a table and check its schema; returns the shard paths."""
+        paths = self.shards(table)
+        for p in paths:
+            self._open(p, table)
+        return paths
+
+    def read(self, table: str, columns: list[str] | None = None, stage: str | None = None) -> pa.Table:
+        """All rows of a table (or of one stage's shards), cast to the table's schema."""
+        schema = S.table(table).arrow_schema()
+        parts = []
+        for p in self.shards(table, stage):
+            f = self._open(p, table)
+            try:
+                parts.append(f.read(columns=columns))
+            except (pa.ArrowInvalid, OSError) as e:
+                raise UserError(f"{p}: corrupt Parquet data ({str(e).splitlines()[0]})") from None
+        if not parts:
+            if columns:
+                schema = pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)
+            return schema.empty_table()
+        return pa.concat_tables(parts)
+
+    def rows(self, table: str, columns: list[str] | None = None, stage: str | None = None) -> list[dict[str, Any]]:
+        return self.read(table, columns, stage).to_pylist()
+
+    def ids(self, table: str, stage: str | None = None) -> set[str]:
+        """The primary keys present in a table (optionally one stage's shards only)."""
+        key = S.table(table).key
+        data = self.read(table, [key], stage)
+        return set(data.column(key).to_pylist())
+
+    def iter_batches(self, table: str, columns: list[str] | None = None, batch_size: int = 1024) -> Iterator[pa.RecordBatch]:
+        for p in self.shards(table):
+            yield from self._open(p, table).iter_batches(batch_size=batch_size, columns=columns)
+
+    def count(self, table: str, stage: str | None = None) -> int:
+        return sum(self._open(p, table).metadata.num_rows for p in self.shards(table, stage))
+
+    def rejected(self, table: str) -> set[str]:
+        """Ids of a table's rows that some stage rejected."""
+        data = self.read("rejected", ["row_id", "table_name"])
+        if not len(data):
+            return set()
+        import pyarrow.compute as pc
+
+        return set(data.filter(pc.equal(data["table_name"], table))["row_id"].to_pylist())
+
+    # ------------------------------------------------------------ stage bookkeeping
+    def manifest_path(self, stage: str, rank: int = 0, world_size: int = 1) -> Path:
+        name = "_manifest.json" if world_size == 1 else f"_manifest-r{rank}-of-{world_size}.json"
+        return self.stage_dir(stage) / name
+
+    def manifest(self, stage: str, rank: int = 0, world_size: int = 1) -> dict[str, Any] | None:
+        p = self.manifest_path(stage, rank, world_size)
+        return json.loads(p.read_text()) if p.is_file() else None
+
+    def manifests(self) -> list[dict[str, Any]]:
+        """Every manifest of the run, oldest first."""
+        root = self.root / STAGES_DIR
+        found = [json.loads(p.read_text()) for p in root.glob("*/_manifest*.json")] if root.is_dir() else []
+        return sorted(found, key=lambda m: (m.get("finished_at", ""), m.get("stage", "")))
+
+    def stage_config(self, stage: str) -> dict[str, Any] | None:
+        p = self.stage_dir(stage) / "_config.json"
+        return json.loads(p.read_text()) if p.is_file() else None
+
+    def clean_temp(self) -> None:
+        """Remove temporary files a killed writer left behind."""
+        for p in self.root.glob(f"*/{TMP_PREFIX}*"):
+            p.unlink(missing_ok=True)
+
+    def drop_stage(self, stage: str) -> None:
+        """Delete a stage's own shards and bookkeeping (``--fresh``)."""
+        for t in S.TABLES:
+            for p in self.shards(t, stage):
+                p.unlink()
+        shutil.rmtree(self.stage_dir(stage), ignore_errors=True)
+
+    def drop_rows(self, table: str, stage: str, ids: set[str]) -> int:
+        """Remove rows with these ids from this stage's own shards (to retry aborted work).
+
+        Each affected shard is rewritten atomically under its own name; no other
+        stage's shard is touched. Returns the number of rows removed.
+        """
+        if not ids:
+            return 0
+        import pyarrow.compute as pc
+
+        key = S.table(table).key
+        removed = 0
+        for p in self.shards(table, stage):
+            data = self._open(p, table).read()
+            keep = pc.invert(pc.is_in(data[key], pa.array(sorted(ids))))
+            n = len(data) - pc.sum(keep.cast(pa.int64())).as_py() if len(data) else 0
+            if n:
+                kept = data.filter(keep)
+                if len(kept):
+                    _write_parquet_atomic(p, kept)
+                else:
+                    p.unlink()
+                removed += n
+        return removed
+
+    # ------------------------------------------------------------ SQL
+    def duckdb(self):
+        """A DuckDB connection with a view per table; annotations joined onto their base."""
+        import duckdb
+
+        con = duckdb.connect()
+        present = {t: self.validate(t) for t in S.TABLES}
+        present = {t: paths for t, paths in present.items() if paths}
+        for name, paths in present.items():
+            files = ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths)
+            con.execute(f'CREATE VIEW "_raw_{name}" AS SELECT * FROM read_parquet([{files}])')
+        for name, tbl in S.TABLES.items():
+            con.execute(f'CREATE VIEW "{name}" AS {_view_sql(tbl, present)}')
+        return con
+
+    def sql(self, query: str) -> pa.Table:
+        import duckdb
+
+        con = self.duckdb()
+        try:
+            return con.sql(query).to_arrow_table()
+        except duckdb.Error as e:
+            raise UserError(f"SQL error: {str(e).splitlines()[0]}") from None
+        finally:
+            con.close()
+
+
+def _view_sql(tbl: S.Table, present: dict[str, list[Path]]) -> str:
+    """SELECT for a table's view: base columns, then its annotations' columns, then
+    ``reject_reason``. Absent tables give typed NULL columns, so queries never
+    depend on which stages have run."""
+    if tbl.name in present:
+        cols, source = [f"b.{_q(c)}" for c in tbl.schema.names], f'"_raw_{tbl.name}" b'
+    else:
+        cols, source = [f"CAST(NULL AS {_duck_type(f.type)}) AS {_q(f.name)}" for f in tbl.schema], None
+    if tbl.base is not None:
+        return f"SELECT {', '.join(cols)} FROM {source}" if source else f"SELECT {', '.join(cols)} WHERE false"
+    taken, joins = set(tbl.schema.names), []
+    for ann in S.TABLES.values():
+        if ann.base != tbl.name:
+            continue
+        alias = f"a_{ann.name}"
+        for f in ann.schema:
+            if f.name == ann.key:
+                continue
+            out = f.name if f.name not in taken else f"{ann.name}_{f.name}"
+            taken.add(out)
+            if source and ann.name in present:
+                cols.append(f"{alias}.{_q(f.name)} AS {_q(out)}")
+            else:
+                cols.append(f"CAST(NULL AS {_duck_type(f.type)}) AS {_q(out)}")
+        if source and ann.name in present:
+            joins.append(f'LEFT JOIN "_raw_{ann.name}" {alias} ON {alias}.{_q(ann.key)} = b.{_q(tbl.key)}')
+    if source and "rejected" in present:
+        cols.append("r.reject_reason")
+        joins.append(
+            "LEFT JOIN (SELECT row_id, string_agg(DISTINCT reason, '; ' ORDER BY reason) AS reject_reason "
+            f"FROM \"_raw_rejected\" WHERE table_name = '{tbl.name}' GROUP BY row_id) r ON r.row_id = b.{_q(tbl.key)}"
+        )
+    else:
+        cols.append("CAST(NULL AS VARCHAR) AS reject_reason")
+    if not source:
+        return f"SELECT {', '.join(cols)} WHERE false"
+    return f"SELECT {', '.join(cols)} FROM {source} {' '.join(joins)}"
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _duck_type(t: pa.DataType) -> str:
+    if pa.types.is_string(t):
+        return "VARCHAR"
+    if pa.types.is_boolean(t):
+        return "BOOLEAN"
+    if pa.types.is_int8(t):
+        return "TINYINT"
+    if pa.types.is_int32(t):
+        return "INTEGER"
+    if pa.types.is_int64(t):
+        return "BIGINT"
+    if pa.types.is_float32(t):
+        return "FLOAT"
+    if pa.types.is_float64(t):
+        return "DOUBLE"
+    if pa.types.is_list(t):
+        return _duck_type(t.value_type) + "[]"
+    if pa.types.is_struct(t):
+        return "STRUCT(" + ", ".join(f"{_q(f.name)} {_duck_type(f.type)}" for f in t) + ")"
+    raise TypeError(f"no DuckDB type for {t}")

@@ -1,0 +1,63 @@
+"""Printing and writing query results (``trajkit sql``): rich tables, CSV, JSON, Parquet."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import IO
+
+import pyarrow as pa
+
+from trajkit.errors import UserError
+
+
+def _cell(value: object, width: int = 60) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def print_table(data: pa.Table, limit: int = 50) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(*data.column_names, show_lines=False)
+    for row in data.slice(0, limit).to_pylist():
+        table.add_row(*(_cell(v) if v is not None else "[dim]null[/]" for v in row.values()))
+    console = Console()
+    console.print(table)
+    if data.num_rows > limit:
+        console.print(f"[dim]{data.num_rows} rows, {limit} shown (--limit, or --format csv for all)[/]")
+
+
+def _jsonable(data: pa.Table) -> list[dict]:
+    return data.to_pylist()
+
+
+def write_table(data: pa.Table, dest: Path | IO[str], fmt: str | None = None) -> None:
+    """Write a result as csv, json (an array), jsonl or parquet (by ``fmt`` or the file's suffix)."""
+    if isinstance(dest, Path):
+        fmt = fmt or dest.suffix.lstrip(".").lower()
+        if fmt not in ("csv", "json", "jsonl", "parquet"):
+            raise UserError(f"--output {dest}: use a .csv, .json, .jsonl or .parquet file")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            pq.write_table(data, dest)
+            return
+        with open(dest, "w") as f:
+            write_table(data, f, fmt)
+        return
+    if fmt == "csv":
+        import csv
+
+        writer = csv.writer(dest)
+        writer.writerow(data.column_names)
+        for row in data.to_pylist():
+            writer.writerow(["" if v is None else v if isinstance(v, (str, int, float)) else json.dumps(v, default=str) for v in row.values()])
+    elif fmt == "jsonl":
+        for row in _jsonable(data):
+            dest.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+    else:
+        json.dump(_jsonable(data), dest, ensure_ascii=False, default=str)
+        dest.write("\n")
