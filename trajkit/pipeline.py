@@ -65,9 +65,15 @@ def load_object(path: str, what: str = "object") -> Any:
 
 
 def get_stage(kind: str) -> StageSpec:
-    if kind not in REGISTRY:
-        raise UserError(f"unknown stage {kind!r}; known: {', '.join(sorted(REGISTRY))}")
-    return load_object(REGISTRY[kind], "stage")
+    """A registered stage by kind, or a custom one by dotted path (``pkg.module:SPEC``)."""
+    if kind in REGISTRY:
+        return load_object(REGISTRY[kind], "stage")
+    if ":" in kind:
+        spec = load_object(kind, "stage")
+        if not isinstance(spec, StageSpec):
+            raise UserError(f"stage {kind!r} is not a trajkit.runner.StageSpec")
+        return spec
+    raise UserError(f"unknown stage {kind!r}; known: {', '.join(sorted(REGISTRY))}, or a dotted path to a StageSpec")
 
 
 def load_pipeline(
@@ -94,7 +100,7 @@ def load_pipeline(
         except UserError as e:
             errors.append(f"stages[{i}]: {e}")
             continue
-        name = entry.get("name") or entry["stage"].split(".")[-1]
+        name = entry.get("name") or spec.kind.split(".")[-1]
         if name in names:
             errors.append(f"stages[{i}]: duplicate stage name {name!r}; give it a 'name:'")
         names.add(name)

@@ -105,9 +105,10 @@ class StageContext:
     _writers: dict[str, ShardWriter] = field(default_factory=dict)
 
     # ------------------------------------------------------------ writing
-    def writer(self, table: str) -> ShardWriter:
+    def writer(self, table: str, rows_per_shard: int = 10_000) -> ShardWriter:
+        """This stage's writer for a table (created on first use with ``rows_per_shard``)."""
         if table not in self._writers:
-            self._writers[table] = self.store.writer(table, self.name, self.rank)
+            self._writers[table] = self.store.writer(table, self.name, self.rank, rows_per_shard)
         return self._writers[table]
 
     def write(self, table: str, rows: dict[str, Any] | Iterable[dict[str, Any]] | pa.Table) -> None:

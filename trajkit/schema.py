@@ -179,6 +179,8 @@ TRAJECTORIES = Table(
             pa.field("num_turns", pa.int32()),
             pa.field("num_tool_calls", pa.int32()),
             pa.field("final_answer", pa.string()),
+            # outputs of the task's outcome-check probes, read at the episode's end
+            pa.field("end_state", pa.list_(pa.string())),
             # token-in/token-out
             pa.field("token_ids", pa.list_(pa.int32())),
             pa.field("loss_mask", pa.list_(pa.int8())),

@@ -75,44 +75,45 @@ def _write_parquet_atomic(path: Path, data: pa.Table) -> None:
 class ShardWriter:
     """Buffers rows for one (table, stage, rank) and writes them as numbered shards.
 
-    A shard is flushed every ``rows_per_shard`` rows and on ``close``. Shard
-    boundaries depend only on the order rows arrive in, so a resumed stage that
-    skips the rows already written produces the same shards.
+    Every shard but the last holds exactly ``rows_per_shard`` rows, whatever the
+    sizes of the ``write`` calls, so a resumed stage that skips the rows already
+    written produces the same shards as an uninterrupted one.
     """
 
     def __init__(self, store: Store, table: str, stage: str, rank: int = 0, rows_per_shard: int = 10_000):
         self.store, self.table, self.stage, self.rank = store, table, safe_name(stage), rank
         self.rows_per_shard = rows_per_shard
-        self._rows: list[dict[str, Any]] = []
-        self._arrow: list[pa.Table] = []
+        self._pending: list[pa.Table] = []
         self._buffered = 0
         self.rows_written = 0
         self._seq = store._next_seq(table, self.stage, rank)
 
     def write(self, rows: dict[str, Any] | Iterable[dict[str, Any]] | pa.Table) -> None:
-        if isinstance(rows, pa.Table):
-            self._arrow.append(S.to_batch(self.table, rows))
-            self._buffered += len(rows)
-        else:
+        """Validate and buffer rows (cast to the table's schema); full shards are written at once."""
+        if not isinstance(rows, pa.Table):
             rows = [rows] if isinstance(rows, dict) else list(rows)
-            S.to_batch(self.table, rows)  # validate now, so the error points at the caller
-            self._rows.extend(rows)
-            self._buffered += len(rows)
-        if self._buffered >= self.rows_per_shard:
-            self.flush()
+            if not rows:
+                return
+        data = S.to_batch(self.table, rows)
+        self._pending.append(data)
+        self._buffered += len(data)
+        while self._buffered >= self.rows_per_shard:
+            self._write_shard(self.rows_per_shard)
+
+    def _write_shard(self, n: int) -> None:
+        data = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
+        shard, rest = data.slice(0, n), data.slice(n)
+        self._pending = [rest] if len(rest) else []
+        self._buffered = len(rest)
+        path = self.store.table_dir(self.table) / f"{self.stage}-r{self.rank}-{self._seq:06d}.parquet"
+        _write_parquet_atomic(path, shard.combine_chunks())
+        self._seq += 1
+        self.rows_written += len(shard)
 
     def flush(self) -> None:
-        if not self._buffered:
-            return
-        parts = list(self._arrow)
-        if self._rows:
-            parts.append(S.to_batch(self.table, self._rows))
-        data = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-        path = self.store.table_dir(self.table) / f"{self.stage}-r{self.rank}-{self._seq:06d}.parquet"
-        _write_parquet_atomic(path, data)
-        self._seq += 1
-        self.rows_written += len(data)
-        self._rows, self._arrow, self._buffered = [], [], 0
+        """Write whatever is buffered as a (possibly short) shard."""
+        if self._buffered:
+            self._write_shard(self._buffered)
 
     close = flush
 
@@ -292,11 +293,30 @@ class Store:
         present = {t: self.validate(t) for t in S.TABLES}
         present = {t: paths for t, paths in present.items() if paths}
         for name, paths in present.items():
-            files = ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths)
-            con.execute(f'CREATE VIEW "_raw_{name}" AS SELECT * FROM read_parquet([{files}])')
+            con.execute(f'CREATE VIEW "_raw_{name}" AS {self._raw_sql(name, paths)}')
         for name, tbl in S.TABLES.items():
             con.execute(f'CREATE VIEW "{name}" AS {_view_sql(tbl, present)}')
         return con
+
+    def _raw_sql(self, name: str, paths: list[Path]) -> str:
+        """All shards of a table. For an annotation table written by several stages, one
+        row per key: the row from the stage that finished last wins."""
+        tbl = S.table(name)
+        by_stage: dict[str, list[Path]] = {}
+        for p in paths:
+            m = SHARD_RE.match(p.name)
+            by_stage.setdefault(m["stage"] if m else "", []).append(p)
+        if tbl.base is None or len(by_stage) == 1:
+            return f"SELECT * FROM read_parquet([{_files(paths)}])"
+        finished = {m["stage"]: m.get("finished_at", "") for m in self.manifests()}
+        order = sorted(by_stage, key=lambda st: (st in finished, finished.get(st, ""), st))
+        parts = " UNION ALL BY NAME ".join(
+            f"SELECT *, {i} AS _order FROM read_parquet([{_files(by_stage[st])}])" for i, st in enumerate(order)
+        )
+        return (
+            f"SELECT * EXCLUDE (_order) FROM ({parts}) "
+            f"QUALIFY row_number() OVER (PARTITION BY {_q(tbl.key)} ORDER BY _order DESC) = 1"
+        )
 
     def sql(self, query: str) -> pa.Table:
         import duckdb
@@ -347,6 +367,10 @@ def _view_sql(tbl: S.Table, present: dict[str, list[Path]]) -> str:
     if not source:
         return f"SELECT {', '.join(cols)} WHERE false"
     return f"SELECT {', '.join(cols)} FROM {source} {' '.join(joins)}"
+
+
+def _files(paths: list[Path]) -> str:
+    return ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths)
 
 
 def _q(name: str) -> str:
