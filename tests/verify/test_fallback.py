@@ -1,0 +1,70 @@
+"""The fallback sandbox (no namespaces, no uid drop, no cgroups): it warns what is missing and still contains.
+
+Forced with parameters, so the same path runs on any host, root or not.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+from trajkit.verify import Sandbox, verify
+
+
+@pytest.fixture(scope="module")
+def fallback_pool():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRAJKIT_FALLBACK_SECRET", "fallback-secret-value")
+        sandbox = Sandbox(workers=1, namespaces=False, drop_privileges=False, cgroups=False)
+        logger = logging.getLogger("trajkit.verify")
+        records: list[logging.LogRecord] = []
+        handler = logging.Handler()
+        handler.emit = records.append
+        logger.addHandler(handler)
+        try:
+            sandbox.start()
+        finally:
+            logger.removeHandler(handler)
+    sandbox.startup_warnings = [r.getMessage() for r in records if r.levelno == logging.WARNING]
+    yield sandbox
+    sandbox.close()
+
+
+def test_fallback_warns_and_names_each_missing_protection(fallback_pool):
+    assert fallback_pool.protections == dict.fromkeys(fallback_pool.protections, False)
+    [warning] = fallback_pool.startup_warnings
+    for protection in ("uid", "pid_namespace", "net_namespace", "mount_namespace", "cgroup"):
+        assert protection in warning
+    assert "can open network connections" in warning
+
+
+def test_fallback_still_judges_and_limits(fallback_pool):
+    verifier = {"kind": "unit_tests", "spec": {"test": "assert double(4) == 8", "timeout_s": 1}}
+    assert verify(verifier, "def double(x):\n    return 2 * x", sandbox=fallback_pool).verdict == "pass"
+    assert verify(verifier, "def double(x):\n    return x", sandbox=fallback_pool).verdict == "fail"
+    assert verify(verifier, "import time\ntime.sleep(30)", sandbox=fallback_pool).verdict == "timeout"
+    r = fallback_pool.run("x = []\nwhile True:\n    x.append(bytearray(1 << 24))", memory_mb=200)
+    assert r.verdict == "memory"
+
+
+def test_fallback_scrubs_the_environment_and_uses_a_private_tmp(fallback_pool):
+    r = fallback_pool.run("import os, tempfile\nprint(dict(os.environ))\nprint(os.getcwd(), tempfile.gettempdir())")
+    assert "fallback-secret-value" not in r.stdout and "TRAJKIT_FALLBACK_SECRET" not in r.stdout
+    cwd, tmp = r.stdout.splitlines()[1].split()
+    assert cwd == tmp != "/tmp" and os.stat(cwd).st_mode & 0o777 == 0o700
+
+
+def test_fallback_kills_what_a_program_leaves_behind(fallback_pool):
+    program = "import os, time\npid = os.fork()\nif pid == 0:\n    os.setsid()\n    time.sleep(60)\n    os._exit(0)\nprint(pid)"
+    r = fallback_pool.run(program)
+    assert r.verdict == "pass"
+    assert not os.path.exists(f"/proc/{int(r.stdout)}"), "the daemonized child outlived its run"
+
+
+def test_fallback_survives_a_program_that_kills_its_parent(fallback_pool):
+    r = fallback_pool.run("import os, signal, time\nos.kill(os.getppid(), signal.SIGKILL)\ntime.sleep(5)")
+    assert r.verdict == "error" and "worker" in r.reason
+    again = fallback_pool.run("print('back')")
+    assert again.verdict == "pass" and again.stdout == "back\n"

@@ -1,0 +1,123 @@
+"""Turn a model's completion into the program a code verifier runs.
+
+The rules (also in docs/sandbox.md):
+
+1. Reasoning is dropped: text up to the last ``</think>`` is ignored.
+2. Fenced code wins: among ```` ```python ```` / ```` ```py ```` / unlabeled
+   fenced blocks, the first that defines the entry point, else the first one.
+   An unterminated fence (a truncated completion) runs to the end. Without a
+   Python block the whole text is the code.
+3. HumanEval style (the spec has a ``prompt``): if the code defines the entry
+   point at top level, the program is the prompt *without* the entry point's
+   own definition (its imports and helper functions stay) followed by the
+   code; otherwise the code is a continuation of the prompt's function body and
+   the program is ``prompt + code``.
+4. For unit tests, top-level ``if __name__ == "__main__":`` blocks are removed
+   from the completion's code (demo code must not read stdin or print).
+5. The test code follows; when it defines ``check`` and there is an entry
+   point, ``check(entry_point)`` is called last. MBPP style (no prompt) runs
+   the code then the asserts.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+
+_FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:\n[ \t]*```|\Z)", re.DOTALL)
+_PYTHON_LABELS = {"", "python", "py", "python3", "py3"}
+
+
+def strip_reasoning(text: str) -> str:
+    """Drop a ``<think>...</think>`` preamble (everything up to the last closing tag)."""
+    _, sep, after = text.rpartition("</think>")
+    return after if sep else text
+
+
+def extract_code(completion: str, entry_point: str | None = None) -> str:
+    """The code in a completion: a fenced Python block (the one defining ``entry_point`` first) or the text."""
+    text = strip_reasoning(completion)
+    blocks = [code for label, code in _FENCE.findall(text) if label.lower() in _PYTHON_LABELS]
+    if not blocks:
+        return text
+    if entry_point:
+        for code in blocks:
+            if defines(code, entry_point):
+                return code
+    return blocks[0]
+
+
+def defines(code: str, name: str) -> bool:
+    """Whether ``code`` defines ``name`` at top level (a def, class or assignment)."""
+    tree = _parse(code)
+    if tree is None:
+        return re.search(rf"^(async\s+)?def\s+{re.escape(name)}\s*\(", code, re.MULTILINE) is not None
+    return any(name in _bound_names(node) for node in tree.body)
+
+
+def without_definition(prompt: str, name: str) -> str:
+    """``prompt`` minus its top-level definition of ``name`` (with decorators); everything else stays."""
+    tree = _parse(prompt)
+    lines = prompt.splitlines(keepends=True)
+    if tree is None:
+        match = re.search(rf"^(async\s+)?def\s+{re.escape(name)}\s*\(", prompt, re.MULTILINE)
+        return prompt[: match.start()] if match else prompt
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            start = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
+            return "".join(lines[:start] + lines[node.end_lineno :])
+    return prompt
+
+
+def without_main_guard(code: str) -> str:
+    """``code`` minus its top-level ``if __name__ == "__main__":`` blocks."""
+    tree = _parse(code)
+    if tree is None:
+        return code
+    lines = code.splitlines(keepends=True)
+    for node in reversed(tree.body):
+        if isinstance(node, ast.If) and _is_main_guard(node.test):
+            del lines[node.lineno - 1 : node.end_lineno]
+    return "".join(lines)
+
+
+def unit_test_program(completion: str, test: str, prompt: str | None = None, entry_point: str | None = None) -> str:
+    """The program a ``unit_tests`` verifier runs for ``completion`` (rules in the module docstring)."""
+    code = without_main_guard(extract_code(completion, entry_point))
+    if prompt and entry_point and defines(code, entry_point):
+        program = without_definition(prompt, entry_point).rstrip("\n") + "\n\n" + code
+    elif prompt:
+        program = prompt + code
+    else:
+        program = code
+    program = program.rstrip("\n") + "\n\n" + test.rstrip("\n") + "\n"
+    if entry_point and defines(test, "check"):
+        program += f"\ncheck({entry_point})\n"
+    return program
+
+
+@functools.lru_cache(maxsize=4096)  # pass@k re-reads the same prompts and tests k times
+def _parse(code: str) -> ast.Module | None:
+    try:
+        return ast.parse(code)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _bound_names(node: ast.stmt) -> set[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return {t.id for t in targets if isinstance(t, ast.Name)}
+    return set()
+
+
+def _is_main_guard(test: ast.expr) -> bool:
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    names = [s.id for s in sides if isinstance(s, ast.Name)]
+    values = [s.value for s in sides if isinstance(s, ast.Constant)]
+    return names == ["__name__"] and values == ["__main__"]

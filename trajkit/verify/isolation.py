@@ -1,0 +1,387 @@
+"""Linux confinement primitives for the sandbox worker: namespaces, mounts, cgroups, credentials.
+
+Standard library only (``ctypes`` for the system calls Python 3.11's ``os``
+lacks), because the worker imports it as a plain script. Every function
+raises ``OSError`` when the kernel refuses; the worker decides what a refusal
+means (a fallback with a warning, or a failed sample).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import re
+import signal
+import time
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+NAMESPACES = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWNET
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND = 32, 1024, 2048, 4096
+MS_REC, MS_PRIVATE, MS_RELATIME, MS_STRICTATIME = 16384, 1 << 18, 1 << 21, 1 << 24
+MNT_DETACH = 2
+_OPTION_FLAGS = {
+    "nosuid": MS_NOSUID,
+    "nodev": MS_NODEV,
+    "noexec": MS_NOEXEC,
+    "noatime": MS_NOATIME,
+    "nodiratime": MS_NODIRATIME,
+    "relatime": MS_RELATIME,
+    "strictatime": MS_STRICTATIME,
+}
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 36, 38
+
+# Kernel file systems left as they are: their writable files belong to root, and
+# remounting /sys would also freeze the cgroup files the worker writes to.
+_KEEP_MOUNTS = re.compile(r"^/(proc|sys)(/|$)|^/dev$|^/dev/pts$")
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+_libc.unshare.argtypes = [ctypes.c_int]
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+_libc.sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+_libc.syscall.restype = ctypes.c_long
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _b(value: str | None) -> bytes | None:
+    return None if value is None else value.encode()
+
+
+def unshare(flags: int) -> None:
+    _check(_libc.unshare(flags), "unshare")
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    _check(_libc.mount(_b(source), _b(target), _b(fstype), flags, _b(data)), f"mount {target}")
+
+
+def umount(target: str) -> None:
+    _check(_libc.umount2(_b(target), MNT_DETACH), f"umount {target}")
+
+
+def prctl(option: int, value: int) -> None:
+    _check(_libc.prctl(option, value, 0, 0, 0), f"prctl {option}")
+
+
+def sethostname(name: str) -> None:
+    _check(_libc.sethostname(name.encode(), len(name)), "sethostname")
+
+
+def _unescape(path: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), path)
+
+
+def mounts() -> list[tuple[str, int]]:
+    """Mount points of this mount namespace with their per-mount flags, parents first."""
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            flags = 0
+            for option in fields[5].split(","):
+                flags |= _OPTION_FLAGS.get(option, 0)
+            found.append((_unescape(fields[4]), flags))
+    return sorted(set(found), key=lambda m: m[0].count("/"))
+
+
+def confine_filesystem(uid: int | None, needed: list[str], hidden: list[str]) -> list[str]:
+    """In fresh mount and PID namespaces: a new /proc, ``hidden`` directories emptied, ``needed`` paths
+    reachable for ``uid``, and every mount read-only and nosuid.
+
+    Returns the mount points that could not be remounted (empty when all were).
+    """
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _cover(needed, hidden, uid)
+    failed = []
+    for target, flags in mounts():
+        if _KEEP_MOUNTS.match(target):
+            continue
+        try:
+            mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | flags)
+        except OSError:
+            failed.append(target)
+    return failed
+
+
+def _closed_ancestor(path: str) -> str | None:
+    """The first directory on the way to ``path`` that other users may not enter (e.g. /root)."""
+    current = "/"
+    for part in path.strip("/").split("/"):
+        current = os.path.join(current, part)
+        if not os.stat(current).st_mode & 0o001:
+            return current
+    return None
+
+
+def _cover(needed: list[str], hidden: list[str], uid: int | None) -> None:
+    """Lay an empty tmpfs over each hidden directory, and over each closed one on the way to a needed
+    path (an interpreter under /root, say), then put the needed paths back in place, read-only later.
+
+    The needed paths are copied as detached mounts first (``open_tree``), so
+    no staging directory is needed wherever they live.
+    """
+    paths = sorted({os.path.realpath(p) for p in needed if os.path.isdir(p)})
+    covers = {os.path.realpath(h) for h in hidden if os.path.isdir(h)}
+    if uid is not None:
+        covers |= {c for c in map(_closed_ancestor, paths) if c is not None}
+    covers = {c for c in covers if not any(c.startswith(o + "/") for o in covers)}
+    under = [p for p in paths if any(p == c or p.startswith(c + "/") for c in covers)]
+    keep = [p for p in under if not any(p.startswith(q + "/") for q in under)]
+    copies = [(_detached_copy(p), p) for p in keep]
+    for cover in covers:
+        mount("tmpfs", cover, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    for fd, path in copies:
+        os.makedirs(path, 0o755, exist_ok=True)
+        _check(
+            _libc.syscall(_SYS_MOVE_MOUNT, fd, b"", _AT_FDCWD, path.encode(), _MOVE_MOUNT_F_EMPTY_PATH), "move_mount"
+        )
+        os.close(fd)
+
+
+_SYS_OPEN_TREE, _SYS_MOVE_MOUNT = 428, 429  # the same number on every architecture (Linux >= 5.2)
+_AT_FDCWD, _OPEN_TREE_CLONE, _AT_RECURSIVE, _MOVE_MOUNT_F_EMPTY_PATH = -100, 1, 0x8000, 4
+
+
+def _detached_copy(path: str) -> int:
+    fd = _libc.syscall(_SYS_OPEN_TREE, _AT_FDCWD, path.encode(), _OPEN_TREE_CLONE | _AT_RECURSIVE | os.O_CLOEXEC)
+    if fd < 0:
+        _check(fd, f"open_tree {path}")
+    return fd
+
+
+_own_tmpfs: set[str] = set()
+
+
+def mount_private_tmpfs(target: str, uid: int | None, size_mb: int) -> None:
+    """Mount a fresh tmpfs at ``target`` owned by ``uid`` (mode 0700), replacing one mounted before.
+
+    A tmpfs of ours that is still empty and unchanged is kept: remounting costs
+    milliseconds, and most programs never write a file.
+    """
+    if target in _own_tmpfs:
+        st = os.stat(target)
+        if st.st_mode == 0o40700 and st.st_uid == (uid or 0) and not os.listdir(target):
+            return
+        umount(target)
+    owner = f",uid={uid},gid={uid}" if uid is not None else ""
+    mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size_mb}m,mode=0700{owner}")
+    _own_tmpfs.add(target)
+
+
+def drop_privileges(uid: int) -> None:
+    """Become ``uid``/``gid`` for good: no supplementary groups, no capabilities, no new privileges."""
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+
+
+def children_of(pid: int) -> list[int]:
+    """Direct children of ``pid`` (a scan of /proc; works without CONFIG_PROC_CHILDREN)."""
+    kids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if int(fields[1]) == pid:
+            kids.append(int(entry))
+    return kids
+
+
+def _reap_all() -> bool:
+    """Collect every exited child without blocking; False once none are left."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+
+
+def kill_everything(init_of_namespace: bool) -> None:
+    """Kill and reap every process the last sample left behind.
+
+    As init of a PID namespace, ``kill(-1)`` reaches every other process in it.
+    Otherwise this process is a child subreaper: every descendant of a sample,
+    daemonized or not, becomes its child once its own parent dies, so killing
+    children until none remain kills them all.
+    """
+    me = os.getpid()
+    while True:
+        if init_of_namespace:
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        else:
+            for child in children_of(me):
+                try:
+                    os.kill(child, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        if not _reap_all():
+            return
+        time.sleep(0.0005)
+
+
+class Cgroup:
+    """A memory and pids cgroup (v1 or v2) holding one worker's samples, below this process's own."""
+
+    def __init__(self, name: str):
+        self.dirs: list[str] = []
+        self.version = 1 if _v1_mount("memory") else 2
+        try:
+            if self.version == 1:
+                for controller in ("memory", "pids"):
+                    self.dirs.append(_make_dir(_v1_mount(controller), _own_path(controller), name))
+            else:
+                self.dirs.append(_make_v2_dir(name))
+        except (OSError, TypeError) as exc:
+            self.remove()
+            raise OSError(f"no writable cgroup: {exc}") from None
+
+    def _file(self, controller: str, name: str) -> str:
+        if self.version == 2:
+            return os.path.join(self.dirs[0], name)
+        return os.path.join(self.dirs[0 if controller == "memory" else 1], name)
+
+    def limit_processes(self, max_procs: int) -> None:
+        _write(self._file("pids", "pids.max"), max_procs)
+
+    def limit_memory(self, memory_bytes: int) -> None:
+        """Allow the program ``memory_bytes`` on top of what the zygote (a member) already uses."""
+        usage_file = "memory.usage_in_bytes" if self.version == 1 else "memory.current"
+        with open(self._file("memory", usage_file)) as f:
+            limit = int(f.read()) + memory_bytes
+        if self.version == 1:
+            memory, swap = (
+                self._file("memory", "memory.limit_in_bytes"),
+                self._file("memory", "memory.memsw.limit_in_bytes"),
+            )
+            order = [memory, swap] if os.path.exists(swap) else [memory]
+            try:
+                for path in order:
+                    _write(path, limit)
+            except OSError:  # memory+swap may never sit below memory: raise it first
+                for path in reversed(order):
+                    _write(path, limit)
+        else:
+            _write(self._file("memory", "memory.max"), limit)
+            swap = self._file("memory", "memory.swap.max")
+            if os.path.exists(swap):
+                _write(swap, 0)
+
+    def join(self) -> None:
+        """Move the calling process into the cgroup (writing 0 means "myself"); its children are born there."""
+        for d in self.dirs:
+            _write(os.path.join(d, "cgroup.procs"), 0)
+
+    def oom_kills(self) -> int:
+        name = "memory.oom_control" if self.version == 1 else "memory.events"
+        try:
+            with open(self._file("memory", name)) as f:
+                for line in f:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except OSError:
+            pass
+        return 0
+
+    def remove(self) -> None:
+        for d in self.dirs:
+            for _ in range(50):
+                try:
+                    os.rmdir(d)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)
+
+
+def _write(path: str, value: object) -> None:
+    with open(path, "w") as f:
+        f.write(str(value))
+
+
+def _cgroup_lines() -> list[tuple[str, str]]:
+    with open("/proc/self/cgroup") as f:
+        return [(parts[1], parts[2]) for parts in (line.rstrip("\n").split(":", 2) for line in f)]
+
+
+def _own_path(controller: str) -> str:
+    for controllers, path in _cgroup_lines():
+        if controller in controllers.split(","):
+            return path
+    raise OSError(f"not in a {controller} cgroup")
+
+
+def _v1_mount(controller: str) -> str | None:
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            head, _, tail = line.partition(" - ")
+            fstype, _, options = tail.split()[:3]
+            if fstype == "cgroup" and controller in options.split(","):
+                return _unescape(head.split()[4])
+    return None
+
+
+def _make_dir(mount_point: str | None, own: str, name: str) -> str:
+    if mount_point is None:
+        raise OSError("controller not mounted")
+    parent = os.path.join(mount_point, own.lstrip("/"))
+    _remove_stale(parent, name)
+    path = os.path.join(parent, name)
+    os.mkdir(path)
+    return path
+
+
+def _remove_stale(parent: str, name: str) -> None:
+    """Remove cgroups left by killed workers: those of dead callers, and this slot's earlier ones.
+
+    Names are ``trajkit-<caller pid>-<slot>-<serial>``; rmdir only ever removes an empty cgroup.
+    """
+    caller, slot = name.split("-")[1:3]
+    for entry in os.listdir(parent):
+        parts = entry.split("-")
+        if len(parts) != 4 or parts[0] != "trajkit" or entry == name:
+            continue
+        mine = parts[1] == caller and parts[2] == slot
+        if mine or not os.path.exists(f"/proc/{parts[1]}"):
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(parent, entry))
+
+
+def _make_v2_dir(name: str) -> str:
+    with open("/proc/self/mountinfo") as f:
+        mount_point = next((_unescape(ln.split()[4]) for ln in f if " - cgroup2 " in ln), None)
+    own = next((path for controllers, path in _cgroup_lines() if controllers == ""), None)
+    if mount_point is None or own is None:
+        raise OSError("no cgroup2 hierarchy")
+    parent = os.path.join(mount_point, own.lstrip("/"))
+    with open(os.path.join(parent, "cgroup.subtree_control")) as f:
+        enabled = set(f.read().split())
+    if not {"memory", "pids"} <= enabled:
+        _write(os.path.join(parent, "cgroup.subtree_control"), "+memory +pids")
+    return _make_dir(mount_point, own, name)

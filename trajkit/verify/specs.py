@@ -1,0 +1,113 @@
+"""The verifier spec formats: what a tasks row's ``verifier.spec`` JSON holds for each kind.
+
+Validated with pydantic so that a bad spec becomes an ``error`` verdict that
+names the field, never an exception. Unknown keys are ignored (importers may
+keep provenance there), except for ``custom`` and ``judge`` specs, which pass
+every key on to the user's function.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+Match = Literal["exact", "contains", "number", "regex"]
+
+
+def _text(value: Any) -> Any:
+    """Numbers in JSON specs (``"answer": 42``) are read as their text."""
+    return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class UnitTestsSpec(_Spec):
+    prompt: str | None = None
+    test: str
+    entry_point: str | None = None
+    timeout_s: float = Field(10.0, gt=0, le=600)
+    memory_mb: int = Field(1024, gt=0)
+
+
+class StdioCase(_Spec):
+    input: str = ""
+    output: str
+
+    read_numbers_as_text = field_validator("input", "output", mode="before")(_text)
+
+
+class StdioSpec(_Spec):
+    cases: list[StdioCase] = Field(min_length=1)
+    timeout_s: float = Field(10.0, gt=0, le=600)
+    memory_mb: int = Field(1024, gt=0)
+
+
+class MathSpec(_Spec):
+    answer: str
+    timeout_s: float = Field(10.0, gt=0, le=600)
+
+    read_numbers_as_text = field_validator("answer", mode="before")(_text)
+
+
+class StateProbe(_Spec):
+    server: str
+    tool: str
+    arguments: dict = Field(default_factory=dict)
+    expected: str
+    match: Match = "contains"
+
+    read_numbers_as_text = field_validator("expected", mode="before")(_text)
+
+
+class ToolOutcomeSpec(_Spec):
+    answer: str | None = None
+    answer_match: Match = "contains"
+    state: list[StateProbe] = Field(default_factory=list)
+
+    read_numbers_as_text = field_validator("answer", mode="before")(_text)
+
+
+class CustomSpec(_Spec):
+    model_config = ConfigDict(extra="allow")
+    path: str
+    pass_threshold: float = Field(1.0, ge=0, le=1)
+
+
+class JudgeSpec(_Spec):
+    model_config = ConfigDict(extra="allow")
+    rubric: str
+    pass_threshold: float = Field(0.5, ge=0, le=1)
+
+
+SPECS: dict[str, type[_Spec]] = {
+    "unit_tests": UnitTestsSpec,
+    "stdio": StdioSpec,
+    "math": MathSpec,
+    "tool_outcome": ToolOutcomeSpec,
+    "custom": CustomSpec,
+    "judge": JudgeSpec,
+}
+
+
+class SpecError(ValueError):
+    """A spec that cannot be read: the message names the kind and the field."""
+
+
+def parse_spec(kind: str, spec: str | dict | None) -> _Spec:
+    """Read a spec (JSON text or a dict) into the model for ``kind``."""
+    if isinstance(spec, str):
+        try:
+            spec = json.loads(spec)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"{kind} spec is not valid JSON: {exc}") from None
+    if not isinstance(spec, dict):
+        raise SpecError(f"{kind} spec must be a JSON object, got {type(spec).__name__}")
+    try:
+        return SPECS[kind].model_validate(spec)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors())
+        raise SpecError(f"bad {kind} spec: {problems}") from None
