@@ -17,6 +17,8 @@ $(STAMP): pyproject.toml Makefile
 	# the CPU build of torch first, so nothing pulls a multi-GB CUDA build
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e ".[dev]"
+	# BFCL's data and checker: pinned, without its dependencies (it pins an old numpy)
+	$(BIN)/pip install -q --no-deps bfcl-eval==2026.3.23
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -15,6 +15,7 @@ import typer
 
 from trajkit.clikit import Overrides, RunDir
 from trajkit.curate.cli import app as curate_app
+from trajkit.data_cards import cli as cards_cli
 from trajkit.eval.cli import app as eval_app
 from trajkit.models.cli import app as model_app
 from trajkit.synth.cli import app as synth_app
@@ -32,6 +33,8 @@ app.add_typer(curate_app, name="curate", help="Import, verify, pass@k-tag, dedup
 app.add_typer(train_app, name="train", help="SFT and GRPO with TRL on the curated data.")
 app.add_typer(eval_app, name="eval", help="pass@k, tool-call accuracy, diversity.")
 app.add_typer(model_app, name="model", help="Local models: build a tiny model for tests and demos.")
+app.command("card")(cards_cli.card)
+app.command("push")(cards_cli.push)
 
 RunExisting = Annotated[Path, typer.Option("--run", "-r", help="Run directory.")]
 DEMO_PIPELINE = Path(__file__).resolve().parent.parent / "examples" / "demo.yaml"

@@ -1,0 +1,302 @@
+"""The ``card`` stage: a Hugging Face dataset card for a run (README.md with plots).
+
+Writes ``RUN/card/README.md`` and ``RUN/card/plots/*.png``: YAML front matter
+(``configs`` mapping each table to its Parquet files in the pushed layout,
+license, task categories, size category, tags), a summary of each table, the
+pipeline that produced it (from the stage manifests), statistics computed
+with DuckDB, and example rows rendered as conversations. The front matter is
+parsed back with ``huggingface_hub.DatasetCard`` before the file is written.
+
+The card describes the run as it is when rendered: ``trajkit card`` always
+renders afresh, while a pipeline file's ``card`` stage is skipped on a rerun
+like any completed stage (rerun it with ``--fresh``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import yaml
+from pydantic import Field
+
+from trajkit.config import StageConfig
+from trajkit.data_cards import layout
+from trajkit.data_cards.markdown import fmt_bytes, fmt_num, table
+from trajkit.data_cards.provenance import pipeline_section
+from trajkit.data_cards.stats import CardStats, collect, examples
+from trajkit.errors import UserError
+from trajkit.runner import StageContext, StageSpec
+from trajkit.store import atomic_write_bytes
+
+SIZE_CATEGORIES = [
+    (1_000, "n<1K"),
+    (10_000, "1K<n<10K"),
+    (100_000, "10K<n<100K"),
+    (1_000_000, "100K<n<1M"),
+    (10_000_000, "1M<n<10M"),
+    (100_000_000, "10M<n<100M"),
+    (1_000_000_000, "100M<n<1B"),
+]
+DEFAULT_CONFIGS = ("trajectories", "tasks")
+BASE_TAGS = ["trajkit", "synthetic", "agents", "tool-use", "mcp"]
+
+
+class CardConfig(StageConfig):
+    pretty_name: str | None = Field(None, description="Title of the card (default: the run directory's name).")
+    description: str | None = Field(None, description="A paragraph under the title.")
+    license: str = Field("unknown", description="A Hub license id (apache-2.0, cc-by-4.0, other, ...).")
+    language: list[str] = Field(default_factory=lambda: ["en"])
+    task_categories: list[str] = Field(default_factory=lambda: ["text-generation"])
+    tags: list[str] = Field(default_factory=list, description="Tags added to trajkit's own.")
+    repo_id: str | None = Field(None, description="user/name, for the loading snippet.")
+    examples: int = Field(2, ge=0, description="Example trajectories rendered as conversations.")
+    task_examples: int = Field(3, ge=0, description="Example tasks shown.")
+    max_example_chars: int = Field(1500, ge=100, description="Characters kept per message in examples.")
+    duckdb_memory: str = Field("1GB", json_schema_extra={"hash": False}, description="DuckDB memory limit.")
+
+
+def size_category(n: int) -> str:
+    for bound, label in SIZE_CATEGORIES:
+        if n < bound:
+            return label
+    return "n>1B"
+
+
+def front_matter(stats: CardStats, cfg: CardConfig, pretty_name: str) -> dict[str, Any]:
+    """The card's metadata: one ``configs`` entry per table, pointing at its Parquet shards."""
+    names = [t.name for t in stats.tables]
+    default = next((n for n in DEFAULT_CONFIGS if n in names), names[0] if names else None)
+    configs = []
+    for name in names:
+        entry: dict[str, Any] = {
+            "config_name": name,
+            "data_files": [{"split": "train", "path": layout.data_glob(name)}],
+        }
+        if name == default:
+            entry["default"] = True
+        configs.append(entry)
+    largest = max((t.rows for t in stats.tables), default=0)
+    return {
+        "pretty_name": pretty_name,
+        "license": cfg.license,
+        "language": list(cfg.language),
+        "task_categories": list(cfg.task_categories),
+        "size_categories": [size_category(largest)],
+        "tags": list(dict.fromkeys(BASE_TAGS + list(cfg.tags))),
+        "configs": configs,
+    }
+
+
+def compose(meta: dict[str, Any], body: str) -> str:
+    """README text: front matter from huggingface_hub's DatasetCardData, then the body;
+    parsed back to check that the Hub will read the same metadata."""
+    from huggingface_hub import DatasetCard, DatasetCardData
+
+    data = DatasetCardData(**meta)
+    text = f"---\n{data.to_yaml()}\n---\n\n{body}"
+    parsed = DatasetCard(text).data.to_dict()
+    plain = yaml.safe_load(text.split("---\n", 2)[1])
+    for key, value in meta.items():
+        if parsed.get(key) != value or plain.get(key) != value:
+            raise UserError(f"card front matter does not round-trip for {key!r}")
+    return text
+
+
+def render_body(
+    stats: CardStats,
+    cfg: CardConfig,
+    pretty_name: str,
+    plots: dict[str, str],
+    manifests: list[dict[str, Any]],
+    tasks: list[dict[str, Any]],
+    trajs: list[dict[str, Any]],
+) -> str:
+    from trajkit.render import conversation_markdown
+
+    repo = cfg.repo_id or "USER/DATASET"
+    out = [f"# {pretty_name}", ""]
+    if cfg.description:
+        out += [cfg.description, ""]
+    out += [
+        (
+            "Tool-use agent data produced with trajkit: tasks, "
+            "trajectories over MCP servers, verification and curation tables, all as Parquet."
+        ),
+        "",
+        "```python",
+        "from datasets import load_dataset",
+        "",
+        f'trajectories = load_dataset("{repo}", "trajectories", split="train")',
+        "```",
+        "",
+        "## Tables",
+        "",
+        table(
+            ["table", "rows", "shards", "size", "description"],
+            [[f"`{t.name}`", fmt_num(t.rows), t.shards, fmt_bytes(t.bytes), t.doc] for t in stats.tables],
+        ),
+        "",
+    ]
+    for t in stats.tables:
+        out.append(f"- `{t.name}` ({layout.data_glob(t.name)}): " + ", ".join(f"`{c}`" for c in t.columns))
+    out.append("")
+    out += pipeline_section(manifests, stats.servers)
+    out += _statistics(stats, plots)
+    out += _examples(tasks, trajs, cfg.max_example_chars, conversation_markdown)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _plot(plots: dict[str, str], name: str, alt: str) -> list[str]:
+    return [f"![{alt}]({layout.PLOTS}/{plots[name]})", ""] if name in plots else []
+
+
+def _statistics(s: CardStats, plots: dict[str, str]) -> list[str]:
+    out = ["## Statistics", ""]
+    if s.task_modes:
+        out += [
+            "### Tasks",
+            "",
+            table(["mode", "source", "tasks"], [[m, src, fmt_num(n)] for m, src, n in s.task_modes]),
+            "",
+        ]
+    if s.difficulty:
+        out += ["### Difficulty", "", "Buckets from pass@k over verified samples (`passk` table).", ""]
+        out += _plot(plots, "difficulty", "tasks by difficulty")
+        out += [table(["difficulty", "tasks"], [[d, fmt_num(n)] for d, n in s.difficulty]), ""]
+    if s.passk:
+        out += ["### pass@k by difficulty", ""] + _plot(plots, "passk_by_difficulty", "pass@k by difficulty")
+        out += [
+            table(
+                ["difficulty", "k", "mean pass@k", "tasks"], [[d, k, f"{v:.3f}", fmt_num(n)] for d, k, v, n in s.passk]
+            ),
+            "",
+        ]
+    if s.splits or s.curriculum:
+        rows = [["split", sp, fmt_num(n)] for sp, n in s.splits] + [
+            ["curriculum stage", st, fmt_num(n)] for st, n in s.curriculum
+        ]
+        out += ["### Splits and curriculum", "", table(["kind", "value", "tasks"], rows), ""]
+    if s.status:
+        out += ["### Trajectories", ""] + _plot(plots, "trajectory_status", "trajectories by status")
+        out += [table(["status", "trajectories"], [[st, fmt_num(n)] for st, n in s.status]), ""]
+    if s.tools:
+        out += (
+            ["### Tool and server usage", ""]
+            + _plot(plots, "tools", "most called tools")
+            + _plot(plots, "servers", "calls by server")
+        )
+        out += [table(["tool", "server", "calls"], [[f"`{t}`", sv, fmt_num(n)] for t, sv, n in s.tools]), ""]
+    if s.turns or s.tokens:
+        out += ["### Turns and lengths", ""]
+        out += _plot(plots, "turns", "turns per trajectory") + _plot(plots, "tool_calls", "tool calls per trajectory")
+        out += _plot(plots, "tokens", "tokens per trajectory")
+        if s.tokens:
+            q = s.tokens.quantiles
+            out += [
+                table(
+                    ["tokens per trajectory", "min", "p50", "p90", "p99", "max"],
+                    [["prompt + completion", *(fmt_num(q[k]) for k in ("min", "p50", "p90", "p99", "max"))]],
+                ),
+                "",
+            ]
+    if s.rejections:
+        out += ["### Rejections", "", "Rejected rows stay in their table; the `rejected` table says why.", ""]
+        out += _plot(plots, "rejections", "rejections by reason")
+        out += [
+            table(["table", "stage", "reason", "rows"], [[t, st, r, fmt_num(n)] for t, st, r, n in s.rejections]),
+            "",
+        ]
+    if s.quality:
+        out += [
+            "### Judge scores",
+            "",
+            table(["score", "mean"], [[k, "n/a" if v is None else f"{v:.3f}"] for k, v in s.quality.items()]),
+            "",
+        ]
+    if s.eval_passk:
+        out += ["### Evaluation: pass@k", ""] + _plot(plots, "eval_passk", "evaluation pass@k")
+        out += [
+            table(
+                ["model", "difficulty", "k", "mean pass@k", "tasks"],
+                [[m, d, k, f"{v:.3f}", fmt_num(n)] for m, d, k, v, n in s.eval_passk],
+            ),
+            "",
+        ]
+    if s.eval_tools:
+        rows = [[m, sv, fmt_num(n), _pct(a), _pct(b), _pct(c)] for m, sv, n, a, b, c in s.eval_tools]
+        out += [
+            "### Evaluation: tool-call accuracy",
+            "",
+            table(["model", "server", "turns", "name", "arguments", "exact"], rows),
+            "",
+        ]
+    return out
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _examples(tasks: list[dict[str, Any]], trajs: list[dict[str, Any]], max_chars: int, render: Any) -> list[str]:
+    if not tasks and not trajs:
+        return []
+    out = ["## Examples", ""]
+    for t in tasks:
+        head = f"**task** `{t['task_id']}` ({t['mode']}{', ' + t['difficulty'] if t.get('difficulty') else ''})"
+        question = t["question"] if len(t["question"]) <= max_chars else t["question"][:max_chars] + " …"
+        out += [head, "", "> " + question.replace("\n", "\n> "), ""]
+    for tr in trajs:
+        summary = f"trajectory <code>{tr['traj_id']}</code> · {tr['model'] or ''} · {tr['num_turns']} turns · {tr['num_tool_calls']} tool calls"
+        out += [
+            "<details>",
+            f"<summary>{summary}</summary>",
+            "",
+            render(tr["messages"], max_chars=max_chars),
+            "",
+            "</details>",
+            "",
+        ]
+    return out
+
+
+def run_card(ctx: StageContext, cfg: CardConfig) -> dict[str, Any]:
+    store = ctx.store
+    if not store.tables():
+        raise UserError(f"{store.root} has no tables to describe")
+    root = layout.card_dir(store)
+    t0 = time.monotonic()
+    stats = collect(store, cfg.duckdb_memory)
+    tasks, trajs = examples(store, cfg.examples, cfg.task_examples)
+    t1 = time.monotonic()
+    from trajkit.data_cards.plots import render
+
+    plots = render(stats, root / layout.PLOTS)
+    t2 = time.monotonic()
+    pretty = cfg.pretty_name or store.root.resolve().name
+    manifests = [m for m in store.manifests() if m.get("kind") != "card"]
+    meta = front_matter(stats, cfg, pretty)
+    text = compose(meta, render_body(stats, cfg, pretty, plots, manifests, tasks, trajs))
+    atomic_write_bytes(root / layout.README, text.encode())
+    ctx.log(f"wrote {root / layout.README} and {len(plots)} plot(s)")
+    return {
+        "card": str(root / layout.README),
+        "plots": sorted(plots.values()),
+        "tables": {t.name: t.rows for t in stats.tables},
+        "size_category": meta["size_categories"][0],
+        "seconds": {
+            "statistics": round(t1 - t0, 3),
+            "plots": round(t2 - t1, 3),
+            "readme": round(time.monotonic() - t2, 3),
+        },
+    }
+
+
+CARD = StageSpec(
+    "card",
+    CardConfig,
+    run_card,
+    inputs=(),
+    outputs=(),
+    help="Render a Hugging Face dataset card (README.md with YAML front matter, statistics and plots) for a run.",
+)
