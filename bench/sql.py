@@ -12,7 +12,6 @@ Goal: side column >= 20x faster than nested, and under 0.2 s.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
@@ -21,9 +20,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from synthetic import write_trajectories  # noqa: E402
+from synthetic import write_trajectories
 
-from trajkit.store import Store  # noqa: E402
+from trajkit.store import Store
 
 TOOL = "get_weather"
 SIDE_SQL = f"SELECT count(*) FROM trajectories WHERE list_contains(tools_called, '{TOOL}')"
@@ -58,8 +57,8 @@ def main() -> None:
         nested_t, nested_n = best_of(lambda: con.execute(NESTED_SQL).fetchone()[0], args.repeat)
         assert side_n == nested_n, (side_n, nested_n)
         lf = pl.scan_parquet(files)
-        pl_side = lambda: lf.filter(pl.col("tools_called").list.contains(TOOL)).select(pl.len()).collect().item()  # noqa: E731
-        pl_nested = lambda: (  # noqa: E731
+        pl_side = lambda: lf.filter(pl.col("tools_called").list.contains(TOOL)).select(pl.len()).collect().item()
+        pl_nested = lambda: (
             lf.filter(
                 pl.col("messages")
                 .list.eval(pl.element().struct.field("tool_calls").list.eval(pl.element().struct.field("name") == TOOL).list.any())

@@ -19,7 +19,7 @@ from trajkit.store import Store
 
 TOOLS = [f"{verb}_{noun}" for verb in ("get", "list", "create", "search", "update") for noun in ("weather", "stock", "file", "issue", "event", "note")]
 SERVERS = ["weather", "finance", "files", "github", "calendar", "notes"]
-WORDS = "the a to of and in for on with what is how many please find show me current latest report total".split()
+WORDS = ["the", "a", "to", "of", "and", "in", "for", "on", "with", "what", "is", "how", "many", "please", "find", "show", "me", "current", "latest", "report", "total"]
 
 
 def _strings(rng: np.random.Generator, count: int, pool_size: int = 512, words: int = 12) -> pa.Array:
