@@ -200,7 +200,7 @@ class Store:
         if not parts:
             if columns:
                 schema = pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)
-            return schema.empty_table()
+            return pa.Table.from_batches([], schema=schema)
         return pa.concat_tables(parts)
 
     def rows(self, table: str, columns: list[str] | None = None, stage: str | None = None) -> list[dict[str, Any]]:

