@@ -1,0 +1,137 @@
+"""The synth stages end to end against a scripted model and the real example MCP servers."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from tests.synth.compare import assert_same_output, stage_rows
+from tests.synth.conftest import pipeline_configs, stage, with_servers
+from trajkit.store import Store
+from trajkit.synth.extend import follow_up
+from trajkit.synth.tool_accuracy import tool_accuracy
+
+
+def _manifest(run, name):
+    return Store(run).manifest(name)
+
+
+def test_tasks_keep_rejected_rows_and_count_reasons(clean_pipeline):
+    store = Store(clean_pipeline)
+    tasks = store.rows("tasks")
+    rejected = [r for r in store.rows("rejected", stage="tasks")]
+    reasons = Counter(r["reason"] for r in rejected)
+    counts = _manifest(clean_pipeline, "tasks")["counts"]
+    assert reasons and {f"rejected.{k}": v for k, v in reasons.items()} == {
+        k: v for k, v in counts.items() if k.startswith("rejected.")
+    }
+    by_id = {t["task_id"]: t for t in tasks}
+    assert {r["row_id"] for r in rejected} <= by_id.keys()  # rejected rows stay in their table
+    for r in rejected:
+        row = by_id[r["row_id"]]
+        assert row["raw_output"]
+        if r["reason"] in ("unparseable", "refusal"):
+            assert row["question"] is None
+    good = [t for t in tasks if t["task_id"] not in {r["row_id"] for r in rejected}]
+    assert good and all(t["vs_method"] == "vs_standard" and 0 <= t["vs_probability"] <= 1 for t in good)
+    assert all(t["verifier"]["kind"] in ("tool_outcome", "none") for t in good)
+    single = [t for t in good if t["mode"] == "single_tool"]
+    assert single and all(json.loads(t["verifier"]["spec"])["answer_match"] == "number" for t in single)
+    # three candidates per request at most, indexed 0..k-1
+    per_request = Counter(t["source_id"] for t in tasks)
+    assert len(per_request) == 8 and max(per_request.values()) <= 3
+
+
+def test_rollouts_cover_every_accepted_task(clean_pipeline):
+    store = Store(clean_pipeline)
+    accepted = store.ids("tasks") - store.rejected("tasks")
+    trajs = store.rows("trajectories", stage="rollouts")
+    assert {t["task_id"] for t in trajs} == accepted and len(trajs) == len(accepted)
+    for t in trajs:
+        assert t["parent_id"] is None and t["status"] == "completed"
+        assert t["reason"] == "custom rollout (completed)"  # the custom rollout function ran
+        assert t["roles"][0] == "user" and t["tools"] and t["model"] == "scripted"
+    with_calls = [t for t in trajs if t["num_tool_calls"]]
+    assert with_calls and all(t["final_answer"].startswith("The result is") for t in with_calls)
+
+
+def test_judge_scores_are_parsed_or_null_with_a_reason(clean_pipeline):
+    store = Store(clean_pipeline)
+    tq = store.rows("task_quality")
+    assert {r["task_id"] for r in tq} == store.ids("tasks") - store.rejected("tasks")
+    unparsed = [r for r in tq if r["judge_reason"]]
+    parsed = [r for r in tq if not r["judge_reason"]]
+    assert unparsed and parsed
+    assert all(r["quality_score"] is None and r["stability"] is None and r["judge_raw"] for r in unparsed)
+    assert all(1 <= r["quality_score"] <= 5 for r in parsed)
+    tasks = {t["task_id"]: t for t in store.rows("tasks")}
+    trajs = {t["traj_id"]: t for t in store.rows("trajectories", stage="rollouts")}
+    jq = store.rows("trajectory_quality")
+    assert {r["traj_id"] for r in jq} == set(trajs)
+    for r in jq:
+        t = trajs[r["traj_id"]]
+        assert (r["tool_accuracy"], r["order_correct"]) == tool_accuracy(
+            tasks[t["task_id"]]["target_tools"], t["tools_called"]
+        )
+        assert (r["completeness"] is None) == (r["judge_reason"] is not None)
+    # the views join the scores onto their rows
+    got = store.sql("SELECT count(*) FROM tasks WHERE quality_score IS NOT NULL").column(0)[0].as_py()
+    assert got == len(parsed)
+
+
+def test_filter_counts_reasons_and_keeps_rows(clean_pipeline):
+    store = Store(clean_pipeline)
+    rejected = store.rows("rejected", stage="filter")
+    reasons = Counter(r["reason"] for r in rejected)
+    assert reasons["no_tool_call"] and reasons["odd_answer"]  # a rule and the custom filter
+    counts = _manifest(clean_pipeline, "filter")["counts"]
+    assert {k: v for k, v in counts.items() if k.startswith("rejected.")} == {
+        f"rejected.{k}": v for k, v in reasons.items()
+    }
+    n = store.sql("SELECT count(*) FROM trajectories WHERE reject_reason IS NOT NULL").column(0)[0].as_py()
+    assert n == len({r["row_id"] for r in rejected}) and n < store.count("trajectories")
+
+
+def test_extend_continues_each_kept_conversation_for_two_rounds(clean_pipeline):
+    store = Store(clean_pipeline)
+    parents = {t["traj_id"]: t for t in store.rows("trajectories", stage="rollouts")}
+    kept = set(parents) - store.rejected("trajectories")
+    children = store.rows("trajectories", stage="extend")
+    first = [c for c in children if c["parent_id"] in parents]
+    second = [c for c in children if c["parent_id"] not in parents]
+    assert {c["parent_id"] for c in first} == kept and len(first) == len(kept)
+    completed_first = {c["traj_id"] for c in first if c["status"] == "completed"}
+    assert completed_first and {c["parent_id"] for c in second} == completed_first
+    every = parents | {c["traj_id"]: c for c in children}
+    for c in children:
+        parent = every[c["parent_id"]]
+        assert c["task_id"] == parent["task_id"] and c["traj_id"] != parent["traj_id"]
+        if c["status"] == "failed":
+            assert c["reason"] == "user simulator ended the conversation"
+            continue
+        n = len(parent["messages"])
+        assert c["messages"][:n] == parent["messages"]
+        follow_up = c["messages"][n]
+        assert follow_up["role"] == "user" and follow_up["content"].startswith("Thanks! Now what is")
+        assert c["tools_called"] in ([], ["multiply"]) and c["end_state"] is None
+
+
+def test_follow_up_parsing():
+    assert follow_up("<follow_up>Now divide it by 3.</follow_up>") == ("Now divide it by 3.", None)
+    assert follow_up('<think>hmm</think> "And what about 7 times 8?"') == ("And what about 7 times 8?", None)
+    assert follow_up("<END_CONVERSATION>") == (None, "user simulator ended the conversation")
+    assert follow_up("<follow_up> </follow_up>") == (None, "user simulator wrote an empty follow-up")
+    assert follow_up("") == (None, "user simulator wrote nothing")
+
+
+def test_two_shards_give_the_same_rows_as_one(tmp_path, calculator_rows, model_server, clean_pipeline):
+    run = with_servers(tmp_path / "sharded", calculator_rows)
+    for name, cfg in pipeline_configs(model_server).items():
+        for rank in (0, 1):
+            stage(run, f"synth.{name}", cfg, rank=rank, world_size=2)
+        parts = [Store(run).manifest(name, r, 2) for r in (0, 1)]
+        assert all(parts) and all(p["counts"] for p in parts)
+        assert_same_output(clean_pipeline, run, name)
+    # each shard did part of the work
+    halves = [Store(run).manifest("rollouts", r, 2)["counts"]["rows.trajectories"] for r in (0, 1)]
+    assert all(halves) and sum(halves) == len(stage_rows(clean_pipeline, "trajectories", "rollouts"))

@@ -1,0 +1,148 @@
+"""synth.rollouts: over-sampling to a target, outcome probes on a stateful server, dying servers, custom loops."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+
+from tests.synth.brain import Brain
+from tests.synth.conftest import model, stage, with_servers
+from trajkit.models.scripted_server import ScriptedServer
+from trajkit.store import Store
+from trajkit.synth.rollouts import accepted
+from trajkit.verify import verify
+
+
+def _copy_tasks(src, dst, servers):
+    """A run with the servers and the tasks (and their rejections) of another run."""
+    run = with_servers(dst, servers)
+    store, source = Store(run), Store(src)
+    store.write("tasks", "tasks", source.rows("tasks"))
+    store.write("rejected", "tasks", source.rows("rejected", stage="tasks"))
+    return run
+
+
+def test_target_stops_at_n_accepted_and_aborts_the_rest(tmp_path, calculator_rows, clean_pipeline):
+    run = _copy_tasks(clean_pipeline, tmp_path / "run", calculator_rows)
+    rules = ["no_tool_call", "empty_final_answer"]
+    with ScriptedServer(Brain(), delay_s=0.05) as server:
+        cfg = {
+            "model": model(server),
+            "rollouts_per_task": 2,
+            "target": 6,
+            "concurrency": 4,
+            "pool_size": 1,
+            "accept_rules": rules,
+        }
+        stage(run, "synth.rollouts", cfg)
+        store = Store(run)
+        rows = store.rows("trajectories")
+        assert sum(accepted(r, rules) for r in rows) == 6
+        aborted = [r for r in rows if r["status"] == "aborted"]
+        assert all(r["reason"] == "target reached" and r["messages"] is None for r in aborted)
+        n_tasks = len(store.ids("tasks") - store.rejected("tasks"))
+        assert len(rows) < 2 * n_tasks  # it stopped early
+        assert {r["rollout_index"] for r in rows if r["status"] != "aborted"} == {0}  # breadth first
+
+        # lose two accepted rows, as if never written: the rerun retries aborted work to reach the target again
+        lost = {r["traj_id"] for r in rows if accepted(r, rules)}
+        lost = set(sorted(lost)[:2])
+        store.drop_rows("trajectories", "rollouts", lost)
+        (store.stage_dir("rollouts") / "_manifest.json").unlink()
+        manifest = stage(run, "synth.rollouts", cfg)
+    again = store.rows("trajectories")
+    assert sum(accepted(r, rules) for r in again) == 6
+    assert len({r["traj_id"] for r in again}) == len(again)
+    assert manifest["counts"]["resumed.retried_aborted"] == len(aborted)
+    # ids are inputs, not outputs: the lost rows come back, and each aborted row is run again or aborted again
+    assert lost | {r["traj_id"] for r in aborted} <= {r["traj_id"] for r in again}
+
+
+def test_stateful_server_end_state_feeds_the_outcome_check(tmp_path):
+    from trajkit.envs.config import ServerConfig
+    from trajkit.envs.discovery import discover
+
+    kv = ServerConfig(command=sys.executable, args=["-m", "trajkit.envs.servers.kv"])
+    synth_run = with_servers(tmp_path / "run", asyncio.run(discover({"kv": kv})))
+    with ScriptedServer(Brain(garbage=0)) as server:
+        tasks = {
+            "model": model(server),
+            "modes": ["single_tool"],
+            "sampling": "list",
+            "servers": ["kv"],
+            "requests_per_mode": 1,
+            "k": 1,
+        }
+        stage(synth_run, "synth.tasks", tasks)
+        stage(synth_run, "synth.rollouts", {"model": model(server), "pool_size": 1})
+    store = Store(synth_run)
+    [task] = store.rows("tasks")
+    spec = json.loads(task["verifier"]["spec"])
+    [probe] = spec["state"]
+    assert task["verifier"]["kind"] == "tool_outcome" and probe["server"] == "kv" and probe["tool"] == "get"
+    [traj] = store.rows("trajectories")
+    assert traj["status"] == "completed" and traj["tools_called"] == ["set"]
+    assert traj["end_state"] == [probe["expected"]]
+    assert verify(task["verifier"], traj["final_answer"], {"end_state": traj["end_state"]}).verdict == "pass"
+
+
+def _agent(messages, tools, body):
+    """Calls the raw test server's tool that the question names, then answers."""
+    last = messages[-1]
+    if not tools:
+        return "Looks fine to me overall!"  # an unreadable judgment
+    if last["role"] == "tool":
+        return f"Done: {last['content']}"
+    if "again" in last["content"]:
+        time.sleep(8)  # past the client's timeout: the model "died" for this request
+    return {"content": None, "tool_calls": [{"name": last["content"].split()[1], "arguments": {"text": "hi"}}]}
+
+
+def test_dying_servers_and_models_fail_rows_not_runs(tmp_path, raw_server):
+    from trajkit.envs.discovery import discover
+
+    servers = asyncio.run(discover({"raw": raw_server()}))
+    run = with_servers(tmp_path / "run", servers)
+    tasks = [
+        {
+            "task_id": f"t-{tool}",
+            "question": f"Please {tool} now.",
+            "target_tools": [tool],
+            "server_ids": [servers[0]["server_id"]],
+            "mode": "single_tool",
+        }
+        for tool in ("echo", "crash", "hang", "fail", "junk", "echo2")
+    ]
+    tasks[-1]["question"] = "Please echo again."
+    Store(run).write("tasks", "import", tasks)
+    with ScriptedServer(_agent) as server:
+        cfg = {
+            "model": model(server, timeout_s=3, max_retries=0),
+            "tool_timeout_s": 1,
+            "where": "task_id <> 't-junk'",
+            "concurrency": 1,
+        }
+        manifest = stage(run, "synth.rollouts", cfg)
+        judged = stage(run, "synth.judge", {"model": model(server, max_retries=0)})
+    rows = {r["task_id"]: r for r in Store(run).rows("trajectories")}
+    assert manifest["counts"]["rows.trajectories"] == 5 and "t-junk" not in rows  # `where` chose the tasks
+    assert rows["t-echo"]["status"] == "completed" and rows["t-echo"]["final_answer"] == "Done: hi"
+    assert rows["t-crash"]["status"] == "failed" and "crash" in rows["t-crash"]["reason"]
+    assert rows["t-hang"]["status"] == "failed" and "timed out" in rows["t-hang"]["reason"]
+    assert rows["t-fail"]["status"] == "completed", rows["t-fail"]["reason"]
+    assert rows["t-fail"]["messages"][2]["content"].startswith("Error")
+    assert rows["t-echo2"]["status"] == "failed" and rows["t-echo2"]["reason"].startswith("model error")
+    # the judge's unreadable answers are nulls with reasons; the run still completes
+    quality = Store(run).rows("trajectory_quality")
+    assert judged["counts"]["trajectory_quality.unparsed"] == len(quality) > 0
+    assert all(q["completeness"] is None and q["judge_raw"] == "Looks fine to me overall!" for q in quality)
+    filtered = stage(run, "synth.filter", {})
+    by_reason: dict[str, set[str]] = {}
+    ids = {r["traj_id"]: r["task_id"] for r in rows.values()}
+    for r in Store(run).rows("rejected", stage="filter"):
+        by_reason.setdefault(r["reason"], set()).add(ids[r["row_id"]])
+    assert by_reason["status_failed"] == {"t-crash", "t-hang", "t-echo2"}
+    assert by_reason["all_tool_errors"] == {"t-crash", "t-hang", "t-fail"}  # a failed call leaves an error result
+    assert filtered["counts"]["kept"] == 5 - len(set().union(*by_reason.values())) == 1

@@ -1,0 +1,144 @@
+"""synth.tasks: Toucan's modes with direct, VS-Standard, VS-CoT and VS-Multi requests, resumable, fault-tolerant."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+
+import pytest
+
+from tests.synth.brain import Brain
+from tests.synth.conftest import model, stage, with_servers
+from trajkit.errors import StageStopped, UserError
+from trajkit.models.scripted_server import Fault, ScriptedServer
+from trajkit.store import Store
+from trajkit.synth.prompts import DEFAULT_DIR
+
+
+def _config(server, **extra):
+    return {
+        "model": model(server),
+        "modes": ["single_tool"],
+        "sampling": "list",
+        "servers": ["calculator"],
+        "requests_per_mode": 2,
+        **extra,
+    }
+
+
+def _by_request(run):
+    out = {}
+    for t in Store(run).rows("tasks"):
+        out.setdefault(t["source_id"], []).append(t)
+    return out
+
+
+def test_direct_asks_for_k_completions_of_one_task(synth_run):
+    with ScriptedServer(Brain(garbage=0)) as server:
+        stage(synth_run, "synth.tasks", _config(server, method="direct", k=3))
+        bodies = server.chat_requests
+    assert len(bodies) == 2 and all(b["n"] == 3 for b in bodies)
+    assert "Return ONLY the task as one JSON object" in bodies[0]["messages"][0]["content"]
+    requests = _by_request(synth_run)
+    assert sorted(len(v) for v in requests.values()) == [3, 3]
+    for rows in requests.values():
+        assert sorted(json.loads(r["metadata"])["candidate_index"] for r in rows) == [0, 1, 2]
+        assert all(r["vs_method"] == "direct" and r["vs_probability"] is None and r["question"] for r in rows)
+        assert len({r["question"] for r in rows}) == 3  # three samples, not one answer thrice
+
+
+def test_vs_cot_and_tail_threshold(synth_run):
+    with ScriptedServer(Brain(garbage=0)) as server:
+        stage(synth_run, "synth.tasks", _config(server, method="vs_cot", k=4, tail=0.1))
+        bodies = server.chat_requests
+    prompt = bodies[0]["messages"][0]["content"]
+    assert "<reasoning>" in prompt and "Generate 4 different tasks" in prompt and "less than 0.1" in prompt
+    rows = Store(synth_run).rows("tasks")
+    assert len(rows) == 8 and all(r["vs_method"] == "vs_cot" for r in rows)
+    for r in rows:
+        above = json.loads(r["metadata"]).get("above_tail", False)
+        assert above == (r["vs_probability"] >= 0.1)
+
+
+def test_vs_multi_asks_in_turns_until_k(synth_run):
+    with ScriptedServer(Brain(garbage=0)) as server:
+        stage(synth_run, "synth.tasks", _config(server, method="vs_multi", k=5, m=2))
+        bodies = server.chat_requests
+    assert len(bodies) == 2 * 3  # turns of 2, 2 and 1
+    turns = Counter(len(b["messages"]) for b in bodies)
+    assert turns == {1: 2, 3: 2, 5: 2}
+    last = next(b for b in bodies if len(b["messages"]) == 5)["messages"]
+    assert [m["role"] for m in last] == ["user", "assistant", "user", "assistant", "user"]
+    assert "Generate 1 alternative tasks" in last[-1]["content"]
+    for rows in _by_request(synth_run).values():
+        assert len(rows) == 5
+        assert sorted(json.loads(r["metadata"])["turn"] for r in rows) == [0, 0, 1, 1, 2]
+
+
+def test_multi_server_tasks_span_servers(tmp_path, calculator_rows, raw_server, model_server):
+    from trajkit.envs.discovery import discover
+
+    run = with_servers(tmp_path / "run", calculator_rows + asyncio.run(discover({"raw": raw_server()})))
+    stage(run, "synth.tasks", _config(model_server, modes=["multi_server"], servers=None, sampling="uniform", k=2))
+    rows = Store(run).rows("tasks")
+    assert rows and all(len(r["server_ids"]) == 2 and r["mode"] == "multi_server" for r in rows)
+    prompt_tools = {t for r in rows for t in json.loads(r["metadata"])["drawn_tools"]}
+    assert {t.split(".")[0] for t in prompt_tools} == {"calculator", "raw"}
+
+
+def test_a_rerun_asks_nothing_twice(synth_run):
+    with ScriptedServer(Brain(garbage=0.3)) as server:
+        cfg = _config(server, method="vs_standard", k=3, requests_per_mode=4)
+        first = stage(synth_run, "synth.tasks", cfg)
+        store = Store(synth_run)
+        rows = sorted(store.rows("tasks"), key=lambda r: r["task_id"])
+        (store.stage_dir("tasks") / "_manifest.json").unlink()  # as if killed after the last write
+        again = stage(synth_run, "synth.tasks", cfg)
+        assert len(server.chat_requests) == 4
+    assert again["counts"]["requests.resumed_done"] == 4
+    assert sorted(store.rows("tasks"), key=lambda r: r["task_id"]) == rows
+    assert again["counts"]["rows.tasks"] == first["counts"]["rows.tasks"]
+
+
+def test_prompt_files_can_be_overridden(synth_run, tmp_path, model_server):
+    prompts = tmp_path / "prompts"
+    prompts.mkdir()
+    text = (DEFAULT_DIR / "task_single_tool.md").read_text()
+    (prompts / "task_single_tool.md").write_text("You write tasks for accountants.\n" + text)
+    with ScriptedServer(Brain(garbage=0)) as server:
+        stage(synth_run, "synth.tasks", _config(server, prompts_dir=str(prompts), k=1))
+        assert server.chat_requests[0]["messages"][0]["content"].startswith("You write tasks for accountants.")
+    (prompts / "task_single_tool.md").write_text("no placeholders here")
+    with pytest.raises(UserError, match="FORMAT"):
+        stage(tmp_path / "other", "synth.tasks", _config(model_server, prompts_dir=str(prompts)))
+
+
+def test_a_failing_model_becomes_rows_not_a_crash(synth_run):
+    with ScriptedServer(Brain(garbage=0), faults={0: Fault.error(500), 1: Fault.error(500)}) as server:
+        manifest = stage(synth_run, "synth.tasks", _config(server, k=2, requests_per_mode=3, concurrency=1))
+    assert manifest["counts"]["rejected.generation_error"] == 1  # one request failed its retry too
+    failed = [r for r in Store(synth_run).rows("tasks") if r["raw_output"] is None]
+    assert len(failed) == 1 and failed[0]["question"] is None
+    reason = Store(synth_run).rows("rejected")
+    assert next(r["detail"] for r in reason if r["reason"] == "generation_error").startswith("HTTP 500")
+
+
+def test_no_servers_is_a_user_error(tmp_path, model_server):
+    with pytest.raises(UserError, match="synth harvest"):
+        stage(tmp_path / "empty", "synth.tasks", _config(model_server))
+
+
+def test_a_budget_cap_stops_cleanly_and_the_rerun_finishes(synth_run, tmp_path, calculator_rows):
+    with ScriptedServer(Brain(garbage=0.3)) as server:
+        cfg = _config(server, k=3, requests_per_mode=6, concurrency=1)
+        with pytest.raises(StageStopped):
+            stage(synth_run, "synth.tasks", cfg, budget_tokens=1500)
+        store = Store(synth_run)
+        assert store.manifest("tasks") is None and 0 < len(_by_request(synth_run)) < 6
+        stage(synth_run, "synth.tasks", cfg)
+        clean = with_servers(tmp_path / "clean", calculator_rows)
+        stage(clean, "synth.tasks", cfg)
+    assert sorted(store.rows("tasks"), key=lambda r: r["task_id"]) == sorted(
+        Store(clean).rows("tasks"), key=lambda r: r["task_id"]
+    )

@@ -1,0 +1,227 @@
+"""`synth.extend`: multi-turn extension. A user simulator writes a follow-up; the agent loop continues.
+
+For each parent trajectory (completed, not rejected, matching ``where``), the
+user-simulator model reads the conversation (``user_simulator.md``) and writes
+the next user message; ``run_episode`` continues from the parent's messages
+with it, and the new row's ``parent_id`` is the parent's ``traj_id``. With
+``rounds`` > 1, each round extends the previous round's completed rows. A
+simulator that ends the conversation, writes nothing or fails gives a
+``failed`` row with the reason, so the attempt is recorded and not repeated.
+
+The follow-up has no outcome check of its own: the new row carries no
+``end_state``. Stateful servers start fresh for the continuation (the parent's
+tool results are in the history, its server state is not).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from contextlib import aclosing
+from typing import Any
+
+from pydantic import Field
+
+from trajkit import schema as S
+from trajkit.config import StageConfig
+from trajkit.errors import UserError
+from trajkit.models.base import ModelSpec, SamplingParams
+from trajkit.runner import StageContext, StageSpec
+from trajkit.synth.prompts import load_prompt, render
+from trajkit.synth.transcripts import conversation_text, tool_listing
+from trajkit.synth.work import bounded
+from trajkit.synth.writing import recount, traj_id
+
+END = "<END_CONVERSATION>"
+DEFAULT_WHERE = "status = 'completed' AND reject_reason IS NULL"
+
+
+class ExtendConfig(StageConfig):
+    """Config of ``synth.extend``."""
+
+    model: ModelSpec = Field(description="The agent model that continues the conversation.")
+    user_model: ModelSpec | None = Field(None, description="The user-simulator model (default: the agent model).")
+    rounds: int = Field(1, ge=1, description="Follow-ups per conversation; round r extends round r-1's rows.")
+    where: str = Field(DEFAULT_WHERE, description="SQL condition on the trajectories view choosing the parents.")
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_tokens: int = Field(1024, ge=1, description="Per agent model call.")
+    user_temperature: float = Field(1.0, ge=0)
+    user_max_tokens: int = Field(512, ge=1)
+    seed: int = 0
+    max_turns: int = Field(8, ge=1, description="Agent model calls in the continuation.")
+    max_context_tokens: int | None = Field(None, ge=1)
+    tool_timeout_s: float = Field(30.0, gt=0)
+    max_tool_output_chars: int = Field(4000, ge=1)
+    max_conversation_chars: int = Field(12_000, ge=500, description="What the user simulator reads, cut in the middle.")
+    prompts_dir: str | None = Field(None, description="A directory whose prompt files replace examples/prompts/.")
+    rollout_fn: str | None = Field(None, description="Dotted path to a custom rollout function (see synth.rollouts).")
+    servers_config: str | None = Field(None, description="The mcpServers file, for env values and cwd of servers.")
+    concurrency: int = Field(8, ge=1, json_schema_extra={"hash": False})
+    max_processes: int = Field(32, ge=1, json_schema_extra={"hash": False})
+    pool_size: int = Field(2, ge=1, json_schema_extra={"hash": False})
+    flush_rows: int = Field(64, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
+
+
+def follow_up(text: str | None) -> tuple[str | None, str | None]:
+    """(the user's next message, or None and why) from the simulator's output."""
+    if not text or not text.strip():
+        return None, "user simulator wrote nothing"
+    body = re.sub(r"<(think|thinking)>.*?</\1>", "", text, flags=re.DOTALL | re.IGNORECASE)
+    if END in body:
+        return None, "user simulator ended the conversation"
+    m = re.search(r"<follow_up>(.*?)(?:</follow_up>|$)", body, re.DOTALL | re.IGNORECASE)
+    message = (m[1] if m else body).strip().strip('"').strip()
+    return (message, None) if message else (None, "user simulator wrote an empty follow-up")
+
+
+def run_extend(ctx: StageContext, cfg: ExtendConfig) -> dict[str, Any]:
+    from trajkit.envs.agent import load_rollout
+
+    rollout = load_rollout(cfg.rollout_fn)
+    servers = ctx.store.rows("servers")
+    if not servers:
+        raise UserError(f"no servers in {ctx.store.root}: run `trajkit synth harvest` first")
+    prompt = load_prompt("user_simulator.md", cfg.prompts_dir, ("CONVERSATION",))
+    chosen = set(ctx.store.sql(f"SELECT traj_id FROM trajectories WHERE ({cfg.where})").column(0).to_pylist())
+    chosen -= ctx.store.ids("trajectories", stage=ctx.name)  # never this stage's own rows: those are later rounds
+    roots = sorted((r for r in ctx.store.rows("trajectories") if r["traj_id"] in chosen), key=lambda r: r["traj_id"])
+    total = asyncio.run(_extend(ctx, cfg, rollout, servers, prompt, [r for r in roots if ctx.mine(r["traj_id"])]))
+    recount(ctx, ("trajectories",))
+    return {"extended": total, "rounds": cfg.rounds}
+
+
+def parents_for_round(own: list[dict[str, Any]], roots: list[dict[str, Any]], round_: int) -> list[dict[str, Any]]:
+    """The conversations round ``round_`` extends, not yet extended: the chosen roots in round 1,
+    then the previous round's completed rows of this stage (``own``), sorted by id."""
+    by_id = {r["traj_id"]: r for r in own}
+    depth: dict[str, int] = {}
+
+    def depth_of(tid: str) -> int:  # 0 for a root, 1 for its extension, ...
+        if tid not in by_id:
+            return 0
+        if tid not in depth:
+            depth[tid] = 1 + depth_of(by_id[tid]["parent_id"])
+        return depth[tid]
+
+    extended = {r["parent_id"] for r in own}
+    if round_ == 1:
+        candidates = roots
+    else:
+        root_ids = {r["traj_id"] for r in roots}
+        candidates = [
+            r
+            for r in own
+            if depth_of(r["traj_id"]) == round_ - 1 and r["status"] == "completed" and _root(r, by_id) in root_ids
+        ]
+    return sorted((r for r in candidates if r["traj_id"] not in extended), key=lambda r: r["traj_id"])
+
+
+def _root(row: dict[str, Any], own: dict[str, dict[str, Any]]) -> str:
+    """The trajectory (from another stage) a chain of this stage's extensions started from."""
+    while row["parent_id"] in own:
+        row = own[row["parent_id"]]
+    return row["parent_id"]
+
+
+async def _extend(
+    ctx: StageContext,
+    cfg: ExtendConfig,
+    rollout: Any,
+    servers: list[dict[str, Any]],
+    prompt: str,
+    roots: list[dict[str, Any]],
+) -> int:
+    from trajkit.envs.agent import AgentLimits, ToolEnv
+    from trajkit.envs.tools import select_servers, tool_routes
+    from trajkit.models import make_backend
+
+    tasks = {t["task_id"]: t for t in ctx.store.rows("tasks")}
+    cache = ctx.store.root / "_cache"
+    agent = make_backend(cfg.model, usage=ctx.usage, cache_dir=cache)
+    user = make_backend(cfg.user_model or cfg.model, usage=ctx.usage, cache_dir=cache)
+    params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens)
+    limits = AgentLimits(cfg.max_turns, cfg.max_context_tokens, cfg.tool_timeout_s, cfg.max_tool_output_chars)
+    ctx.writer("trajectories", rows_per_shard=cfg.flush_rows)
+    env = ToolEnv(servers, config=cfg.servers_config, max_processes=cfg.max_processes, pool_size=cfg.pool_size)
+
+    async def one(item: tuple[dict[str, Any], int]) -> dict[str, Any]:
+        parent, round_ = item
+        task = tasks.get(parent["task_id"]) or {"task_id": parent["task_id"], "server_ids": None}
+        seed = int(S.content_id(cfg.seed, parent["traj_id"], round_)[:8], 16)
+        try:
+            rows = select_servers(servers, task.get("server_ids"))
+            tools = tool_listing(rows, tool_routes(servers, task.get("server_ids")))
+        except KeyError as e:
+            tools = f"(servers unavailable: {e})"
+        text = render(
+            prompt, CONVERSATION=conversation_text(parent["messages"] or [], cfg.max_conversation_chars), TOOLS=tools
+        )
+        user_params = SamplingParams(n=1, temperature=cfg.user_temperature, max_tokens=cfg.user_max_tokens, seed=seed)
+        [c] = await user.generate([{"role": "user", "content": text}], None, user_params)
+        message, why = (None, f"user simulator request failed: {c.error}"[:500]) if c.error else follow_up(c.text)
+        if message is None:
+            return _declined(parent, agent, params, seed, why)
+        continued = {**task, "question": message, "verifier": None}
+        return await rollout(
+            continued,
+            agent,
+            env,
+            params,
+            limits,
+            history=parent["messages"],
+            rollout_index=parent["rollout_index"] or 0,
+            seed=seed,
+            policy_version=parent.get("policy_version"),
+            parent_id=parent["traj_id"],
+        )
+
+    total = 0
+    try:
+        async with env:
+            for round_ in range(1, cfg.rounds + 1):
+                ctx.flush()  # the previous round's rows are this round's parents
+                own = ctx.store.rows("trajectories", stage=ctx.name)
+                todo = [(p, round_) for p in parents_for_round(own, roots, round_)]
+                ctx.log(f"round {round_}: {len(todo)} conversations to extend")
+                with ctx.progress(len(todo), f"round {round_}") as advance:
+                    async with aclosing(bounded(todo, one, cfg.concurrency)) as results:
+                        async for _, row in results:
+                            ctx.write("trajectories", row)
+                            advance(1)
+                total += len(todo)
+    finally:
+        await agent.aclose()
+        await user.aclose()
+    return total
+
+
+def _declined(parent: dict[str, Any], agent: Any, params: SamplingParams, seed: int, why: str | None) -> dict[str, Any]:
+    """The row of an extension the user simulator did not give a follow-up for."""
+    index = parent["rollout_index"] or 0
+    return {
+        "traj_id": traj_id(parent["task_id"], index, seed, agent.model, parent["traj_id"]),
+        "task_id": parent["task_id"],
+        "parent_id": parent["traj_id"],
+        "rollout_index": index,
+        "model": agent.model,
+        "backend": agent.name,
+        "sampling": {
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": params.max_tokens,
+            "seed": seed,
+        },
+        "status": "failed",
+        "reason": why,
+    }
+
+
+EXTEND = StageSpec(
+    "synth.extend",
+    ExtendConfig,
+    run_extend,
+    inputs=("trajectories", "tasks", "servers"),
+    outputs=("trajectories",),
+    help="Extend conversations: a user-simulator model writes a follow-up, the agent loop continues.",
+)

@@ -1,0 +1,131 @@
+"""`synth.filter`: rule filters and judge-score thresholds over trajectories; reasons counted, rows kept.
+
+Rules (``rules.py``): no tool call, all tool results errors, empty final
+answer, degenerate repetition; a trajectory whose status is not ``completed``
+is rejected as ``status_<status>``. Thresholds on the judge's scores
+(``trajectory_quality``, and the task's ``task_quality``) apply where a score
+exists; a null score fails a threshold only with ``require_scores``. Custom
+filters are dotted paths to ``fn(trajectory: dict) -> str | None`` (a reason
+to reject, or None). Every failing check writes a ``rejected`` row; nothing is
+deleted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from trajkit.config import StageConfig
+from trajkit.runner import StageContext, StageSpec
+from trajkit.synth import rules
+from trajkit.synth.writing import RejectLog, recount
+
+THRESHOLDS = {
+    "min_completeness": ("trajectory_quality", "completeness"),
+    "min_conciseness": ("trajectory_quality", "conciseness"),
+    "min_tool_accuracy": ("trajectory_quality", "tool_accuracy"),
+    "min_task_quality": ("task_quality", "quality_score"),
+}
+
+
+class FilterConfig(StageConfig):
+    """Config of ``synth.filter``."""
+
+    rules: list[str] = Field(default_factory=lambda: list(rules.RULES), description="Rule filters to apply.")
+    reject_unfinished: bool = Field(True, description="Reject trajectories whose status is not completed.")
+    min_completeness: float | None = Field(None, description="Judge's completeness (1-5) at least this.")
+    min_conciseness: float | None = Field(None, description="Judge's conciseness (1-5) at least this.")
+    min_tool_accuracy: float | None = Field(None, ge=0, le=1, description="Share of target tools used.")
+    min_task_quality: float | None = Field(None, description="The task's mean judge score (1-5) at least this.")
+    require_scores: bool = Field(False, description="A missing or unparsed score fails a threshold.")
+    custom: list[str] = Field(
+        default_factory=list, description="Dotted paths to fn(trajectory: dict) -> str | None (a reject reason)."
+    )
+    flush_rows: int = Field(1024, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
+
+    @field_validator("rules")
+    @classmethod
+    def _known(cls, value: list[str]) -> list[str]:
+        unknown = [r for r in value if r not in rules.RULES]
+        if unknown:
+            raise ValueError(f"unknown rule(s) {', '.join(unknown)}; known: {', '.join(rules.RULES)}")
+        return value
+
+
+def run_filter(ctx: StageContext, cfg: FilterConfig) -> dict[str, Any]:
+    from trajkit.pipeline import load_object
+
+    custom: list[tuple[str, Callable[[dict[str, Any]], str | None]]] = [
+        (path, load_object(path, "custom filter")) for path in cfg.custom
+    ]
+    scores = _scores(ctx, cfg)
+    log = RejectLog(ctx, "trajectories")
+    ctx.writer("rejected", rows_per_shard=cfg.flush_rows)
+    trajs = sorted(ctx.store.rows("trajectories"), key=lambda r: r["traj_id"])
+    kept = 0
+    with ctx.progress(len(trajs), "trajectories") as advance:
+        for row in trajs:
+            advance(1)
+            if not ctx.mine(row["traj_id"]):
+                continue
+            reasons = check(row, cfg, scores, custom)
+            for reason, detail in reasons:
+                log.reject(row["traj_id"], reason, detail)
+            kept += not reasons
+    recount(ctx, ("rejected",))
+    ctx.counts["kept"] = kept
+    return {"kept": kept}
+
+
+def check(
+    row: dict[str, Any],
+    cfg: FilterConfig,
+    scores: dict[str, dict[str, dict[str, Any]]],
+    custom: list[tuple[str, Callable[[dict[str, Any]], str | None]]] = (),
+) -> list[tuple[str, str | None]]:
+    """Every (reason, detail) for which a trajectory is rejected; empty when it is kept."""
+    out: list[tuple[str, str | None]] = []
+    if cfg.reject_unfinished and row["status"] != "completed":
+        out.append((f"status_{row['status']}", row.get("reason")))
+    out += [(reason, None) for reason in rules.check(row, cfg.rules)]
+    for option, (table, column) in THRESHOLDS.items():
+        minimum = getattr(cfg, option)
+        if minimum is None:
+            continue
+        key = row["task_id"] if table == "task_quality" else row["traj_id"]
+        value = scores.get(table, {}).get(key, {}).get(column)
+        if value is None:
+            if cfg.require_scores:
+                out.append((f"missing_{column}", None))
+        elif value < minimum:
+            out.append((f"low_{column}", f"{value:g} < {minimum:g}"))
+    for path, fn in custom:
+        try:
+            reason = fn(row)
+        except Exception as e:  # noqa: BLE001 - a broken user filter is a reason on the row, not a crash
+            out.append(("custom_filter_error", f"{path}: {type(e).__name__}: {e}"[:300]))
+            continue
+        if reason:
+            out.append((str(reason), path))
+    return out
+
+
+def _scores(ctx: StageContext, cfg: FilterConfig) -> dict[str, dict[str, dict[str, Any]]]:
+    needed = {table for option, (table, _) in THRESHOLDS.items() if getattr(cfg, option) is not None}
+    out = {}
+    for table in needed:
+        key = "task_id" if table == "task_quality" else "traj_id"
+        out[table] = {r[key]: r for r in ctx.store.rows(table)}
+    return out
+
+
+FILTER = StageSpec(
+    "synth.filter",
+    FilterConfig,
+    run_filter,
+    inputs=("trajectories", "trajectory_quality", "task_quality"),
+    outputs=("rejected",),
+    help="Reject trajectories by rules (no tool call, tool errors, empty answer, repetition) and judge thresholds.",
+)

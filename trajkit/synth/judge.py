@@ -1,0 +1,161 @@
+"""`synth.judge`: an LLM judge scores tasks and trajectories; tool accuracy is computed, not judged.
+
+Tasks get Toucan's six dimensions (1-5) in ``task_quality``, with
+``quality_score`` their mean when all six were read. Trajectories get
+completeness and conciseness in ``trajectory_quality``, plus the share of the
+task's target tools the agent used and whether it used them in order. The
+prompts are ``judge_task.md`` and ``judge_trajectory.md`` (override with
+``prompts_dir``). A judgment that cannot be read keeps null scores, the judge's
+raw text and the reason: never a default score.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import aclosing
+from typing import Any, Literal
+
+from pydantic import Field
+
+from trajkit.config import StageConfig
+from trajkit.models.base import ModelSpec, SamplingParams
+from trajkit.runner import StageContext, StageSpec
+from trajkit.synth.prompts import load_prompt, render
+from trajkit.synth.ratings import TASK_DIMENSIONS, TRAJECTORY_DIMENSIONS, mean_score, parse_judgment
+from trajkit.synth.tool_accuracy import tool_accuracy
+from trajkit.synth.transcripts import conversation_text, tool_listing
+from trajkit.synth.work import bounded
+from trajkit.synth.writing import recount
+
+
+class JudgeConfig(StageConfig):
+    """Config of ``synth.judge``."""
+
+    model: ModelSpec = Field(description="The judge model.")
+    targets: list[Literal["tasks", "trajectories"]] = Field(
+        default_factory=lambda: ["tasks", "trajectories"], description="What to judge."
+    )
+    statuses: list[str] = Field(default_factory=lambda: ["completed"], description="Trajectory statuses to judge.")
+    include_rejected: bool = Field(False, description="Also judge rows some stage rejected.")
+    temperature: float = Field(0.0, ge=0)
+    max_tokens: int = Field(1024, ge=1)
+    seed: int = 0
+    max_conversation_chars: int = Field(12_000, ge=500, description="Longer conversations are cut in the middle.")
+    prompts_dir: str | None = Field(None, description="A directory whose prompt files replace examples/prompts/.")
+    concurrency: int = Field(8, ge=1, json_schema_extra={"hash": False})
+    flush_rows: int = Field(256, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
+
+
+def run_judge(ctx: StageContext, cfg: JudgeConfig) -> dict[str, Any]:
+    store = ctx.store
+    tasks = {t["task_id"]: t for t in store.rows("tasks") if t["question"]}
+    items: list[tuple[str, dict[str, Any]]] = []
+    if "tasks" in cfg.targets:
+        skip = ctx.done("task_quality") | (set() if cfg.include_rejected else store.rejected("tasks"))
+        items += [("task", t) for tid, t in sorted(tasks.items()) if tid not in skip and ctx.mine(tid)]
+    if "trajectories" in cfg.targets:
+        skip = ctx.done("trajectory_quality") | (set() if cfg.include_rejected else store.rejected("trajectories"))
+        for tr in sorted(store.rows("trajectories"), key=lambda r: r["traj_id"]):
+            if tr["status"] in cfg.statuses and tr["traj_id"] not in skip and ctx.mine(tr["traj_id"]):
+                items.append(("trajectory", tr))
+    ctx.log(f"judging {len(items)} rows")
+    asyncio.run(_judge_all(ctx, cfg, items, tasks))
+    recount(ctx, ("task_quality", "trajectory_quality"))
+    return {"judged": len(items)}
+
+
+async def _judge_all(
+    ctx: StageContext, cfg: JudgeConfig, items: list[tuple[str, dict[str, Any]]], tasks: dict[str, dict[str, Any]]
+) -> None:
+    from trajkit.envs.tools import select_servers, tool_routes
+    from trajkit.models import make_backend
+
+    servers = ctx.store.rows("servers")
+    prompt_task = load_prompt("judge_task.md", cfg.prompts_dir, ("QUESTION", "TOOLS"))
+    prompt_traj = load_prompt("judge_trajectory.md", cfg.prompts_dir, ("CONVERSATION",))
+    backend = make_backend(cfg.model, usage=ctx.usage, cache_dir=ctx.store.root / "_cache")
+    params = SamplingParams(n=1, temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=cfg.seed)
+    for table in ("task_quality", "trajectory_quality"):
+        ctx.writer(table, rows_per_shard=cfg.flush_rows)
+
+    async def ask(prompt: str) -> tuple[str | None, str | None]:
+        [c] = await backend.generate([{"role": "user", "content": prompt}], None, params)
+        return (None, f"judge request failed: {c.error}"[:500]) if c.error else (c.text, None)
+
+    async def judge(item: tuple[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+        kind, row = item
+        if kind == "task":
+            try:
+                rows = select_servers(servers, row["server_ids"])
+                tools = tool_listing(rows, tool_routes(servers, row["server_ids"]))
+            except KeyError as e:
+                tools = f"(servers unavailable: {e})"
+            prompt = render(prompt_task, TOOLS=tools, QUESTION=row["question"], TARGET_TOOLS=_tools(row))
+            raw, failure = await ask(prompt)
+            return "task_quality", task_quality(row["task_id"], cfg.model.model, raw, failure)
+        task = tasks.get(row["task_id"]) or {}
+        prompt = render(
+            prompt_traj,
+            QUESTION=task.get("question") or _first_user(row),
+            TARGET_TOOLS=_tools(task),
+            CONVERSATION=conversation_text(row["messages"] or [], cfg.max_conversation_chars),
+        )
+        raw, failure = await ask(prompt)
+        return "trajectory_quality", trajectory_quality(row, task.get("target_tools"), cfg.model.model, raw, failure)
+
+    try:
+        with ctx.progress(len(items), "judged") as advance:
+            async with aclosing(bounded(items, judge, cfg.concurrency)) as results:
+                async for _, (table, out) in results:
+                    ctx.write(table, out)
+                    advance(1)
+    finally:
+        await backend.aclose()
+
+
+def task_quality(task_id: str, judge_model: str, raw: str | None, failure: str | None) -> dict[str, Any]:
+    """A ``task_quality`` row from the judge's text (or the reason there is none)."""
+    judgment = parse_judgment(raw, TASK_DIMENSIONS)
+    return {
+        "task_id": task_id,
+        "judge_model": judge_model,
+        **judgment.scores,
+        "quality_score": mean_score(judgment.scores),
+        "judge_reason": failure or judgment.reason,
+        "judge_raw": raw,
+    }
+
+
+def trajectory_quality(
+    traj: dict[str, Any], target_tools: list[str] | None, judge_model: str, raw: str | None, failure: str | None
+) -> dict[str, Any]:
+    """A ``trajectory_quality`` row: judged completeness and conciseness, computed tool accuracy."""
+    judgment = parse_judgment(raw, TRAJECTORY_DIMENSIONS)
+    share, in_order = tool_accuracy(target_tools, traj.get("tools_called"))
+    return {
+        "traj_id": traj["traj_id"],
+        "judge_model": judge_model,
+        **judgment.scores,
+        "tool_accuracy": share,
+        "order_correct": in_order,
+        "judge_reason": failure or judgment.reason,
+        "judge_raw": raw,
+    }
+
+
+def _tools(task: dict[str, Any]) -> str:
+    return ", ".join(task.get("target_tools") or []) or "(none given)"
+
+
+def _first_user(traj: dict[str, Any]) -> str:
+    return next((m.get("content") or "" for m in traj.get("messages") or [] if m.get("role") == "user"), "")
+
+
+JUDGE = StageSpec(
+    "synth.judge",
+    JudgeConfig,
+    run_judge,
+    inputs=("tasks", "trajectories", "servers"),
+    outputs=("task_quality", "trajectory_quality"),
+    help="LLM-judge tasks (Toucan's six dimensions) and trajectories (completeness, conciseness, tool accuracy).",
+)

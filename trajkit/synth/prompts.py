@@ -1,0 +1,39 @@
+"""Prompt files: the defaults in ``examples/prompts/``, overridable by a directory of the same names.
+
+A template holds ``{NAME}`` placeholders (upper case) that the stage fills;
+every other brace is left alone, so prompts can show JSON. A file that lacks a
+placeholder its stage needs is a user error, reported before any work starts.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from trajkit.errors import UserError
+
+DEFAULT_DIR = Path(__file__).resolve().parents[2] / "examples" / "prompts"
+PLACEHOLDER = re.compile(r"\{([A-Z][A-Z_]*)\}")
+
+
+def load_prompt(name: str, override_dir: str | Path | None = None, required: tuple[str, ...] = ()) -> str:
+    """The text of prompt ``name`` (e.g. ``judge_task.md``): from ``override_dir`` when it has one.
+
+    ``required`` lists the placeholders the caller will fill; a file missing one is a UserError.
+    """
+    path = Path(override_dir) / name if override_dir is not None else None
+    if path is None or not path.is_file():
+        path = DEFAULT_DIR / name
+    if not path.is_file():
+        raise UserError(f"prompt file not found: {name} (looked in {override_dir or '-'} and {DEFAULT_DIR})")
+    text = path.read_text()
+    found = set(PLACEHOLDER.findall(text))
+    missing = [p for p in required if p not in found]
+    if missing:
+        raise UserError(f"prompt {path} lacks the placeholder(s) {', '.join('{' + m + '}' for m in missing)}")
+    return text
+
+
+def render(template: str, **values: object) -> str:
+    """Fill ``{NAME}`` placeholders with ``values``; unknown placeholders stay as written."""
+    return PLACEHOLDER.sub(lambda m: str(values[m[1]]) if m[1] in values else m[0], template)

@@ -1,0 +1,259 @@
+"""`synth.rollouts`: the agent loop over tasks, with bounded concurrency and over-sampling.
+
+Every (task, rollout index) is one episode of ``envs.agent.run_episode`` (or a
+custom rollout function) against the run's harvested servers, and one
+``trajectories`` row whatever happens (a fault is a status and a reason).
+Episodes run in breadth-first order: rollout 0 of every task, then rollout 1.
+
+With ``target`` N, the stage keeps ``concurrency`` episodes in flight until N
+are accepted (completed and passing the ``accept_rules``), then cancels the
+rest and records them as ``aborted`` ("target reached"). A resumed stage that
+has not reached its target re-runs its aborted rows; one that has is done.
+With ``--world-size``, each rank owns a hash share of the (task, rollout index)
+pairs and aims for its share of the target.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from trajkit import schema as S
+from trajkit.config import StageConfig
+from trajkit.errors import UserError
+from trajkit.models.base import ModelSpec, SamplingParams
+from trajkit.runner import StageContext, StageSpec
+from trajkit.synth import rules
+from trajkit.synth.work import cancel_all
+from trajkit.synth.writing import recount, traj_id
+
+ABORTED_REASON = "target reached"
+
+
+class RolloutsConfig(StageConfig):
+    """Config of ``synth.rollouts``."""
+
+    model: ModelSpec = Field(description="The agent model.")
+    rollouts_per_task: int = Field(1, ge=1, description="Episodes per task (rollout indices 0..n-1).")
+    target: int | None = Field(None, ge=1, description="Stop once this many trajectories are accepted.")
+    accept_rules: list[str] = Field(
+        default_factory=lambda: list(rules.RULES), description="Rule filters an accepted trajectory passes."
+    )
+    where: str | None = Field(None, description='SQL condition on the tasks view, e.g. "quality_score >= 3".')
+    include_rejected_tasks: bool = Field(False, description="Also roll out tasks some stage rejected.")
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_tokens: int = Field(1024, ge=1, description="Per model call.")
+    seed: int = Field(0, description="Seeds each episode (with its task and rollout index).")
+    max_turns: int = Field(8, ge=1, description="Model calls per episode.")
+    max_context_tokens: int | None = Field(None, ge=1, description="Stop an episode (truncated) past this context.")
+    tool_timeout_s: float = Field(30.0, gt=0, description="Per tool call.")
+    max_tool_output_chars: int = Field(4000, ge=1, description="Tool output beyond this is cut, with a note.")
+    system_prompt: str | None = Field(None, description="System message of every episode.")
+    rollout_fn: str | None = Field(
+        None,
+        description="Dotted path to `async def rollout(task, backend, env, params, limits, **kw) -> dict` "
+        "(a trajectories row); default: envs.agent.run_episode.",
+    )
+    servers_config: str | None = Field(None, description="The mcpServers file, for env values and cwd of servers.")
+    policy_version: int | None = Field(None, description="Stored on every row (for off-policy corrections).")
+    concurrency: int = Field(8, ge=1, json_schema_extra={"hash": False}, description="Episodes in flight.")
+    max_processes: int = Field(32, ge=1, json_schema_extra={"hash": False}, description="Live server processes.")
+    pool_size: int = Field(2, ge=1, json_schema_extra={"hash": False}, description="Processes per stateless server.")
+    flush_rows: int = Field(64, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
+
+    @field_validator("accept_rules")
+    @classmethod
+    def _known(cls, value: list[str]) -> list[str]:
+        unknown = [r for r in value if r not in rules.RULES]
+        if unknown:
+            raise ValueError(f"unknown rule(s) {', '.join(unknown)}; known: {', '.join(rules.RULES)}")
+        return value
+
+
+def accepted(row: dict[str, Any], accept_rules: list[str]) -> bool:
+    """A trajectory counts toward the target: completed and passing the rules."""
+    return row["status"] == "completed" and not rules.check(row, accept_rules)
+
+
+def episode_seed(seed: int, task_id: str, rollout_index: int) -> int:
+    return int(S.content_id(seed, task_id, rollout_index)[:8], 16)
+
+
+def select_tasks(ctx: StageContext, where: str | None, include_rejected: bool) -> list[dict[str, Any]]:
+    """Tasks with a question, not rejected (unless asked), matching ``where``; sorted by id."""
+    tasks = [t for t in ctx.store.rows("tasks") if t["question"]]
+    if not include_rejected:
+        rejected = ctx.store.rejected("tasks")
+        tasks = [t for t in tasks if t["task_id"] not in rejected]
+    if where:
+        ids = set(ctx.store.sql(f"SELECT task_id FROM tasks WHERE {where}").column(0).to_pylist())
+        tasks = [t for t in tasks if t["task_id"] in ids]
+    return sorted(tasks, key=lambda t: t["task_id"])
+
+
+def run_rollouts(ctx: StageContext, cfg: RolloutsConfig) -> dict[str, Any]:
+    from trajkit.envs.agent import load_rollout
+
+    rollout = load_rollout(cfg.rollout_fn)
+    servers = ctx.store.rows("servers")
+    if not servers:
+        raise UserError(f"no servers in {ctx.store.root}: run `trajkit synth harvest` first")
+    tasks = select_tasks(ctx, cfg.where, cfg.include_rejected_tasks)
+    goal = _share(cfg.target, ctx.rank, ctx.world_size) if cfg.target is not None else None
+    mine = [r for r in ctx.store.rows("trajectories", stage=ctx.name) if r["parent_id"] is None]
+    have = sum(accepted(r, cfg.accept_rules) for r in mine if _owned(ctx, r))
+    if goal is not None and have < goal:
+        # like ctx.retry_aborted, but only this rank's rows: another rank's aborted rows are its own
+        again = [r for r in mine if r["status"] == "aborted" and _owned(ctx, r)]
+        retried = {r["traj_id"] for r in again}
+        ctx.store.drop_rows("trajectories", ctx.name, retried)
+        ctx.counts["resumed.retried_aborted"] += len(retried)
+        mine = [r for r in mine if r["traj_id"] not in retried]
+    else:
+        again = []
+    done = {(r["task_id"], r["rollout_index"]) for r in mine}
+    todo = [
+        (t, i)
+        for i in range(cfg.rollouts_per_task)
+        for t in tasks
+        if (t["task_id"], i) not in done and ctx.mine(S.content_id(t["task_id"], i))
+    ]
+    if goal is not None and have >= goal:
+        todo = []
+    ctx.log(f"{len(todo)} episodes to run over {len(tasks)} tasks" + (f", target {goal} ({have} in)" if goal else ""))
+    retry = {(r["task_id"], r["rollout_index"]) for r in again}
+    asyncio.run(_run(ctx, cfg, rollout, servers, todo, goal, have, retry))
+    recount(ctx, ("trajectories",))
+    return {"tasks": len(tasks), "target": cfg.target}
+
+
+def _share(target: int, rank: int, world_size: int) -> int:
+    """This rank's part of the target: the target split as evenly as possible."""
+    return target // world_size + (rank < target % world_size)
+
+
+def _owned(ctx: StageContext, row: dict[str, Any]) -> bool:
+    return ctx.mine(S.content_id(row["task_id"], row["rollout_index"]))
+
+
+async def _run(
+    ctx: StageContext,
+    cfg: RolloutsConfig,
+    rollout: Any,
+    servers: list[dict[str, Any]],
+    todo: list[tuple[dict[str, Any], int]],
+    goal: int | None,
+    have: int,
+    retry: set[tuple[str, int]],
+) -> None:
+    """Run the episodes; ``retry`` are aborted ones being run again: those the target leaves
+    unstarted are recorded as aborted again, so no aborted row is lost."""
+    from trajkit.envs.agent import AgentLimits, ToolEnv
+    from trajkit.models import make_backend
+
+    backend = make_backend(cfg.model, usage=ctx.usage, cache_dir=ctx.store.root / "_cache")
+    params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed)
+    limits = AgentLimits(cfg.max_turns, cfg.max_context_tokens, cfg.tool_timeout_s, cfg.max_tool_output_chars)
+    ctx.writer("trajectories", rows_per_shard=cfg.flush_rows)
+    env = ToolEnv(servers, config=cfg.servers_config, max_processes=cfg.max_processes, pool_size=cfg.pool_size)
+    pending = iter(todo)
+    running: dict[asyncio.Task, tuple[dict[str, Any], int]] = {}
+
+    def launch() -> None:
+        while len(running) < cfg.concurrency and (goal is None or have < goal):
+            item = next(pending, None)
+            if item is None:
+                return
+            task, i = item
+            coro = rollout(
+                task,
+                backend,
+                env,
+                params,
+                limits,
+                system_prompt=cfg.system_prompt,
+                rollout_index=i,
+                seed=episode_seed(cfg.seed, task["task_id"], i),
+                policy_version=cfg.policy_version,
+            )
+            running[asyncio.ensure_future(coro)] = item
+
+    def write(row: dict[str, Any]) -> None:
+        nonlocal have
+        if goal is not None and have >= goal:  # finished after the target was reached: not needed
+            i = row["rollout_index"]
+            row = aborted_row(row["task_id"], i, backend, params, episode_seed(cfg.seed, row["task_id"], i))
+        ctx.write("trajectories", row)
+        have += accepted(row, cfg.accept_rules)
+
+    try:
+        async with env:
+            with ctx.progress(len(todo), "episodes") as advance:
+                launch()
+                while running:
+                    finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                    for t in sorted(finished, key=lambda t: _order(running[t])):
+                        running.pop(t)
+                        row = t.result()
+                        _check_budget(ctx, row)
+                        write(row)
+                        advance(1)
+                    if goal is not None and have >= goal and running:
+                        items = list(running.values())
+                        await cancel_all(running)
+                        running.clear()
+                        for task, i in sorted(items, key=_order):
+                            seed = episode_seed(cfg.seed, task["task_id"], i)
+                            write(aborted_row(task["task_id"], i, backend, params, seed))
+                    launch()
+                for task, i in pending:
+                    if (task["task_id"], i) in retry:
+                        write(
+                            aborted_row(task["task_id"], i, backend, params, episode_seed(cfg.seed, task["task_id"], i))
+                        )
+    finally:
+        await cancel_all(running)
+        await backend.aclose()
+
+
+def _order(item: tuple[dict[str, Any], int]) -> tuple[int, str]:
+    return item[1], item[0]["task_id"]
+
+
+def _check_budget(ctx: StageContext, row: dict[str, Any]) -> None:
+    """Stop (without writing it) when an episode failed because the budget ran out: it must run again."""
+    if row["status"] == "failed":
+        ctx.usage.check()
+
+
+def aborted_row(task_id: str, rollout_index: int, backend: Any, params: SamplingParams, seed: int) -> dict[str, Any]:
+    """The row of an episode cancelled because the target was reached; its id is the one it would have had."""
+    return {
+        "traj_id": traj_id(task_id, rollout_index, seed, backend.model),
+        "task_id": task_id,
+        "parent_id": None,
+        "rollout_index": rollout_index,
+        "model": backend.model,
+        "backend": backend.name,
+        "sampling": {
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": params.max_tokens,
+            "seed": seed,
+        },
+        "status": "aborted",
+        "reason": ABORTED_REASON,
+    }
+
+
+ROLLOUTS = StageSpec(
+    "synth.rollouts",
+    RolloutsConfig,
+    run_rollouts,
+    inputs=("tasks", "servers"),
+    outputs=("trajectories",),
+    help="Run the agent loop over tasks; --target N over-samples and cancels the rest once N are accepted.",
+)

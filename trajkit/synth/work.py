@@ -1,0 +1,54 @@
+"""Bounded concurrency for the generating stages: keep work in flight, hand back results as they finish.
+
+Results come back to the one coroutine that iterates, so writing rows needs no
+locks. An exception from a work item (a bug, or ``StageStopped`` at a budget
+cap) cancels the rest and propagates; faults that are data (a bad model output,
+a dead server) are handled inside the work function. Iterate inside
+``contextlib.aclosing(bounded(...))`` so that an error in the loop's body
+cancels the work in flight at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+async def bounded(items: Iterable[T], fn: Callable[[T], Awaitable[R]], concurrency: int) -> AsyncIterator[tuple[T, R]]:
+    """Run ``fn`` over ``items`` with at most ``concurrency`` in flight; yield (item, result) as each finishes."""
+    pending = iter(items)
+    running: dict[asyncio.Task[R], T] = {}
+
+    def launch() -> None:
+        while len(running) < max(1, concurrency):
+            item = next(pending, _END)
+            if item is _END:
+                return
+            running[asyncio.ensure_future(fn(item))] = item
+
+    launch()
+    try:
+        while running:
+            finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for task in finished:
+                item = running.pop(task)
+                yield item, task.result()
+            launch()
+    finally:
+        await cancel_all(running)
+
+
+async def cancel_all(tasks: Iterable[asyncio.Task]) -> None:
+    """Cancel tasks and wait until they are gone (their cleanup, such as killing servers, runs)."""
+    tasks = list(tasks)
+    for t in tasks:
+        t.cancel()
+    if tasks:
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+_END = object()
