@@ -19,6 +19,11 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q -e ".[dev]"
 	# BFCL's data and checker: pinned, without its dependencies (it pins an old numpy)
 	$(BIN)/pip install -q --no-deps bfcl-eval==2026.3.23
+	# third-party MCP servers run in their own environments, as MCP clients run them (uvx);
+	# warm uv's cache so runs need no more than the package registries
+	UV_PYTHON=$(abspath $(BIN))/python $(BIN)/uvx --from mcp-server-time==2026.10.19 python -c pass
+	UV_PYTHON=$(abspath $(BIN))/python $(BIN)/uvx --from mcp-server-git==2026.10.19 python -c pass
+	UV_PYTHON=$(abspath $(BIN))/python $(BIN)/uvx --with "mcp<2" --from mcp-server-sqlite==2025.4.25 python -c pass
 	touch $(STAMP)
 
 setup: $(STAMP)

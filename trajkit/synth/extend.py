@@ -24,13 +24,14 @@ from pydantic import Field
 
 from trajkit import schema as S
 from trajkit.config import StageConfig
+from trajkit.envs.agent import traj_id
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec, SamplingParams
 from trajkit.runner import StageContext, StageSpec
 from trajkit.synth.prompts import load_prompt, render
 from trajkit.synth.transcripts import conversation_text, tool_listing
 from trajkit.synth.work import bounded
-from trajkit.synth.writing import recount, traj_id
+from trajkit.synth.writing import recount
 
 END = "<END_CONVERSATION>"
 DEFAULT_WHERE = "status = 'completed' AND reject_reason IS NULL"

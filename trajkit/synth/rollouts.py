@@ -22,12 +22,13 @@ from pydantic import Field, field_validator
 
 from trajkit import schema as S
 from trajkit.config import StageConfig
+from trajkit.envs.agent import traj_id
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec, SamplingParams
 from trajkit.runner import StageContext, StageSpec
 from trajkit.synth import rules
 from trajkit.synth.work import cancel_all
-from trajkit.synth.writing import recount, traj_id
+from trajkit.synth.writing import recount
 
 ABORTED_REASON = "target reached"
 

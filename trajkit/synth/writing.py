@@ -100,9 +100,3 @@ def _mine(ctx: StageContext, table: str) -> list[Path]:
         for p in ctx.store.shards(table, ctx.name)
         if (m := SHARD_RE.match(p.name)) and m["stage"] == stage and int(m["rank"]) == ctx.rank
     ]
-
-
-def traj_id(task_id: str, rollout_index: int, seed: int | None, model: str, parent_id: str | None = None) -> str:
-    """The id ``envs.agent.run_episode`` gives a trajectory, for rows written without an episode
-    (cancelled ones, extensions the user simulator declined)."""
-    return S.content_id(task_id, rollout_index, seed, model, parent_id)

@@ -1,0 +1,32 @@
+"""Run by test_leaks: trajectories hanging in tool calls, to be interrupted with SIGINT (Ctrl-C)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from trajkit.envs.config import ServerConfig
+from trajkit.envs.discovery import discover
+from trajkit.envs.env import ToolEnv
+
+RAW = sys.argv[1]
+
+
+async def main() -> None:
+    config = {
+        "fresh": ServerConfig(command=sys.executable, args=["-S", RAW, "--no-readonly"]),
+        "shared": ServerConfig(command=sys.executable, args=["-S", RAW]),
+    }
+    rows = await discover(config)
+    async with ToolEnv(rows, config=config, pool_size=1) as env:
+
+        async def one() -> None:
+            async with env.episode() as ep:
+                pids = [(await ep.call(name, "pid", {})).text for name in ("fresh", "shared")]
+                print("pids", *pids, flush=True)
+                await ep.call("fresh", "hang", {}, timeout_s=600)
+
+        await asyncio.gather(*(one() for _ in range(4)))
+
+
+asyncio.run(main())

@@ -1,0 +1,127 @@
+"""`trajkit synth harvest`: real servers over stdio and streamable HTTP; failures are rows with reasons."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from typer.testing import CliRunner
+
+from tests.fixtures.envs import RAW_SERVER
+from trajkit import schema as S
+from trajkit.cli import app
+from trajkit.envs.config import ServerConfig
+from trajkit.envs.discovery import discover
+from trajkit.envs.env import ToolEnv
+from trajkit.errors import UserError
+from trajkit.store import Store
+
+
+@pytest.fixture(scope="module")
+def http_calculator():
+    """The example calculator serving streamable HTTP on a free loopback port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trajkit.envs.servers.calculator", "--http", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    assert proc.poll() is None, "the HTTP calculator did not start"
+    yield f"http://127.0.0.1:{port}/mcp"
+    proc.terminate()
+    proc.wait(10)
+
+
+def raw(*flags: str, **extra) -> dict:
+    return {"command": "python", "args": ["-S", str(RAW_SERVER), *flags], **extra}
+
+
+def test_harvest_writes_one_row_per_server(tmp_path, run_dir, http_calculator):
+    config = {
+        "mcpServers": {
+            "paged": raw("--pages", "3", env={"RAW_TOKEN": "value-that-must-not-be-stored"}),
+            "banner": raw("--junk-init"),
+            "http-calc": {"url": http_calculator},
+            "missing": {"command": "definitely-not-a-command-xyz"},
+            "exits": raw("--exit-init"),
+            "hangs": raw("--hang-init"),
+            "bad-schema": raw("--bad-tools"),
+            "dup-names": raw("--dup-tools"),
+        }
+    }
+    path = tmp_path / "servers.json"
+    path.write_text(json.dumps(config))
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    result = CliRunner().invoke(
+        app, ["synth", "harvest", "--servers", str(path), "--run", str(run_dir), "--startup-timeout", "2"]
+    )
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in Store(run_dir).rows("servers")}
+    assert list(rows) == list(config["mcpServers"])
+    status = {n: (r["status"], r["reason"]) for n, r in rows.items()}
+    assert status["paged"] == status["banner"] == status["http-calc"] == ("ok", None)
+    assert status["missing"][0] == "failed" and "cannot start server" in status["missing"][1]
+    assert status["exits"] == (
+        "failed",
+        "initialize failed: MCPError: Connection closed (stderr: refusing to initialize)",
+    )
+    assert status["hangs"] == ("failed", "initialize timed out after 2s")
+    assert status["bad-schema"][1].startswith("invalid tools: tool 'echo': invalid input schema")
+    assert status["dup-names"] == ("failed", "invalid tools: duplicate tool name 'echo'")
+
+    paged = rows["paged"]
+    assert paged["num_tools"] == 11 and paged["tools"][0]["name"] == "echo"
+    assert json.loads(paged["tools"][0]["input_schema"])["type"] == "object"
+    assert json.loads(paged["tools"][0]["annotations"]) == {"readOnlyHint": True}
+    assert paged["server_info"]["name"] == "raw" and paged["transport"] == "stdio"
+    assert paged["env_names"] == ["RAW_TOKEN"]
+    args = config["mcpServers"]["paged"]["args"]
+    assert paged["server_id"] == S.content_id("paged", "python", args, None, ["RAW_TOKEN"])
+    assert "value-that-must-not-be-stored" not in json.dumps(list(rows.values()), default=str)
+
+    calc = rows["http-calc"]
+    assert calc["transport"] == "http" and calc["url"] == http_calculator and calc["command"] is None
+    assert [t["name"] for t in calc["tools"]] == ["add", "subtract", "multiply", "divide", "power", "sqrt", "evaluate"]
+    assert calc["server_info"]["name"] == "calculator"
+
+    after = {p.pid for p in psutil.Process().children(recursive=True)}
+    assert after <= before  # every harvested server was shut down
+
+    again = CliRunner().invoke(app, ["synth", "harvest", "--servers", str(path), "--run", str(run_dir)])
+    assert again.exit_code == 0 and Store(run_dir).count("servers") == len(config["mcpServers"])
+
+
+def test_bad_servers_file_is_a_user_error(tmp_path, run_dir):
+    path = tmp_path / "servers.json"
+    path.write_text('{"mcpServers": {"a": {"args": []}}}')
+    result = CliRunner().invoke(app, ["synth", "harvest", "-s", str(path), "-r", str(run_dir)])
+    assert isinstance(result.exception, UserError)  # trajkit.cli.main prints it as one line, exit 2
+    assert str(result.exception) == (
+        f"{path}: 1 problem(s): a.(entry): Value error, give either 'command' (stdio) or 'url' (streamable HTTP)"
+    )
+
+
+async def test_tool_calls_over_streamable_http(http_calculator):
+    config = {"calc": ServerConfig(url=http_calculator)}
+    rows = await discover(config)
+    async with ToolEnv(rows, config=config) as env:
+        assert env.stateless == {"calc": True}
+        async with env.episode() as ep:
+            outs = await asyncio.gather(*(ep.call("calc", "multiply", {"a": i, "b": 3}) for i in range(5)))
+            assert [o.text for o in outs] == ["0", "3", "6", "9", "12"]
+            assert (await ep.call("calc", "evaluate", {"expression": "2 ** 8"})).text == "256"

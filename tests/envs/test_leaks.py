@@ -1,0 +1,81 @@
+"""No server process and no file descriptor outlives its sessions: hundreds of them, faults, and Ctrl-C."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from tests.fixtures.envs import RAW_SERVER
+from trajkit.envs.discovery import discover
+from trajkit.envs.env import ToolEnv
+from trajkit.envs.session import ServerFault
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+async def test_hundreds_of_sessions_leave_no_process_or_fd_behind(raw_server):
+    config = {"fresh": raw_server("--no-readonly"), "shared": raw_server()}
+    rows = await discover(config)
+    before = children()
+
+    async def run(n: int) -> list[str]:
+        async with ToolEnv(rows, config=config, max_processes=12, pool_size=2) as env:
+
+            async def one(i: int) -> str:
+                async with env.episode() as ep:
+                    tool = "crash" if i % 10 == 3 else "hang" if i % 40 == 7 else "echo"
+                    with contextlib.suppress(ServerFault):
+                        await ep.call("fresh", tool, {"text": "x"}, timeout_s=0.3)
+                    return (await ep.call("shared", "pid", {})).text
+
+            return await asyncio.gather(*(one(i) for i in range(n)))
+
+    await run(4)  # warm up the loop's own descriptors (selector, thread pool)
+    fds = open_fds()
+    pool_pids = await run(200)
+    assert len(set(pool_pids)) <= 2  # the stateless server was pooled
+    assert children() <= before
+    assert open_fds() <= fds
+
+
+def test_ctrl_c_shuts_every_server_down(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).parent / "interrupt_run.py"), str(RAW_SERVER)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    pids: set[int] = set()
+    for _ in range(4):
+        line = proc.stdout.readline()
+        assert line.startswith("pids "), proc.stderr.read() if proc.poll() is not None else line
+        pids.update(int(p) for p in line.split()[1:])
+    assert len(pids) == 5 and all(psutil.pid_exists(p) for p in pids)  # 4 fresh + 1 pooled
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    assert not [p for p in pids if _alive(p)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -1,0 +1,140 @@
+"""Sessions against a raw JSON-RPC server that misbehaves on purpose: results, faults, pools, bounds."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from trajkit.envs.discovery import discover
+from trajkit.envs.env import ToolEnv
+from trajkit.envs.session import Connection, ServerFault
+
+
+async def test_results_errors_and_faults_of_one_connection(raw_server):
+    conn = Connection("raw", raw_server())
+    try:
+        assert (await conn.call("echo", {"text": "hi"})).text == "hi"
+        failed = await conn.call("fail", {})
+        assert failed.is_error and failed.text == "Error: it failed on purpose"
+        rejected = await conn.call("reject", {})  # a JSON-RPC error response is an answer, for the model
+        assert rejected.is_error and "rejected on purpose (code -32602)" in rejected.text
+        assert (await conn.call("junk", {})).text == "after junk"  # stray stdout lines are skipped
+        big = await conn.call("big", {"seconds": 5000}, max_chars=100)
+        assert big.truncated and big.text.startswith("x" * 100) and "truncated 4900 characters" in big.text
+        with pytest.raises(ServerFault, match="malformed malformed result from 'raw': content"):
+            await conn.call("malformed", {})
+        with pytest.raises(ServerFault, match="hang timed out after 0.3s"):
+            await conn.call("hang", {}, timeout_s=0.3)
+        with pytest.raises(ServerFault, match=r"exited during crash \(stderr: crashing on purpose\)"):
+            await conn.call("crash", {})
+        with pytest.raises(ServerFault, match="is gone"):
+            await conn.call("echo", {"text": "again"})
+    finally:
+        await conn.aclose()
+
+
+async def test_tools_list_follows_pages(raw_server):
+    conn = Connection("raw", raw_server("--pages", "4"))
+    try:
+        tools = await conn.list_tools()
+    finally:
+        await conn.aclose()
+    assert [t.name for t in tools][:3] == ["echo", "sleep", "big"] and len(tools) == 11
+
+
+@pytest.mark.parametrize(
+    "flags, reason",
+    [
+        (["--exit-init"], "initialize failed: MCPError: Connection closed (stderr: refusing to initialize)"),
+        (["--hang-init"], "initialize timed out after 1s"),
+    ],
+)
+async def test_server_that_does_not_come_up_is_a_fault(raw_server, flags, reason):
+    conn = Connection("raw", raw_server(*flags), startup_timeout_s=1)
+    with pytest.raises(ServerFault) as e:
+        await conn.open()
+    await conn.aclose()
+    assert str(e.value) == reason
+
+
+async def rows_for(raw_server, **configs):
+    rows = await discover(configs)
+    assert all(r["status"] == "ok" for r in rows)
+    return rows
+
+
+async def test_read_only_servers_share_a_pool_and_stateful_ones_get_fresh_processes(raw_server):
+    shared, own = raw_server(), raw_server("--no-readonly")
+    rows = await rows_for(raw_server, shared=shared, own=own)
+    async with ToolEnv(rows, config={"shared": shared, "own": own}, pool_size=1) as env:
+        assert env.stateless == {"shared": True, "own": False}
+        counts = []
+        for _ in range(3):
+            async with env.episode() as ep:
+                counts.append(((await ep.call("shared", "count", {})).text, (await ep.call("own", "count", {})).text))
+        assert counts == [("1", "1"), ("2", "1"), ("3", "1")]  # pooled state carries over; fresh state does not
+    async with ToolEnv(rows, config={"shared": shared, "own": own}, stateless={"shared": False}) as env:
+        for _ in range(2):
+            async with env.episode(["shared"]) as ep:
+                assert (await ep.call("shared", "count", {})).text == "1"
+
+
+async def test_a_pooled_server_that_crashed_is_replaced(raw_server):
+    cfg = raw_server()
+    rows = await rows_for(raw_server, raw=cfg)
+    async with ToolEnv(rows, config={"raw": cfg}, pool_size=1) as env:
+        async with env.episode() as ep:
+            first = (await ep.call("raw", "pid", {})).text
+            with pytest.raises(ServerFault, match="exited during crash"):
+                await ep.call("raw", "crash", {})
+        async with env.episode() as ep:
+            second = (await ep.call("raw", "pid", {})).text
+    assert first != second
+
+
+async def test_calls_in_flight_per_server_are_bounded(raw_server):
+    cfg = raw_server("--no-readonly")
+    rows = await rows_for(raw_server, raw=cfg)
+    async with ToolEnv(rows, config={"raw": cfg}, max_concurrency_per_server=2) as env, env.episode() as ep:
+        outs = await asyncio.gather(*(ep.call("raw", "sleep", {"seconds": 0.2}) for _ in range(6)))
+    assert max(int(o.text) for o in outs) == 2
+
+
+class CountingEnv(ToolEnv):
+    peak = 0
+
+    def _connection(self, name, cfg):
+        conn = super()._connection(name, cfg)
+        CountingEnv.peak = max(CountingEnv.peak, len(self.live))
+        return conn
+
+
+async def test_live_processes_are_bounded_without_deadlock(raw_server):
+    a, b = raw_server("--no-readonly"), raw_server("--no-readonly")
+    rows = await rows_for(raw_server, a=a, b=b)
+    async with CountingEnv(rows, config={"a": a, "b": b}, max_processes=3) as env:
+
+        async def one(i: int) -> set[str]:
+            async with env.episode(["a", "b"] if i % 2 else ["a"]) as ep:
+                return {(await ep.call(s, "pid", {})).text for s in ep.rows}
+
+        pids = set().union(*await asyncio.gather(*(one(i) for i in range(8))))
+        assert len(pids) == 12  # every trajectory had its own processes
+        assert 1 <= CountingEnv.peak <= 3
+        with pytest.raises(ServerFault, match="needs 2 server processes; max_processes is 1"):
+            async with ToolEnv(rows, config={"a": a, "b": b}, max_processes=1).episode(["a", "b"]):
+                pass
+
+
+async def test_a_server_that_failed_at_harvest_fails_the_episode(raw_server):
+    config = {"broken": raw_server("--exit-init"), "fine": raw_server()}
+    rows = await discover(config)
+    assert [r["status"] for r in rows] == ["failed", "ok"]
+    async with ToolEnv(rows, config=config) as env:
+        with pytest.raises(ServerFault, match="server 'broken' failed at harvest: initialize failed"):
+            async with env.episode(["broken", "fine"]):
+                pass
+        async with env.episode() as ep:  # no server list: every server that harvested ok
+            assert list(ep.rows) == ["fine"] and (await ep.call("fine", "echo", {"text": "ok"})).text == "ok"
+        assert [r.server for r in env.routes()] == ["fine"] * 11

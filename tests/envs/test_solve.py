@@ -1,0 +1,75 @@
+"""attempt(): one try at any task, for pass@k, evaluation and training; faults are data."""
+
+from __future__ import annotations
+
+import json
+
+from trajkit.envs.agent import AgentLimits
+from trajkit.envs.discovery import discover
+from trajkit.envs.env import ToolEnv
+from trajkit.envs.solve import attempt, task_prompt
+from trajkit.models.base import SamplingParams
+
+PARAMS = SamplingParams(temperature=0.0, max_tokens=64)
+
+
+async def test_tool_task_runs_the_agent_loop(raw_server, scripted_openai):
+    cfg = raw_server("--no-readonly")
+    rows = await discover({"raw": cfg})
+    state = [{"server": "raw", "tool": "count", "arguments": {}, "expected": "2", "match": "exact"}]
+    task = {
+        "task_id": "t",
+        "question": "count once",
+        "server_ids": [rows[0]["server_id"]],
+        "verifier": {"kind": "tool_outcome", "spec": json.dumps({"answer": "done", "state": state})},
+    }
+
+    def script(messages, tools, body):
+        if messages[-1]["role"] == "user":
+            return {"tool_calls": [{"name": "count", "arguments": {}}]}
+        return "done"
+
+    _, backend = scripted_openai(script)
+    async with ToolEnv(rows, config={"raw": cfg}) as env:
+        a = await attempt(task, backend, env, PARAMS, AgentLimits(), sample_index=2, seed=5)
+        assert (a.completion, a.error, a.context) == ("done", None, {"end_state": ["2"]})
+        assert a.trajectory["rollout_index"] == 2 and a.trajectory["sampling"]["seed"] == 5
+
+        _, bad = scripted_openai(lambda m, t, b: {"tool_calls": [{"name": "nope", "arguments": {}}]})
+        a = await attempt(task, bad, env, PARAMS, AgentLimits(), sample_index=0, seed=None)
+        assert a.completion is None and a.error is None  # the model's mistake: a wrong answer, not an error
+        assert a.trajectory["status"] == "failed"
+
+    crashing = task | {"question": "crash"}
+    _, backend = scripted_openai(lambda m, t, b: {"tool_calls": [{"name": "crash", "arguments": {}}]})
+    async with ToolEnv(rows, config={"raw": cfg}) as env:
+        a = await attempt(crashing, backend, env, PARAMS, AgentLimits(), sample_index=0, seed=None)
+    assert a.completion is None and "exited during crash" in a.error
+
+    a = await attempt(task, backend, None, PARAMS, AgentLimits(), sample_index=0, seed=None)
+    assert a.error == "a tool task needs a ToolEnv (harvested servers)"
+
+
+async def test_code_and_math_tasks_are_one_completion(scripted_openai):
+    server, backend = scripted_openai(lambda m, t, b: "```python\ndef add(a, b):\n    return a + b\n```")
+    code = {
+        "task_id": "c",
+        "question": 'def add(a, b):\n    """Add."""\n',
+        "verifier": {"kind": "unit_tests", "spec": "{}"},
+        "metadata": json.dumps({"entry_point": "add"}),
+    }
+    a = await attempt(code, backend, None, PARAMS, AgentLimits(), sample_index=0, seed=3)
+    assert a.completion.startswith("```python") and a.trajectory is None and a.error is None
+    body = server.chat_requests[0]
+    assert body["messages"] == [{"role": "user", "content": task_prompt(code)}] and body["seed"] == 3
+    assert "tools" not in body
+    assert task_prompt(code).endswith("Write the complete function `add` in a single ```python code block.")
+    assert task_prompt({"question": "1+1?", "verifier": {"kind": "math"}}).endswith("final answer in \\boxed{}.")
+    assert "standard input" in task_prompt({"question": "sum", "verifier": {"kind": "stdio"}})
+
+    def broken(messages, tools, body):
+        raise RuntimeError("down")
+
+    _, backend = scripted_openai(broken, max_retries=0)
+    a = await attempt(code, backend, None, PARAMS, AgentLimits(), sample_index=0, seed=None)
+    assert a.completion is None and a.error.startswith("model error: HTTP 500")

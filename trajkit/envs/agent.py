@@ -1,0 +1,363 @@
+"""The agent loop: model <-> MCP tools, one trajectory at a time, many at once.
+
+``run_episode`` renders the task's tools, asks the model, runs the tool calls
+of a turn concurrently, feeds the results back as ``tool`` messages, and stops
+at a final answer (``completed``), at the turn or context limit
+(``truncated``), or at a fault (``failed``). It returns a complete
+``trajectories`` row. Faults are data, never exceptions:
+
+* a model request that failed, or a tool call the model wrote that cannot be
+  used (unparseable, unknown tool, arguments that violate the schema): the
+  trajectory fails with the reason — malformed calls are never fed back, so
+  a stored trajectory never teaches recovering from them;
+* a server that would not start, crashed, hung past ``tool_timeout_s`` or
+  answered garbage: the trajectory fails with the reason (the tool message
+  for that call says what happened);
+* an error the tool itself reports (``isError``, e.g. division by zero) is an
+  ordinary result, fed back for the model to read.
+
+At the end, on the same sessions before they close, the task's outcome-check
+probes (``tool_outcome`` verifier, ``spec.state``) are called and their
+outputs stored in ``end_state`` (null for a probe that failed).
+
+When the backend returns token ids, every turn goes into a
+``trajkit.models.tokens.TokenTrace``: ``token_ids``, ``loss_mask`` (1 for
+sampled tokens) and ``logprobs`` cover the whole trajectory. A turn whose
+prompt re-renders earlier turns differently is noted in ``reason`` (when the
+row has no other reason) as ``token trace: ...``.
+
+A custom rollout function replaces this loop (``load_rollout("pkg.mod:fn")``)::
+
+    async def rollout(task: dict, backend: Backend, env: ToolEnv, params: SamplingParams,
+                      limits: AgentLimits, **kw) -> dict   # a complete trajectories row
+
+``kw`` carries ``system_prompt``, ``history``, ``rollout_index``, ``seed``,
+``policy_version`` and ``parent_id`` as ``run_episode`` takes them; a custom
+function may call ``run_episode`` itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from trajkit import schema as S
+from trajkit.envs.env import Episode, ToolEnv
+from trajkit.envs.session import ServerFault, ToolOutput
+from trajkit.envs.tools import ToolRoute, offered_tools_column
+from trajkit.errors import StageStopped, UserError
+from trajkit.models.base import Backend, Completion, Message, SamplingParams
+
+__all__ = ["AgentLimits", "ToolEnv", "load_rollout", "outcome_probes", "run_episode", "schema_message"]
+
+RolloutFn = Callable[..., Awaitable[dict[str, Any]]]
+_MESSAGE_KEYS = ("role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name")
+
+
+@dataclass(frozen=True)
+class AgentLimits:
+    """When an episode stops, and how much of each tool result the model sees.
+
+    ``max_turns``: model calls per episode. ``max_context_tokens``: stop
+    (truncated) before a model call whose prompt would exceed it, estimated as
+    the last call's prompt + completion tokens plus 1 token per 4 characters of
+    the tool output added since. ``tool_timeout_s``: per tool call.
+    ``max_tool_output_chars``: tool output beyond it is cut, with a note.
+    """
+
+    max_turns: int = 8
+    max_context_tokens: int | None = None
+    tool_timeout_s: float = 30.0
+    max_tool_output_chars: int = 4000
+
+
+def schema_message(m: Message) -> Message:
+    """A message in the ``trajectories`` shape: all six keys, tool calls flat with JSON-text arguments."""
+    out = {k: m.get(k) for k in _MESSAGE_KEYS}
+    if m.get("tool_calls"):
+        calls = []
+        for call in m["tool_calls"]:
+            fn = call.get("function") if isinstance(call.get("function"), dict) else call
+            args = fn.get("arguments")
+            args = args if isinstance(args, str) else json.dumps(args if args is not None else {}, ensure_ascii=False)
+            calls.append({"id": call.get("id"), "name": fn.get("name"), "arguments": args})
+        out["tool_calls"] = calls
+    else:
+        out["tool_calls"] = None
+    return out
+
+
+def outcome_probes(task: dict[str, Any]) -> list[dict[str, Any]]:
+    """The state probes of a task's ``tool_outcome`` verifier (``spec.state``), or ``[]``."""
+    verifier = task.get("verifier") or {}
+    if verifier.get("kind") != "tool_outcome" or not verifier.get("spec"):
+        return []
+    spec = verifier["spec"]
+    spec = json.loads(spec) if isinstance(spec, str) else spec
+    return list(spec.get("state") or [])
+
+
+def load_rollout(path: str | None) -> RolloutFn:
+    """``run_episode``, or the custom rollout function at a dotted path (``pkg.module:function``)."""
+    if not path:
+        return run_episode
+    from trajkit.pipeline import load_object
+
+    fn = load_object(path, "rollout function")
+    if not inspect.iscoroutinefunction(fn):
+        raise UserError(
+            f"rollout function {path!r} must be `async def rollout(task, backend, env, params, limits, **kw)`"
+        )
+    return fn
+
+
+class _Episode:
+    """The running state of one trajectory."""
+
+    def __init__(self, task: dict[str, Any], backend: Backend, limits: AgentLimits):
+        self.task, self.backend, self.limits = task, backend, limits
+        self.messages: list[Message] = []
+        self.status: str | None = None
+        self.reason: str | None = None
+        self.final_answer: str | None = None
+        self.model_s = self.tools_s = 0.0
+        self.prompt_tokens = self.completion_tokens = 0
+        self.turns = 0
+        self.tools_called: list[str] = []
+        self.context_estimate = 0
+        self.trace: Any = None
+        self.end_state: list[str | None] | None = None
+
+    def stop(self, status: str, reason: str | None) -> None:
+        self.status, self.reason = status, reason
+
+    async def ask(self, tools: list[dict], params: SamplingParams) -> Completion | None:
+        """One model call; None (and the episode failed) on a request error."""
+        t0 = time.monotonic()
+        try:
+            completions = await self.backend.generate(self.messages, tools or None, params)
+        except StageStopped:  # a budget cap stops the stage, not just this trajectory
+            raise
+        except Exception as e:  # noqa: BLE001 - a backend bug is this trajectory's failure, not the run's
+            completions = [Completion(text="", finish_reason="error", error=f"{type(e).__name__}: {e}")]
+        finally:
+            self.model_s += time.monotonic() - t0
+        c = completions[0] if completions else Completion(text="", finish_reason="error", error="no completion")
+        self.prompt_tokens += c.prompt_tokens
+        self.completion_tokens += c.completion_tokens
+        self.context_estimate = c.prompt_tokens + c.completion_tokens
+        if c.error:
+            self.stop("failed", f"model error: {c.error}")
+            return None
+        if c.token_ids is not None or self.trace is not None:
+            self._trace(c)
+        self.turns += 1
+        self.messages.append(schema_message(c.message()))
+        return c
+
+    def _trace(self, c: Completion) -> None:
+        if self.trace is None:
+            from trajkit.models.tokens import TokenTrace
+
+            self.trace = TokenTrace()
+        self.trace.add(c)
+
+    async def run_tools(self, ep: Episode, c: Completion, routes: dict[str, ToolRoute]) -> None:
+        """Run a turn's tool calls concurrently; append their results in call order."""
+        t0 = time.monotonic()
+        outputs = await asyncio.gather(*(self._call(ep, call.name, call.arguments, routes) for call in c.tool_calls))
+        self.tools_s += time.monotonic() - t0
+        fault = None
+        for call, (text, err) in zip(c.tool_calls, outputs):
+            self.tools_called.append(call.name)
+            self.messages.append(
+                schema_message({"role": "tool", "content": text, "tool_call_id": call.id, "name": call.name})
+            )
+            self.context_estimate += len(text) // 4
+            fault = fault or err
+        if fault:
+            self.stop("failed", fault)
+
+    async def _call(
+        self, ep: Episode, name: str, arguments: str, routes: dict[str, ToolRoute]
+    ) -> tuple[str, str | None]:
+        route = routes[name]
+        try:
+            out: ToolOutput = await ep.call(
+                route.server_id,
+                route.tool,
+                json.loads(arguments),
+                self.limits.tool_timeout_s,
+                self.limits.max_tool_output_chars,
+            )
+            return out.text, None
+        except ServerFault as e:
+            return f"Error: tool {name} failed: {e}", f"tool {name} ({route.server}) failed: {e}"
+        except Exception as e:  # noqa: BLE001 - same: this trajectory fails, the run goes on
+            return f"Error: tool {name} failed: {type(e).__name__}", f"tool {name} failed: {type(e).__name__}: {e}"
+
+    async def probe(self, ep: Episode) -> None:
+        """Call the task's outcome-check probes on this episode's sessions; store their outputs in order."""
+        probes = outcome_probes(self.task)
+        if not probes:
+            return
+        self.end_state = []
+        for i, p in enumerate(probes):
+            try:
+                out = await ep.call(p["server"], p["tool"], p.get("arguments") or {}, self.limits.tool_timeout_s)
+                self.end_state.append(None if out.is_error else out.text)
+                problem = out.text if out.is_error else None
+            except (ServerFault, KeyError) as e:
+                self.end_state.append(None)
+                problem = f"unknown server {e}" if isinstance(e, KeyError) else str(e)
+            if problem and self.status == "completed" and self.reason is None:
+                self.reason = f"end-state probe {i} ({p.get('tool')}) failed: {problem}"[:500]
+
+
+async def run_episode(
+    task: dict[str, Any],
+    backend: Backend,
+    env: ToolEnv,
+    params: SamplingParams,
+    limits: AgentLimits,
+    *,
+    system_prompt: str | None = None,
+    history: list[Message] | None = None,
+    rollout_index: int = 0,
+    seed: int | None = None,
+    policy_version: int | None = None,
+    parent_id: str | None = None,
+) -> dict[str, Any]:
+    """Run one agent episode on a task and return its ``trajectories`` row.
+
+    ``task``: a ``tasks`` row (``task_id``, ``question``, ``server_ids``,
+    ``verifier``). ``history``: earlier messages to continue (a multi-turn
+    extension; ``parent_id`` names the trajectory it extends); the question is
+    appended as the next user message. ``system_prompt`` is prepended unless
+    the history starts with a system message. ``seed`` overrides ``params.seed``.
+    ``traj_id = content_id(task_id, rollout_index, seed, model, parent_id)``.
+    """
+    t_start = time.monotonic()
+    params = dataclasses.replace(params, n=1, seed=seed if seed is not None else params.seed)
+    ep = _Episode(task, backend, limits)
+    history = [schema_message(m) for m in history or []]
+    if system_prompt and not (history and history[0]["role"] == "system"):
+        ep.messages.append(schema_message({"role": "system", "content": system_prompt}))
+    ep.messages.extend(history)
+    ep.messages.append(schema_message({"role": "user", "content": task.get("question") or ""}))
+    server_ids = task.get("server_ids")
+    try:
+        routes = env.routes(server_ids)
+    except KeyError as e:
+        routes = []
+        ep.stop("failed", f"task names {e.args[0]}")
+    if ep.status is None:
+        try:
+            async with env.episode(server_ids) as sessions:
+                await _loop(ep, sessions, routes, params)
+                await ep.probe(sessions)
+        except ServerFault as e:
+            ep.stop("failed", str(e))
+    return _row(task, backend, params, ep, routes, rollout_index, policy_version, parent_id, time.monotonic() - t_start)
+
+
+async def _loop(ep: _Episode, sessions: Episode, routes: list[ToolRoute], params: SamplingParams) -> None:
+    by_name = {r.name: r for r in routes}
+    tools = [r.schema for r in routes]
+    limits = ep.limits
+    for turn in range(limits.max_turns):
+        if turn and limits.max_context_tokens is not None and ep.context_estimate >= limits.max_context_tokens:
+            ep.stop("truncated", f"context limit ({ep.context_estimate} >= {limits.max_context_tokens} tokens)")
+            return
+        c = await ep.ask(tools, params)
+        if c is None:
+            return
+        if c.tool_call_errors:
+            err = c.tool_call_errors[0]
+            ep.stop("failed", f"malformed tool call: {err.reason} (raw: {err.raw[:200]})")
+            return
+        if not c.tool_calls:
+            if c.finish_reason == "length":
+                ep.stop("truncated", "the final answer hit max_tokens")
+            else:
+                ep.final_answer = c.text
+                ep.stop("completed", None)
+            return
+        unknown = [call.name for call in c.tool_calls if call.name not in by_name]
+        bad_args = [call.name for call in c.tool_calls if not isinstance(_loads(call.arguments), dict)]
+        if unknown or bad_args:
+            what = f"unknown tool {unknown[0]!r}" if unknown else f"arguments of {bad_args[0]!r} are not a JSON object"
+            ep.stop("failed", f"malformed tool call: {what}")
+            return
+        await ep.run_tools(sessions, c, by_name)
+        if ep.status is not None:
+            return
+    ep.stop("truncated", f"turn limit ({limits.max_turns} turns)")
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, TypeError):
+        return None
+
+
+def traj_id(task_id: str, rollout_index: int, seed: int | None, model: str, parent_id: str | None = None) -> str:
+    """The id of a trajectory: the inputs that define the episode, never what the model said."""
+    return S.content_id(task_id, rollout_index, seed, model, parent_id)
+
+
+def _row(
+    task: dict[str, Any],
+    backend: Backend,
+    params: SamplingParams,
+    ep: _Episode,
+    routes: list[ToolRoute],
+    rollout_index: int,
+    policy_version: int | None,
+    parent_id: str | None,
+    total_s: float,
+) -> dict[str, Any]:
+    trace = ep.trace
+    reason = ep.reason
+    if trace is not None and trace.mismatch and reason is None:
+        reason = f"token trace: {trace.mismatch}"[:500]
+    return {
+        "traj_id": traj_id(task["task_id"], rollout_index, params.seed, backend.model, parent_id),
+        "task_id": task["task_id"],
+        "parent_id": parent_id,
+        "rollout_index": rollout_index,
+        "model": backend.model,
+        "backend": backend.name,
+        "sampling": {
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": params.max_tokens,
+            "seed": params.seed,
+        },
+        "tools": offered_tools_column(routes),
+        "messages": ep.messages,
+        "status": ep.status,
+        "reason": reason,
+        "model_s": round(ep.model_s, 6),
+        "tools_s": round(ep.tools_s, 6),
+        "total_s": round(total_s, 6),
+        "prompt_tokens": ep.prompt_tokens,
+        "completion_tokens": ep.completion_tokens,
+        "roles": [m["role"] for m in ep.messages],
+        "tools_called": ep.tools_called,
+        "num_turns": ep.turns,
+        "num_tool_calls": len(ep.tools_called),
+        "final_answer": ep.final_answer,
+        "end_state": ep.end_state,
+        "token_ids": list(trace.token_ids) if trace is not None else None,
+        "loss_mask": list(trace.loss_mask) if trace is not None else None,
+        "logprobs": list(trace.logprobs) if trace is not None else None,
+        "policy_version": policy_version,
+    }

@@ -1,0 +1,116 @@
+"""Harvest MCP servers: start each one, initialize, list its tools, and describe it as a ``servers`` row.
+
+A server that will not start, hangs on ``initialize`` or ``tools/list``, or
+lists invalid tools (a missing or duplicate name, an input schema that is not
+a JSON Schema object) becomes a row with status ``failed`` and the reason; the
+others are harvested (status ``ok``). Every server is shut down afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+from trajkit.envs.config import ServerConfig
+from trajkit.envs.session import Connection, ServerFault
+
+
+def base_row(name: str, cfg: ServerConfig) -> dict[str, Any]:
+    """The columns of a ``servers`` row that come from the config alone (env variable names, never values)."""
+    return {
+        "server_id": cfg.server_id(name),
+        "name": name,
+        "transport": cfg.transport,
+        "command": cfg.command,
+        "args": list(cfg.args) if cfg.command is not None else None,
+        "url": cfg.url,
+        "env_names": sorted(cfg.env),
+    }
+
+
+def tool_record(server: str, tool: Any) -> dict[str, Any]:
+    """One harvested tool: name, description, input schema and annotations as JSON text."""
+    annotations = (
+        tool.annotations.model_dump(by_alias=True, mode="json", exclude_none=True) if tool.annotations else None
+    )
+    return {
+        "server": server,
+        "name": tool.name,
+        "description": tool.description or "",
+        "input_schema": json.dumps(tool.input_schema, ensure_ascii=False),
+        "annotations": json.dumps(annotations, sort_keys=True) if annotations else None,
+    }
+
+
+def invalid_tools(tools: list[Any]) -> str | None:
+    """Why a tool listing is unusable, or None: names must be present and unique, schemas JSON Schema objects."""
+    import jsonschema
+
+    seen: set[str] = set()
+    for i, tool in enumerate(tools):
+        if not tool.name or not tool.name.strip():
+            return f"tool #{i} has no name"
+        if tool.name in seen:
+            return f"duplicate tool name {tool.name!r}"
+        seen.add(tool.name)
+        schema = tool.input_schema
+        if not isinstance(schema, dict) or schema.get("type") != "object":
+            return f"tool {tool.name!r}: input schema is not a JSON Schema of type 'object'"
+        try:
+            jsonschema.validators.validator_for(schema).check_schema(schema)
+        except jsonschema.SchemaError as e:
+            return f"tool {tool.name!r}: invalid input schema: {e.message[:200]}"
+    return None
+
+
+async def describe_server(
+    name: str, cfg: ServerConfig, *, startup_timeout_s: float = 60.0, list_timeout_s: float = 30.0
+) -> dict[str, Any]:
+    """Start one server, initialize, list every tool (all pages), shut it down; a ``servers`` row."""
+    row = base_row(name, cfg) | {"server_info": None, "tools": None, "num_tools": None}
+    conn = Connection(name, cfg, startup_timeout_s=startup_timeout_s)
+    try:
+        await conn.open()
+        info = conn.init_result
+        row["server_info"] = {
+            "name": info.server_info.name,
+            "version": info.server_info.version,
+            "protocol_version": str(info.protocol_version),
+            "instructions": info.instructions,
+        }
+        tools = await conn.list_tools(timeout_s=list_timeout_s)
+        reason = invalid_tools(tools)
+        if reason is not None:
+            return row | {"status": "failed", "reason": f"invalid tools: {reason}"}
+        records = [tool_record(name, t) for t in tools]
+        return row | {"tools": records, "num_tools": len(records), "status": "ok", "reason": None}
+    except ServerFault as e:
+        return row | {"status": "failed", "reason": str(e)}
+    finally:
+        await conn.aclose()
+
+
+async def discover(
+    servers: dict[str, ServerConfig],
+    *,
+    concurrency: int = 4,
+    startup_timeout_s: float = 60.0,
+    list_timeout_s: float = 30.0,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Describe every configured server (``concurrency`` at a time); rows in config order.
+
+    ``on_row`` is called as each server is done (for progress).
+    """
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(name: str, cfg: ServerConfig) -> dict[str, Any]:
+        async with sem:
+            row = await describe_server(name, cfg, startup_timeout_s=startup_timeout_s, list_timeout_s=list_timeout_s)
+        if on_row is not None:
+            on_row(row)
+        return row
+
+    return list(await asyncio.gather(*(one(n, c) for n, c in servers.items())))

@@ -1,0 +1,265 @@
+"""``ToolEnv``: the harvested servers of a run, with bounded sessions for many concurrent trajectories.
+
+A stateful server gets one fresh process per trajectory (a clean state, no
+residue between trajectories); a stateless one is shared through a bounded
+pool. A server is stateless when every tool it lists is annotated
+``readOnlyHint: true`` (the MCP way of saying a tool does not modify its
+environment), unless ``stateless={name: bool}`` says otherwise. Bounds:
+
+* ``max_processes`` — live per-trajectory server processes, all servers
+  together; a trajectory reserves the processes it needs at once (so two
+  trajectories can never deadlock holding half of theirs); pools add
+  ``pool_size`` processes per stateless server on top;
+* ``max_concurrency_per_server`` — calls in flight on one server process
+  (or HTTP session) at a time.
+
+Server env values and HTTP headers come from ``config`` (the ``mcpServers``
+file) when given, else each env *name* in the row is read from the
+environment. Use ``async with ToolEnv(...)``: every server is shut down on
+every exit path, Ctrl-C included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Self
+
+from trajkit.envs.config import ServerConfig, load_servers_config
+from trajkit.envs.session import Connection, ServerFault, ToolOutput
+from trajkit.envs.tools import ToolRoute, select_servers, tool_routes
+
+
+def is_stateless(row: dict[str, Any]) -> bool:
+    """Whether every tool of a harvested server is annotated read-only (so a shared process leaves no residue)."""
+    tools = row.get("tools") or []
+    return bool(tools) and all(json.loads(t.get("annotations") or "{}").get("readOnlyHint") is True for t in tools)
+
+
+def row_config(row: dict[str, Any]) -> ServerConfig:
+    """A server's config rebuilt from its ``servers`` row; env values are read from the environment by name."""
+    if row["transport"] == "http":
+        return ServerConfig(url=row["url"])
+    return ServerConfig(
+        command=row["command"],
+        args=list(row.get("args") or []),
+        env={n: "${" + n + "}" for n in row.get("env_names") or []},
+    )
+
+
+class _Slots:
+    """A counting bound with all-or-nothing reservation of several slots."""
+
+    def __init__(self, total: int):
+        self.total, self.free = total, total
+        self._cond = asyncio.Condition()
+
+    async def reserve(self, n: int) -> None:
+        if n > self.total:
+            raise ServerFault(f"a trajectory needs {n} server processes; max_processes is {self.total}")
+        async with self._cond:
+            await self._cond.wait_for(lambda: self.free >= n)
+            self.free -= n
+
+    async def release(self, n: int) -> None:
+        async with self._cond:
+            self.free += n
+            self._cond.notify_all()
+
+
+class Pool:
+    """Up to ``size`` shared connections to one stateless server, started on demand, least-loaded first.
+
+    A connection that faults (crash, hang, garbage) is retired and replaced on demand.
+    """
+
+    def __init__(self, env: ToolEnv, name: str, cfg: ServerConfig, size: int):
+        self.env, self.name, self.cfg, self.size = env, name, cfg, size
+        self.conns: list[Connection] = []
+
+    def _pick(self) -> Connection:
+        live = [c for c in self.conns if not c.dead]
+        idle = [c for c in live if c.load == 0]
+        if idle:
+            return idle[0]
+        if len(live) < self.size:
+            conn = self.env._connection(self.name, self.cfg)
+            conn.start()
+            self.conns.append(conn)
+            return conn
+        return min(live, key=lambda c: c.load)
+
+    async def call(self, tool: str, arguments: dict[str, Any], timeout_s: float, max_chars: int | None) -> ToolOutput:
+        conn = self._pick()
+        try:
+            return await conn.call(tool, arguments, timeout_s, max_chars)
+        except ServerFault:
+            self.retire(conn)
+            raise
+
+    def retire(self, conn: Connection) -> None:
+        if conn in self.conns:
+            self.conns.remove(conn)
+            self.env._close_later(conn)
+
+
+class ToolEnv:
+    """The servers of a run, ready to serve trajectories; an async context manager.
+
+    ``servers``: ``servers`` table rows (failed rows are kept so a task using
+    one fails with the harvest reason). ``config``: the ``mcpServers`` file or
+    mapping, for env values, headers and cwd. ``stateless``: name -> bool
+    overrides of the read-only rule.
+    """
+
+    def __init__(
+        self,
+        servers: list[dict[str, Any]],
+        *,
+        config: Mapping[str, ServerConfig] | str | Path | None = None,
+        stateless: Mapping[str, bool] | None = None,
+        max_processes: int = 32,
+        pool_size: int = 2,
+        max_concurrency_per_server: int = 8,
+        startup_timeout_s: float = 60.0,
+    ):
+        if isinstance(config, (str, Path)):
+            config = load_servers_config(config)
+        self.rows = list(servers)
+        self.config = dict(config or {})
+        self.stateless = {r["name"]: (stateless or {}).get(r["name"], is_stateless(r)) for r in self.rows}
+        self.pool_size = pool_size
+        self.max_concurrency_per_server = max_concurrency_per_server
+        self.startup_timeout_s = startup_timeout_s
+        self.slots = _Slots(max_processes)
+        self.pools: dict[str, Pool] = {}
+        self.live: set[Connection] = set()
+        self._closers: set[asyncio.Task] = set()
+        self._routes: dict[tuple[str, ...] | None, list[ToolRoute]] = {}
+        self._closed = False
+
+    @classmethod
+    async def from_config(cls, config: Mapping[str, ServerConfig] | str | Path, **kwargs: Any) -> ToolEnv:
+        """Harvest the configured servers now (start, list tools, stop) and build an env from the rows."""
+        from trajkit.envs.discovery import discover
+
+        if isinstance(config, (str, Path)):
+            config = load_servers_config(config)
+        return cls(await discover(dict(config)), config=config, **kwargs)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # ------------------------------------------------------------ what a task sees
+    def routes(self, server_ids: list[str] | None = None) -> list[ToolRoute]:
+        """The tools offered to a task (``tool_routes`` over this env's rows), computed once per server list."""
+        key = None if server_ids is None else tuple(server_ids)
+        if key not in self._routes:
+            self._routes[key] = tool_routes(self.server_rows(server_ids))
+        return self._routes[key]
+
+    def server_rows(self, server_ids: list[str] | None = None) -> list[dict[str, Any]]:
+        """The rows of the given servers (ids or names), in that order; None = every server harvested ok."""
+        if server_ids is None:
+            return [r for r in self.rows if r["status"] == "ok"]
+        return select_servers(self.rows, server_ids)
+
+    def config_for(self, row: dict[str, Any]) -> ServerConfig:
+        return self.config.get(row["name"]) or row_config(row)
+
+    def episode(self, server_ids: list[str] | None = None) -> Episode:
+        """Sessions for one trajectory over the given servers (ids or names; None = all that are ok)."""
+        return Episode(self, self.server_rows(server_ids))
+
+    # ------------------------------------------------------------ connections
+    def _connection(self, name: str, cfg: ServerConfig) -> Connection:
+        if self._closed:
+            raise ServerFault("the tool environment is closed")
+        conn = Connection(
+            name, cfg, startup_timeout_s=self.startup_timeout_s, max_concurrency=self.max_concurrency_per_server
+        )
+        self.live.add(conn)
+        return conn
+
+    def pool(self, row: dict[str, Any]) -> Pool:
+        if row["name"] not in self.pools:
+            self.pools[row["name"]] = Pool(self, row["name"], self.config_for(row), self.pool_size)
+        return self.pools[row["name"]]
+
+    async def close_connection(self, conn: Connection) -> None:
+        try:
+            await conn.aclose()
+        finally:
+            self.live.discard(conn)
+
+    def _close_later(self, conn: Connection) -> None:
+        task = asyncio.create_task(self.close_connection(conn))
+        self._closers.add(task)
+        task.add_done_callback(self._closers.discard)
+
+    async def aclose(self) -> None:
+        """Shut down every server this env started (pools, stragglers), waiting for each to exit."""
+        self._closed = True
+        closing = [self.close_connection(c) for c in list(self.live)]
+        await asyncio.shield(asyncio.gather(*closing, *self._closers, return_exceptions=True))
+        self.pools.clear()
+
+
+class Episode:
+    """The sessions of one trajectory: fresh processes for stateful servers (started at once, in the
+    background, while the model thinks), the shared pool for stateless ones. ``async with`` it."""
+
+    def __init__(self, env: ToolEnv, rows: list[dict[str, Any]]):
+        self.env = env
+        self.rows = {r["name"]: r for r in rows}
+        self.ids = {r["server_id"]: r["name"] for r in rows}
+        self.fresh: dict[str, Connection] = {}
+        self._reserved = 0
+
+    async def __aenter__(self) -> Self:
+        failed = [r for r in self.rows.values() if r["status"] != "ok"]
+        if failed:
+            raise ServerFault(f"server {failed[0]['name']!r} failed at harvest: {failed[0]['reason']}")
+        own = [r for r in self.rows.values() if not self.env.stateless[r["name"]]]
+        needed = sum(r["transport"] == "stdio" for r in own)
+        await self.env.slots.reserve(needed)
+        self._reserved = needed
+        try:
+            for row in own:
+                conn = self.env._connection(row["name"], self.env.config_for(row))
+                conn.start()
+                self.fresh[row["name"]] = conn
+        except BaseException:
+            await self.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            closing = [self.env.close_connection(c) for c in self.fresh.values()]
+            await asyncio.shield(asyncio.gather(*closing, return_exceptions=True))
+        finally:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(self.env.slots.release(self._reserved))
+            self._reserved = 0
+
+    def server_name(self, server: str) -> str:
+        """A server's name from its name or id; KeyError if the trajectory does not use it."""
+        if server in self.rows:
+            return server
+        return self.ids[server]
+
+    async def call(
+        self, server: str, tool: str, arguments: dict[str, Any], timeout_s: float = 30.0, max_chars: int | None = None
+    ) -> ToolOutput:
+        """Call a tool on one of this trajectory's servers (name or id); ServerFault on a server failure."""
+        name = self.server_name(server)
+        if name in self.fresh:
+            return await self.fresh[name].call(tool, arguments, timeout_s, max_chars)
+        return await self.env.pool(self.rows[name]).call(tool, arguments, timeout_s, max_chars)

@@ -1,0 +1,295 @@
+"""One live MCP connection: a server process over stdio (or an HTTP session), owned by one task.
+
+The ``mcp`` SDK's transports are async context managers that must be entered
+and left in the same task, so each ``Connection`` runs an owner task that
+opens the transport, initializes, and holds the session until ``aclose``.
+Calls come from any task. Every call has a timeout and a bound on calls in
+flight; results are rendered to text and truncated. A server that cannot
+start, crashes, hangs or answers garbage raises ``ServerFault`` (a reason for
+the trajectory to fail); an error the tool itself reports is an ordinary
+``ToolOutput`` with ``is_error`` set, for the model to read. The SDK kills the
+server's whole process group on every exit path, cancellation included.
+
+``${SESSION_DIR}`` in a stdio server's args becomes a fresh temporary
+directory for that session, removed when it closes: a file-backed server
+(``--db-path ${SESSION_DIR}/db.sqlite``) starts each trajectory clean too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from trajkit.envs.config import ServerConfig, child_environment, expand, resolve_command
+
+STDERR_TAIL_CHARS = 300
+SESSION_DIR = "${SESSION_DIR}"  # in a server's args: a fresh directory per session, removed at its end
+
+
+def _not_parse_noise(record: logging.LogRecord) -> bool:
+    # The SDK logs a traceback for every non-JSON-RPC stdout line; Connection records the line itself.
+    return not record.getMessage().startswith("Failed to parse JSONRPC message")
+
+
+logging.getLogger("mcp.client.stdio").addFilter(_not_parse_noise)
+
+
+class ServerFault(Exception):
+    """A server failed (would not start, crashed, hung, or answered garbage): a reason, not a crash of the run."""
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """A tool's result as the model sees it: text (truncated), and whether the tool reported an error."""
+
+    text: str
+    is_error: bool = False
+    truncated: bool = False
+    seconds: float = 0.0
+
+
+def truncate(text: str, max_chars: int | None) -> tuple[str, bool]:
+    """Cut ``text`` to ``max_chars`` and say how much was cut (so the model knows)."""
+    if max_chars is None or len(text) <= max_chars:
+        return text, False
+    return text[:max_chars] + f"\n[... truncated {len(text) - max_chars} characters]", True
+
+
+def render_content(result: Any) -> str:
+    """A ``CallToolResult`` as text: text blocks joined; other blocks described; structured output as JSON."""
+    parts: list[str] = []
+    for block in result.content:
+        kind = getattr(block, "type", None)
+        if kind == "text":
+            parts.append(block.text)
+        elif kind in ("image", "audio"):
+            parts.append(f"[{kind} {block.mime_type}, {len(block.data)} base64 characters]")
+        elif kind == "resource_link":
+            parts.append(f"[resource {block.uri}]")
+        elif kind == "resource":
+            res = block.resource
+            parts.append(res.text if hasattr(res, "text") else f"[binary resource {res.uri}]")
+        else:
+            parts.append(f"[{kind} content]")
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False, sort_keys=True))
+    return "\n".join(parts)
+
+
+class Connection:
+    """One MCP session to one server; ``await open()``, ``await call(...)``, ``await aclose()``.
+
+    ``max_concurrency`` bounds the calls in flight on this connection;
+    ``startup_timeout_s`` bounds spawning plus ``initialize``.
+    """
+
+    def __init__(self, name: str, cfg: ServerConfig, *, startup_timeout_s: float = 60.0, max_concurrency: int = 8):
+        self.name = name
+        self.cfg = cfg
+        self.startup_timeout_s = startup_timeout_s
+        self.init_result: Any = None
+        self.session: Any = None
+        self.load = 0  # calls in flight or waiting (the pool balances on it)
+        self.dead: str | None = None
+        self._sem = asyncio.Semaphore(max_concurrency)
+        self._ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._closing = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._stderr: Any = None
+        self._junk: str | None = None
+
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Start the owner task (spawn + initialize in the background); ``open`` waits for it."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._own(), name=f"mcp:{self.name}")
+
+    async def open(self) -> Connection:
+        """Start (if needed) and wait until initialized; raises ServerFault if the server does not come up."""
+        self.start()
+        await asyncio.shield(self._ready)
+        return self
+
+    async def aclose(self) -> None:
+        """Shut the server down (stdin closed, then SIGTERM/SIGKILL of its process group) and wait for it."""
+        self._closing.set()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(self._task)
+
+    async def _own(self) -> None:
+        from mcp import ClientSession
+
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                read, write = await self._transport(stack)
+                session = await stack.enter_async_context(ClientSession(read, write, message_handler=self._on_message))
+                try:
+                    async with asyncio.timeout(self.startup_timeout_s):
+                        self.init_result = await session.initialize()
+                except TimeoutError:
+                    raise ServerFault(f"initialize timed out after {self.startup_timeout_s:g}s") from None
+                self.session = session
+                self._ready.set_result(None)
+                await self._closing.wait()
+        except asyncio.CancelledError:
+            self._fail("cancelled")
+            raise
+        except BaseException as e:  # noqa: BLE001 - every failure of the transport becomes a reason
+            self._fail(self._describe(e))
+        finally:
+            self.session = None
+            if self.dead is None:
+                self.dead = "closed"
+            if self._stderr is not None:
+                self._stderr.close()
+
+    async def _transport(self, stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
+        if self.cfg.transport == "stdio":
+            from mcp.client.stdio import StdioServerParameters, stdio_client
+
+            # closed in _own's finally, after a failure's reason has read its tail
+            self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+            args = list(self.cfg.args)
+            if any(SESSION_DIR in a for a in args):
+                workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"trajkit-{self.name}-"))
+                args = [a.replace(SESSION_DIR, workdir) for a in args]
+            params = StdioServerParameters(
+                command=resolve_command(self.cfg.command),
+                args=args,
+                env=child_environment(self.cfg),
+                cwd=self.cfg.cwd,
+                encoding_error_handler="replace",
+            )
+            return await stack.enter_async_context(stdio_client(params, errlog=self._stderr))
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        headers = {k: expand(v) for k, v in self.cfg.headers.items()}
+        http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
+        return await stack.enter_async_context(streamable_http_client(self.cfg.url, http_client=http))
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, Exception):  # a line on stdout that is not JSON-RPC
+            errors = getattr(message, "errors", None)
+            line = errors()[0].get("input") if callable(errors) and errors() else None
+            self._junk = repr(line)[:200] if isinstance(line, str) else f"{type(message).__name__}: {message}"[:200]
+
+    def _fail(self, reason: str) -> None:
+        if self.dead is None or self.dead == "closed":
+            self.dead = reason
+        if not self._ready.done():
+            self._ready.set_exception(ServerFault(reason))
+            self._ready.exception()  # retrieved: nobody may be waiting yet
+
+    def _describe(self, e: BaseException) -> str:
+        while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
+            e = e.exceptions[0]
+        if isinstance(e, ServerFault):
+            reason = str(e)
+        elif isinstance(e, OSError) and not self.init_result:
+            reason = f"cannot start server: {e}"
+        else:
+            phase = "initialize" if self.init_result is None else "session"
+            reason = f"{phase} failed: {type(e).__name__}: {str(e)[:200]}"
+        return reason + self.stderr_tail()
+
+    def stderr_tail(self) -> str:
+        """`` (stderr: ...)`` with the server's last stderr line(s), or ``""``."""
+        if self._stderr is None or self._stderr.closed:
+            return ""
+        try:
+            self._stderr.flush()
+            size = self._stderr.seek(0, 2)
+            self._stderr.seek(max(0, size - 4 * STDERR_TAIL_CHARS))
+            tail = " | ".join(line.strip() for line in self._stderr.read().splitlines() if line.strip())
+        except (OSError, ValueError):
+            return ""
+        return f" (stderr: {tail[-STDERR_TAIL_CHARS:]})" if tail else ""
+
+    # ------------------------------------------------------------ calls
+    @property
+    def server_info(self) -> Any:
+        return self.init_result.server_info if self.init_result else None
+
+    async def list_tools(self, timeout_s: float = 30.0, max_pages: int = 100) -> list[Any]:
+        """Every tool the server lists, following ``nextCursor`` pages."""
+        from mcp.types import PaginatedRequestParams
+
+        await self.open()
+        tools, cursor = [], None
+        for _ in range(max_pages):
+            params = PaginatedRequestParams(cursor=cursor) if cursor else None
+            result = await self._request("tools/list", self.session.list_tools(params=params), timeout_s)
+            tools.extend(result.tools)
+            cursor = result.next_cursor
+            if not cursor:
+                return tools
+        raise ServerFault(f"tools/list returned more than {max_pages} pages")
+
+    async def call(
+        self, tool: str, arguments: dict[str, Any], timeout_s: float = 30.0, max_chars: int | None = None
+    ) -> ToolOutput:
+        """Call a tool; its own errors come back as ``is_error`` output, server faults raise ServerFault."""
+        self.load += 1
+        try:
+            await self.open()
+            async with self._sem:
+                if self.dead:
+                    raise ServerFault(f"server {self.name!r} is gone: {self.dead}")
+                t0 = time.monotonic()
+                try:
+                    result = await self._request(
+                        f"{tool}", self.session.call_tool(tool, arguments, read_timeout_seconds=timeout_s), timeout_s
+                    )
+                except _ProtocolError as e:
+                    return ToolOutput(f"Error: {e}", is_error=True, seconds=time.monotonic() - t0)
+                self._junk = None  # stray output before a good answer is noise, not this call's fault
+                text, cut = truncate(render_content(result), max_chars)
+                if result.is_error and not text.lower().startswith("error"):
+                    text = "Error: " + text
+                return ToolOutput(text, bool(result.is_error), cut, time.monotonic() - t0)
+        finally:
+            self.load -= 1
+
+    async def _request(self, what: str, coro: Any, timeout_s: float) -> Any:
+        from mcp import MCPError
+        from mcp.types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
+        from pydantic import ValidationError
+
+        try:
+            # The SDK times the request out itself; this outer bound catches a wedged transport.
+            async with asyncio.timeout(timeout_s + 5):
+                return await coro
+        except MCPError as e:
+            if e.code == REQUEST_TIMEOUT:
+                raise self._fault(f"{what} timed out after {timeout_s:g}s") from None
+            if e.code == CONNECTION_CLOSED:
+                raise self._fault(f"server {self.name!r} exited during {what}", dead=True) from None
+            raise _ProtocolError(f"{e.message} (code {e.code})") from None
+        except TimeoutError:
+            raise self._fault(f"{what} timed out after {timeout_s:g}s") from None
+        except ValidationError as e:
+            detail = e.errors()[0]
+            where = ".".join(map(str, detail["loc"]))
+            raise self._fault(f"malformed {what} result from {self.name!r}: {where}: {detail['msg']}") from None
+        except (RuntimeError, ValueError, TypeError) as e:
+            raise self._fault(f"bad {what} result from {self.name!r}: {type(e).__name__}: {str(e)[:200]}") from None
+
+    def _fault(self, reason: str, dead: bool = False) -> ServerFault:
+        if self._junk:
+            reason += f" (server wrote non-JSON-RPC output: {self._junk})"
+        reason += self.stderr_tail()
+        if dead:
+            self.dead = reason
+        return ServerFault(reason)
+
+
+class _ProtocolError(Exception):
+    """A JSON-RPC error response to a tool call: a valid answer, fed back to the model as an error."""
