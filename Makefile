@@ -9,7 +9,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench gpu-bundle clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
@@ -36,6 +36,10 @@ test: setup
 
 bench: setup
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# wheels the GPU machine's image lacks (trl, datasets, ...), for the device tool's `carry`
+gpu-bundle: setup
+	bash scripts/gpu_bundle.sh
 
 clean:
 	rm -rf $(VENV) runs .cache .pytest_cache

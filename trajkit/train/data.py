@@ -1,0 +1,163 @@
+"""Training rows from a run's curated tables, read with pyarrow (train imports no polars or duckdb).
+
+``task_rows`` joins ``tasks`` with its annotations (``passk``, ``splits``,
+``curriculum``; for an annotation written by several stages the row of the stage
+that finished last wins, as in the store's SQL views), drops rejected tasks and
+applies a stage's data filter. ``grpo_rows`` turns tasks into the rows of the
+GRPO dataset: a conversational ``prompt`` plus the columns the rewards read.
+``sft_rows`` turns accepted trajectories into SFT examples.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from trajkit import schema as S
+from trajkit.config import StageConfig
+from trajkit.envs.solve import is_tool_task, task_prompt
+from trajkit.errors import UserError
+from trajkit.export import openai_tools
+from trajkit.models.chat import to_template
+from trajkit.store import SHARD_RE, Store
+
+NO_TOOLS = "none"  # the environment of tasks that offer no tools
+ALL_SERVERS = "all"  # a tool_outcome task that names no servers is offered every server, as in rollouts
+
+
+class DataFilter(StageConfig):
+    """Which curated tasks a training stage sees."""
+
+    difficulty: list[Literal[S.DIFFICULTIES]] | None = Field(  # type: ignore[valid-type]
+        None, description="Difficulty buckets to keep (passk.difficulty); unset keeps all, untagged included."
+    )
+    split: Literal[S.SPLITS] | None = Field("train", description="Split to keep (splits.split); null keeps all.")  # type: ignore[valid-type]
+    stage: str | None = Field(None, description="Curriculum stage to keep (curriculum.stage).")
+    modes: list[Literal[S.TASK_MODES]] | None = Field(None, description="Task modes to keep.")  # type: ignore[valid-type]
+    verifier_kinds: list[str] | None = Field(None, description="Verifier kinds to keep.")
+    limit: int | None = Field(None, ge=1, description="Keep at most this many tasks (in task_id order).")
+
+
+def latest(store: Store, table: str) -> dict[str, dict[str, Any]]:
+    """Rows of a table by key; where several stages wrote a key, the stage that finished last wins."""
+    key = S.table(table).key
+    finished = {m["stage"]: m.get("finished_at", "") for m in store.manifests()}
+    stages = sorted(
+        {m["stage"] if (m := SHARD_RE.match(p.name)) else "" for p in store.shards(table)},
+        key=lambda st: (st in finished, finished.get(st, ""), st),
+    )
+    out: dict[str, dict[str, Any]] = {}
+    for stage in stages:
+        for row in store.read(table, stage=stage).to_pylist():
+            out[row[key]] = row
+    return out
+
+
+def task_rows(store: Store, data: DataFilter) -> list[dict[str, Any]]:
+    """Tasks with ``difficulty``, ``split``, ``stage`` and ``rollouts_per_prompt`` joined on, filtered."""
+    if not store.count("tasks"):
+        raise UserError(f"no tasks in {store.root}: run synth or curate.import first")
+    rejected = store.rejected("tasks")
+    passk, splits, curriculum = latest(store, "passk"), latest(store, "splits"), latest(store, "curriculum")
+    if data.split is not None and not splits:
+        raise UserError(f"data filter split={data.split!r} but {store.root} has no splits table (run curate.split)")
+    if data.stage is not None and not curriculum:
+        raise UserError(f"data filter stage={data.stage!r} but {store.root} has no curriculum table")
+    out = []
+    for task in sorted(latest(store, "tasks").values(), key=lambda r: r["task_id"]):
+        tid = task["task_id"]
+        if tid in rejected:
+            continue
+        row = dict(task)
+        row["difficulty"] = (passk.get(tid) or {}).get("difficulty")
+        row["split"] = (splits.get(tid) or {}).get("split")
+        cur = curriculum.get(tid) or {}
+        row["stage"], row["rollouts_per_prompt"] = cur.get("stage"), cur.get("rollouts_per_prompt")
+        if data.difficulty is not None and row["difficulty"] not in data.difficulty:
+            continue
+        if data.split is not None and row["split"] != data.split:
+            continue
+        if data.stage is not None and row["stage"] != data.stage:
+            continue
+        if data.modes is not None and row["mode"] not in data.modes:
+            continue
+        kind = (row.get("verifier") or {}).get("kind")
+        if data.verifier_kinds is not None and kind not in data.verifier_kinds:
+            continue
+        out.append(row)
+        if data.limit is not None and len(out) >= data.limit:
+            break
+    return out
+
+
+def environment_name(task: dict[str, Any]) -> str:
+    """The TRL environment a task uses: its server ids joined in order (the order tools render in)."""
+    if task.get("server_ids"):
+        return "+".join(task["server_ids"])
+    return ALL_SERVERS if is_tool_task(task) else NO_TOOLS
+
+
+def grpo_rows(tasks: list[dict[str, Any]], system_prompt: str | None = None) -> list[dict[str, Any]]:
+    """GRPO dataset rows: conversational ``prompt`` plus the reward columns.
+
+    The user message is the one pass@k tagging and rollouts sent (``trajkit.envs.solve``):
+    the question for a tool task, the question plus its verifier's answer format otherwise.
+    Columns: ``task_id``, ``verifier_kind``, ``verifier_spec`` (JSON text), ``difficulty``,
+    ``environment`` (the server set), ``target_tools``.
+    """
+    rows = []
+    for t in tasks:
+        verifier = t.get("verifier") or {}
+        text = (t.get("question") or "") if is_tool_task(t) else task_prompt(t)
+        if not text:
+            continue
+        prompt = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
+            {"role": "user", "content": text}
+        ]
+        rows.append(
+            {
+                "prompt": prompt,
+                "task_id": t["task_id"],
+                "verifier_kind": verifier.get("kind") or "none",
+                "verifier_spec": verifier.get("spec") or "{}",
+                "difficulty": t.get("difficulty"),
+                "environment": environment_name(t),
+                "target_tools": list(t.get("target_tools") or []),
+            }
+        )
+    return rows
+
+
+def sft_rows(
+    store: Store, statuses: tuple[str, ...] = ("completed",), limit: int | None = None, use_tokens: bool = True
+) -> list[dict[str, Any]]:
+    """Accepted trajectories as SFT examples.
+
+    A trajectory with ``token_ids`` and a same-length ``loss_mask`` becomes
+    ``{"input_ids", "assistant_masks"}`` (the exact generated tokens, tool output
+    masked); otherwise ``{"messages", "tools"}`` (messages shaped for the chat
+    template as synthesis rendered them, OpenAI tool schemas) for assistant-only
+    loss (always, with ``use_tokens=False``). Rejected trajectories and
+    trajectories of rejected tasks are skipped.
+    """
+    rejected, rejected_tasks = store.rejected("trajectories"), store.rejected("tasks")
+    columns = ["traj_id", "task_id", "status", "messages", "tools", "token_ids", "loss_mask"]
+    out = []
+    for row in sorted(store.rows("trajectories", columns), key=lambda r: r["traj_id"]):
+        if row["status"] not in statuses or row["traj_id"] in rejected or row["task_id"] in rejected_tasks:
+            continue
+        ids, mask = row.get("token_ids"), row.get("loss_mask")
+        if use_tokens and ids and mask and len(ids) == len(mask) and any(mask):
+            out.append({"traj_id": row["traj_id"], "input_ids": list(ids), "assistant_masks": [int(m) for m in mask]})
+        elif row.get("messages"):
+            out.append(
+                {
+                    "traj_id": row["traj_id"],
+                    "messages": to_template(row["messages"]),
+                    "tools": openai_tools(row.get("tools")),
+                }
+            )
+        if limit is not None and len(out) >= limit:
+            break
+    return out

@@ -1,0 +1,244 @@
+"""One GRPO curriculum stage as a resumable trajkit stage: curated tasks in, TRL's GRPOTrainer, weights out.
+
+The stage reads tasks with pyarrow, starts the verification sandbox (before
+anything can initialize CUDA), builds a ``datasets.Dataset`` (conversational
+``prompt`` plus the reward columns), offers the tasks' MCP tools through TRL's
+``environment_factory``, trains for ``steps`` optimizer steps, saves full
+safetensors weights and the tokenizer to ``RUN/models/<stage>/`` and writes
+per-step metrics to ``train_metrics`` and a plot to ``RUN/plots/<stage>.png``.
+
+``grpo:`` is passed straight to ``GRPOConfig`` over trajkit's defaults
+(``TRAJKIT_GRPO``: token-level loss, clip-higher 0.28, no KL), so every TRL
+option is available without trajkit re-declaring it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from trajkit.config import StageConfig
+from trajkit.errors import UserError
+from trajkit.runner import StageContext, StageSpec
+from trajkit.train.data import NO_TOOLS, DataFilter, grpo_rows, task_rows
+from trajkit.train.rewards import Conciseness, RewardSpec
+
+TRAJKIT_GRPO: dict[str, Any] = {"loss_type": "dapo", "epsilon_high": 0.28, "beta": 0.0}
+SANDBOXED_KINDS = frozenset({"unit_tests", "stdio", "math"})  # the kinds trajkit.verify runs in the sandbox
+DEFAULT_REWARDS = [
+    RewardSpec(name="correctness"),
+    RewardSpec(name="format", weight=0.1),
+    RewardSpec(name="tool_calls", weight=0.2),
+    RewardSpec(name="overlong"),
+]
+
+
+class GRPOStageConfig(StageConfig):
+    """One curriculum stage of GRPO."""
+
+    model: str = Field(description="Starting weights: a local model directory (or a Hub id where reachable).")
+    tokenizer: str | None = Field(None, description="Tokenizer directory or id (default: the model's).")
+    output_dir: str | None = Field(None, description="Where the weights go (default: RUN/models/<stage name>).")
+    data: DataFilter = Field(default_factory=DataFilter, description="Which curated tasks this stage trains on.")
+    steps: int = Field(ge=1, description="Optimizer steps of this stage (GRPOConfig.max_steps).")
+    grpo: dict[str, Any] = Field(
+        default_factory=dict, description="Passed straight to trl.GRPOConfig, over trajkit's defaults."
+    )
+    rewards: list[RewardSpec] = Field(default_factory=lambda: list(DEFAULT_REWARDS))
+    conciseness: Conciseness = Field(default_factory=Conciseness)
+    tools: bool = Field(True, description="Offer each task's MCP servers as tools (multi-turn GRPO).")
+    tool_timeout_s: float = Field(30.0, gt=0, description="Per tool call, as in rollouts.")
+    max_tool_output_chars: int = Field(4000, ge=1, description="Tool output beyond it is cut, as in rollouts.")
+    system_prompt: str | None = Field(None, description="A system message put before each task's question.")
+    dtype: str | None = Field(None, description="Weights dtype when loading (default float32; bf16 autocast on GPU).")
+    compiled_generation: bool = Field(
+        True, description="On one CUDA GPU or DDP, without vLLM: static KV cache, compiled decode (trajkit.train.speed)."
+    )
+
+
+def grpo_args(cfg: GRPOStageConfig, output_dir: str, weights: list[float], num_generations: int | None) -> Any:
+    """The ``GRPOConfig``: trajkit's defaults, then the stage's ``grpo:`` mapping, then what the stage fixes."""
+    import torch
+    from trl import GRPOConfig
+
+    defaults: dict[str, Any] = {
+        **TRAJKIT_GRPO,
+        "logging_steps": 1,
+        "report_to": "none",
+        "save_strategy": "no",
+        "reward_weights": weights,
+    }
+    if not torch.cuda.is_available():
+        defaults.update(bf16=False, gradient_checkpointing=False)
+    if num_generations:
+        defaults["num_generations"] = num_generations
+    kwargs = {**defaults, **typed(GRPOConfig, cfg.grpo), "output_dir": output_dir, "max_steps": cfg.steps}
+    try:
+        return GRPOConfig(**kwargs)
+    except (ValueError, TypeError) as e:
+        raise UserError(f"invalid grpo: mapping: {str(e).splitlines()[0]}") from None
+
+
+def typed(config_cls: type, mapping: dict[str, Any]) -> dict[str, Any]:
+    """Numbers given as text (YAML reads ``1e-6`` as a string) converted for float and int fields."""
+    kinds = {f.name: f.type.__name__ if isinstance(f.type, type) else str(f.type) for f in dataclasses.fields(config_cls)}
+    out = dict(mapping)
+    for key, value in mapping.items():
+        if not isinstance(value, str) or key not in kinds:
+            continue
+        try:
+            if kinds[key].startswith("float"):
+                out[key] = float(value)
+            elif kinds[key].startswith("int"):
+                out[key] = int(value)
+        except ValueError:
+            pass  # GRPOConfig reports the bad value
+    return out
+
+
+def check_grpo_mapping(grpo: dict[str, Any], where: str = "grpo") -> list[str]:
+    """Problems with a ``grpo:`` mapping: unknown GRPOConfig fields, keys the stage sets, vLLM unavailable."""
+    from trl import GRPOConfig
+
+    known = {f.name for f in dataclasses.fields(GRPOConfig)}
+    problems = [f"{where}.{k}: not a GRPOConfig field" for k in grpo if k not in known]
+    problems += [f"{where}.{k}: set by the stage (use steps: / output_dir:)" for k in ("max_steps", "output_dir") if k in grpo]
+    if grpo.get("use_vllm"):
+        problems += vllm_problems()
+    return problems
+
+
+def vllm_problems() -> list[str]:
+    """Why vLLM generation cannot run here, if it cannot (asked through NVML: CUDA stays uninitialized)."""
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    import torch
+
+    if importlib.util.find_spec("vllm") is None:
+        return ["use_vllm needs the vllm extra: pip install 'trajkit[vllm]' (and a CUDA GPU)"]
+    if not torch.cuda.is_available():
+        return ["use_vllm needs a CUDA GPU; none is visible"]
+    return []
+
+
+@contextlib.contextmanager
+def sandbox_for(kinds: set[str]):
+    """A started verification sandbox when some task needs one (code verifiers), else None.
+
+    Started first, before the model loads: its workers must fork before CUDA is initialized.
+    """
+    if not kinds & SANDBOXED_KINDS:
+        yield None
+        return
+    from trajkit.verify import Sandbox
+
+    with Sandbox() as sandbox:  # entering starts the workers
+        yield sandbox
+
+
+def run_grpo(ctx: StageContext, cfg: GRPOStageConfig) -> dict[str, Any]:
+    """Train one curriculum stage; returns a summary for the manifest."""
+    problems = check_grpo_mapping(cfg.grpo)
+    if problems:
+        raise UserError(f"stage {ctx.name!r}: " + "; ".join(problems))
+    tasks = task_rows(ctx.store, cfg.data)
+    rows = grpo_rows(tasks, cfg.system_prompt)
+    if not rows:
+        raise UserError(f"stage {ctx.name!r}: no tasks match the data filter {cfg.data.model_dump(exclude_none=True)}")
+    ctx.counts["tasks"] = len(rows)
+    per_prompt = {t["rollouts_per_prompt"] for t in tasks if t.get("rollouts_per_prompt")}
+    num_generations = per_prompt.pop() if len(per_prompt) == 1 and "num_generations" not in cfg.grpo else None
+    out_dir = Path(cfg.output_dir) if cfg.output_dir else ctx.store.root / "models" / ctx.name
+    with sandbox_for({r["verifier_kind"] for r in rows}) as sandbox:
+        return _train(ctx, cfg, rows, sandbox, out_dir, num_generations)
+
+
+def _train(ctx: StageContext, cfg: GRPOStageConfig, rows: list[dict], sandbox: Any, out_dir: Path, num_generations: int | None) -> dict[str, Any]:
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    from trajkit.train.metrics import make_callback, plot
+    from trajkit.train.rewards import build_rewards
+    from trajkit.train.weights import load_model, load_tokenizer, save_weights
+
+    stale = ctx.done("train_metrics")
+    if stale and os.environ.get("RANK", "0") == "0":  # an interrupted attempt's rows: training restarts at step 0
+        ctx.store.drop_rows("train_metrics", ctx.name, stale)
+    tokenizer = load_tokenizer(cfg.tokenizer or cfg.model)
+    tools = None
+    if cfg.tools and any(r["environment"] != NO_TOOLS for r in rows):
+        from trajkit.train.tools import environment_factories
+
+        tools = environment_factories(
+            ctx.store,
+            {r["environment"] for r in rows},
+            tokenizer,
+            timeout_s=cfg.tool_timeout_s,
+            max_chars=cfg.max_tool_output_chars,
+        )
+    for r in rows:
+        r["tools_json"] = json.dumps(tools.schemas[r["environment"]] if tools else [])
+    max_len = int(cfg.grpo.get("max_completion_length", 512))
+    funcs, weights = build_rewards(cfg.rewards, cfg.conciseness, max_len, sandbox=sandbox)
+    args = grpo_args(cfg, str(ctx.store.stage_dir(ctx.name) / "trainer"), weights, num_generations)
+    model = load_model(cfg.model, cfg.dtype)
+    metric_rows: list[dict] = []
+    try:
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=funcs,
+            args=args,
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tokenizer,
+            callbacks=[make_callback(ctx.name, metric_rows)],
+            environment_factory=tools.factories if tools else None,
+        )
+    except ValueError as e:
+        if tools:
+            tools.close()
+        raise UserError(f"stage {ctx.name!r}: {str(e).splitlines()[0]}") from None
+    sharded = getattr(trainer, "is_fsdp_enabled", False) or getattr(trainer, "is_deepspeed_enabled", False)
+    if cfg.compiled_generation and trainer.accelerator.device.type == "cuda" and not sharded:
+        from trajkit.train.speed import compile_generation
+
+        compile_generation(trainer)
+    try:
+        ctx.log(f"{len(rows)} tasks, {cfg.steps} steps, {args.num_generations} generations per prompt")
+        trainer.train()
+        acc = trainer.accelerator
+        save_weights(acc.unwrap_model(trainer.model), tokenizer, out_dir, is_main=acc.is_main_process)
+        acc.wait_for_everyone()
+    finally:
+        if tools:
+            tools.close([env for pool in trainer._environment_pool.values() for env in pool])
+    if not trainer.accelerator.is_main_process:
+        return {}
+    ctx.write("train_metrics", metric_rows)
+    plot_path = plot(metric_rows, ctx.store.root / "plots" / f"{ctx.name}.png", f"GRPO stage {ctx.name}")
+    last = metric_rows[-1] if metric_rows else {}
+    ctx.counts["steps"] = len(metric_rows)
+    return {
+        "output_dir": str(out_dir),
+        "plot": str(plot_path),
+        "tasks": len(rows),
+        "steps": cfg.steps,
+        "reward_mean_last": last.get("reward_mean"),
+        "pass_rate_last": last.get("pass_rate"),
+        "grpo": {k: v for k, v in vars(args).items() if k in set(TRAJKIT_GRPO) | set(cfg.grpo)},
+    }
+
+
+GRPO = StageSpec(
+    "train.grpo",
+    GRPOStageConfig,
+    run_grpo,
+    inputs=("tasks", "passk", "splits", "curriculum", "servers"),
+    outputs=("train_metrics",),
+    help="One GRPO curriculum stage with TRL: verifier rewards, MCP tools, full safetensors out.",
+)

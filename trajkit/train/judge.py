@@ -1,0 +1,59 @@
+"""A judge model as the conciseness scorer of the correctness reward (``conciseness.scorer: judge``).
+
+The judge sees the question and one correct answer and rates its conciseness
+from 0 to 10; c = rating / 10. A reply without a rating is no rating: c is None
+for that completion (the reward pays no bonus and logs the share of unparsed
+replies), never a silent default. Calls go through ``trajkit.models`` (any
+backend: a local model, an OpenAI-compatible server), concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+from trajkit.models.base import ModelSpec, SamplingParams
+
+PROMPT = (
+    "Rate how concise this correct answer is, from 0 (padded, repetitive, far longer than needed) "
+    "to 10 (nothing superfluous). Reply with the number only.\n\nQuestion:\n{question}\n\nAnswer:\n{answer}"
+)
+_RATING = re.compile(r"\b(10|[0-9])(?:\.\d+)?\b")
+
+
+def parse_rating(text: str) -> float | None:
+    """The first rating 0-10 in a judge's reply, scaled to [0, 1]; None without one."""
+    m = _RATING.search(text or "")
+    return int(m.group(1)) / 10 if m else None
+
+
+class JudgeConciseness:
+    """A conciseness scorer: ``(prompts, completions, completion_ids) -> list[c or None]``."""
+
+    __name__ = "judge_conciseness"
+
+    def __init__(self, judge: ModelSpec, prompt: str = PROMPT, max_tokens: int = 8):
+        self.judge, self.prompt, self.max_tokens = judge, prompt, max_tokens
+
+    def __call__(self, prompts: list, completions: list, **_: Any) -> list[float | None]:
+        from trajkit.train.rewards import completion_text
+
+        questions = [p[-1]["content"] if isinstance(p, list) else str(p) for p in prompts]
+        answers = [completion_text(c) for c in completions]
+        return asyncio.run(self._rate(questions, answers))
+
+    async def _rate(self, questions: list[str], answers: list[str]) -> list[float | None]:
+        from trajkit.models import make_backend
+
+        backend = make_backend(self.judge)
+        params = SamplingParams(temperature=0.0, max_tokens=self.max_tokens)
+        try:
+            replies = await backend.generate_batch(
+                [[{"role": "user", "content": self.prompt.format(question=q, answer=a)}] for q, a in zip(questions, answers)],
+                None,
+                params,
+            )
+        finally:
+            await backend.aclose()
+        return [parse_rating(r[0].text) if r and not r[0].error else None for r in replies]

@@ -1,0 +1,141 @@
+"""SFT on accepted trajectories with TRL's SFTTrainer; weights to ``RUN/models/<stage>/`` (default ``sft``).
+
+A trajectory that stored ``token_ids`` and ``loss_mask`` trains on exactly those
+tokens (what the model generated; prompt and tool output masked). Otherwise its
+``messages`` and ``tools`` are rendered with TRL's training chat template for
+the model (``get_training_chat_template``: prefix-preserving, ``{% generation %}``
+markers around assistant turns), so only assistant tokens carry loss. trajkit
+renders them itself, with tool-call arguments as objects exactly as synthesis
+rendered its prompts, so every example reaches ``SFTTrainer`` as ``input_ids``
+plus ``assistant_masks``, the pre-tokenized form TRL turns into labels.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from trajkit.config import StageConfig
+from trajkit.errors import UserError
+from trajkit.runner import StageContext, StageSpec
+from trajkit.train.data import sft_rows
+from trajkit.train.grpo import typed
+
+
+class SFTStageConfig(StageConfig):
+    """Supervised fine-tuning on the run's accepted trajectories."""
+
+    model: str = Field(description="Starting weights: a local model directory (or a Hub id where reachable).")
+    tokenizer: str | None = Field(None, description="Tokenizer directory or id (default: the model's).")
+    output_dir: str | None = Field(None, description="Where the weights go (default: RUN/models/<stage name>).")
+    source: Literal["auto", "tokens", "messages"] = Field(
+        "auto", description="auto: token_ids/loss_mask where stored, messages otherwise; or force one."
+    )
+    statuses: list[str] = Field(default_factory=lambda: ["completed"], description="Trajectory statuses to train on.")
+    limit: int | None = Field(None, ge=1, description="Train on at most this many trajectories.")
+    sft: dict[str, Any] = Field(default_factory=dict, description="Passed straight to trl.SFTConfig.")
+    dtype: str | None = Field(None, description="Weights dtype when loading (default float32).")
+
+
+def sft_args(cfg: SFTStageConfig, output_dir: str) -> Any:
+    import torch
+    from trl import SFTConfig
+
+    defaults: dict[str, Any] = {"logging_steps": 1, "report_to": "none", "save_strategy": "no"}
+    if not torch.cuda.is_available():
+        defaults.update(bf16=False, gradient_checkpointing=False)
+    kwargs = {**defaults, **typed(SFTConfig, cfg.sft), "output_dir": output_dir}
+    try:
+        return SFTConfig(**kwargs)
+    except (ValueError, TypeError) as e:
+        raise UserError(f"invalid sft: mapping: {str(e).splitlines()[0]}") from None
+
+
+def render_messages(tokenizer: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages rows -> ``input_ids`` + ``assistant_masks`` with TRL's training chat template."""
+    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+
+    template = None if has_generation_markers(tokenizer.chat_template) else get_training_chat_template(tokenizer)
+    out = []
+    for row in rows:
+        if "input_ids" in row:
+            out.append(row)
+            continue
+        enc = tokenizer.apply_chat_template(
+            row["messages"],
+            tools=row["tools"] or None,
+            chat_template=template,
+            tokenize=True,
+            return_dict=True,
+            return_assistant_tokens_mask=True,
+        )
+        if not any(enc["assistant_masks"]):
+            continue  # no assistant turn to learn from
+        out.append({"traj_id": row["traj_id"], "input_ids": list(enc["input_ids"]), "assistant_masks": list(enc["assistant_masks"])})
+    return out
+
+
+def run_sft(ctx: StageContext, cfg: SFTStageConfig) -> dict[str, Any]:
+    """Train, save full safetensors weights and the tokenizer, write per-step metrics."""
+    rows = sft_rows(ctx.store, tuple(cfg.statuses), use_tokens=cfg.source != "messages")
+    if cfg.source == "tokens":
+        rows = [r for r in rows if "input_ids" in r]
+    rows = rows[: cfg.limit]
+    if not rows:
+        raise UserError(f"stage {ctx.name!r}: no accepted trajectories with statuses {cfg.statuses} (source {cfg.source})")
+    n_tokens = sum("input_ids" in r for r in rows)
+    ctx.counts.update({"examples.tokens": n_tokens, "examples.messages": len(rows) - n_tokens})
+
+    from datasets import Dataset
+    from trl import SFTTrainer
+
+    from trajkit.train.metrics import make_callback, plot
+    from trajkit.train.weights import load_model, load_tokenizer, save_weights
+
+    is_main = os.environ.get("RANK", "0") == "0"
+    stale = ctx.done("train_metrics")
+    if stale and is_main:
+        ctx.store.drop_rows("train_metrics", ctx.name, stale)
+    tokenizer = load_tokenizer(cfg.tokenizer or cfg.model)
+    tokenizer.padding_side = "right"
+    rows = render_messages(tokenizer, rows)
+    dataset = Dataset.from_list([{"input_ids": r["input_ids"], "assistant_masks": r["assistant_masks"]} for r in rows])
+    args = sft_args(cfg, str(ctx.store.stage_dir(ctx.name) / "trainer"))
+    metric_rows: list[dict] = []
+    trainer = SFTTrainer(
+        model=load_model(cfg.model, cfg.dtype),
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[make_callback(ctx.name, metric_rows)],
+    )
+    trainer.train()
+    out_dir = Path(cfg.output_dir) if cfg.output_dir else ctx.store.root / "models" / ctx.name
+    acc = trainer.accelerator
+    tokenizer.padding_side = "left"
+    save_weights(acc.unwrap_model(trainer.model), tokenizer, out_dir, is_main=acc.is_main_process)
+    acc.wait_for_everyone()
+    if not acc.is_main_process:
+        return {}
+    ctx.write("train_metrics", metric_rows)
+    plot_path = plot(metric_rows, ctx.store.root / "plots" / f"{ctx.name}.png", f"SFT stage {ctx.name}")
+    return {
+        "output_dir": str(out_dir),
+        "plot": str(plot_path),
+        "examples": len(rows),
+        "steps": len(metric_rows),
+        "loss_last": metric_rows[-1]["loss"] if metric_rows else None,
+    }
+
+
+SFT = StageSpec(
+    "train.sft",
+    SFTStageConfig,
+    run_sft,
+    inputs=("trajectories",),
+    outputs=("train_metrics",),
+    help="SFT with TRL on accepted trajectories: exact tokens where stored, assistant-only loss otherwise.",
+)
