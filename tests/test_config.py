@@ -1,0 +1,51 @@
+"""Configs: YAML + CLI overrides, validated all at once, hashed without operational fields."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import Field
+
+from trajkit.config import StageConfig, build, config_hash, read_yaml
+from trajkit.errors import UserError
+
+
+class Inner(StageConfig):
+    temperature: float = 1.0
+
+
+class Example(StageConfig):
+    k: int = 4
+    name: str
+    inner: Inner = Inner()
+    concurrency: int = Field(8, json_schema_extra={"hash": False})
+
+
+def test_yaml_then_options_then_overrides(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("k: 2\nname: a\ninner: {temperature: 0.5}\n")
+    cfg = build(Example, read_yaml(f), {"name": "b", "k": None}, overrides=["inner.temperature=0.7", "k=9"])
+    assert (cfg.k, cfg.name, cfg.inner.temperature) == (9, "b", 0.7)
+
+
+def test_every_error_reported_at_once_in_one_line():
+    with pytest.raises(UserError) as e:
+        build(Example, {"k": "many", "inner": {"temperature": "hot"}, "extra_key": 1})
+    msg = str(e.value)
+    assert "\n" not in msg and "4 errors" in msg
+    for part in ("k: Input should be a valid integer", "name: Field required", "inner.temperature", "extra_key: Extra inputs are not permitted"):
+        assert part in msg
+
+
+def test_hash_ignores_operational_fields():
+    a, b = Example(name="x", concurrency=1), Example(name="x", concurrency=64)
+    assert config_hash(a) == config_hash(b) != config_hash(Example(name="x", k=5))
+
+
+def test_bad_files_and_overrides_are_user_errors(tmp_path):
+    with pytest.raises(UserError, match="config file not found"):
+        read_yaml(tmp_path / "missing.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(UserError, match="expected a mapping"):
+        read_yaml(tmp_path / "list.yaml")
+    with pytest.raises(UserError, match="not KEY=VALUE"):
+        build(Example, {"name": "x"}, overrides=["oops"])
