@@ -63,12 +63,6 @@ def script(messages, tools, body):
 
 
 def serve(delay: float, queue) -> None:
-    import http.server
-
-    # ScriptedServer's defaults (listen backlog 5; headers and body in two writes, which Nagle's
-    # algorithm and delayed ACKs hold back ~40 ms) are tuned for tests, not 64 clients at once.
-    http.server.ThreadingHTTPServer.request_queue_size = 1024
-    http.server.BaseHTTPRequestHandler.disable_nagle_algorithm = True
     from trajkit.models.scripted_server import ScriptedServer
 
     server = ScriptedServer(script, delay_s=delay).start()

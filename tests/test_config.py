@@ -36,9 +36,16 @@ def test_every_error_reported_at_once_in_one_line():
         assert part in msg
 
 
-def test_hash_ignores_operational_fields():
+class Outer(StageConfig):
+    models: list[Example] = []
+    one: Example | None = None
+
+
+def test_hash_ignores_operational_fields_at_any_depth():
     a, b = Example(name="x", concurrency=1), Example(name="x", concurrency=64)
     assert config_hash(a) == config_hash(b) != config_hash(Example(name="x", k=5))
+    assert config_hash(Outer(one=a, models=[a])) == config_hash(Outer(one=b, models=[b]))
+    assert config_hash(Outer(models=[a])) != config_hash(Outer(models=[Example(name="y")]))
 
 
 def test_bad_files_and_overrides_are_user_errors(tmp_path):

@@ -98,12 +98,22 @@ def format_errors(e: ValidationError, where: str) -> str:
 
 
 def hashed_dict(cfg: BaseModel) -> dict[str, Any]:
-    """The config as a dict without the fields marked as not part of its identity."""
-    data = cfg.model_dump(mode="json")
-    for name, field in type(cfg).model_fields.items():
+    """The config as a dict without the fields marked as not part of its identity, at any depth."""
+    return _strip(cfg, cfg.model_dump(mode="json"))
+
+
+def _strip(model: BaseModel, data: dict[str, Any]) -> dict[str, Any]:
+    for name, field in type(model).model_fields.items():
         extra = field.json_schema_extra
+        value = getattr(model, name, None)
         if isinstance(extra, dict) and extra.get("hash") is False:
             data.pop(name, None)
+        elif isinstance(value, BaseModel) and isinstance(data.get(name), dict):
+            _strip(value, data[name])
+        elif isinstance(value, list) and isinstance(data.get(name), list):
+            for item, item_data in zip(value, data[name]):
+                if isinstance(item, BaseModel) and isinstance(item_data, dict):
+                    _strip(item, item_data)
     return data
 
 

@@ -1,1 +1,72 @@
-"""trajkit.models."""
+"""trajkit.models: generation backends behind one async interface, the call cache, accounting.
+
+Stages get a backend with ``make_backend(cfg.model, ctx.usage, ctx.store.root / "_cache")``
+and call ``await backend.generate(messages, tools, SamplingParams(...))``. This
+module stays light (the CLI imports it); backends import torch, httpx or vLLM
+when they are built.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from trajkit.models.base import (
+        Backend,
+        Completion,
+        Message,
+        ModelSpec,
+        SamplingParams,
+        ToolCall,
+        ToolCallError,
+        ToolSchema,
+    )
+    from trajkit.runner import Usage
+
+__all__ = [
+    "Backend",
+    "Completion",
+    "Message",
+    "ModelSpec",
+    "SamplingParams",
+    "ToolCall",
+    "ToolCallError",
+    "ToolSchema",
+    "make_backend",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """The interface types, imported from ``base`` on first use (pydantic stays out of ``trajkit --help``)."""
+    if name in __all__:
+        from trajkit.models import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module 'trajkit.models' has no attribute {name!r}")
+
+
+def make_backend(spec: ModelSpec, usage: Usage | None = None, cache_dir: Path | None = None) -> Backend:
+    """The backend for ``spec.backend``, behind the call cache and token/cost accounting.
+
+    The cache is used when ``spec.cache`` and a ``cache_dir`` are given (see
+    ``trajkit.models.cache`` for what a key holds); every call, cached or not,
+    is counted into ``usage`` (see ``trajkit.models.accounting``). Nothing is
+    loaded or connected until the first call.
+    """
+    if spec.backend == "transformers":
+        from trajkit.models.transformers_backend import TransformersBackend as cls
+    elif spec.backend == "openai":
+        from trajkit.models.openai_backend import OpenAIBackend as cls
+    else:
+        from trajkit.models.vllm_backend import VLLMBackend as cls
+    backend: Backend = cls(spec)
+    if spec.cache and cache_dir is not None:
+        from trajkit.models.cache import CachedBackend, CallCache
+
+        backend = CachedBackend(backend, CallCache(Path(cache_dir)))
+    if usage is not None:
+        from trajkit.models.accounting import AccountedBackend
+
+        backend = AccountedBackend(backend, usage)
+    return backend

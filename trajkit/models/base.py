@@ -35,6 +35,9 @@ class SamplingParams:
         return d
 
 
+DEFAULT_PARAMS = SamplingParams()
+
+
 @dataclass(frozen=True)
 class ToolCall:
     id: str
@@ -95,6 +98,16 @@ class ModelSpec(StageConfig):
     price_output_per_mtok: float = Field(0.0, description="Cost per million completion tokens.")
     cache: bool = Field(True, json_schema_extra={"hash": False}, description="Use the persistent call cache.")
     engine_args: dict[str, Any] = Field(default_factory=dict, description="vllm: extra LLM(...) arguments.")
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="transformers/vllm: extra chat-template variables, e.g. enable_thinking."
+    )
+    logprobs: bool = Field(False, description="openai: ask the server for the logprobs of sampled tokens.")
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="openai: extra request fields, e.g. vLLM's return_token_ids."
+    )
+    retry_backoff_s: float = Field(
+        0.5, json_schema_extra={"hash": False}, description="openai: first retry delay, doubled per attempt."
+    )
 
 
 class Backend:
@@ -121,7 +134,9 @@ class Backend:
         """Completions for many conversations; backends batch concurrent requests."""
         return list(await asyncio.gather(*(self.generate(c, tools, params) for c in conversations)))
 
-    async def _generate(self, messages: list[Message], tools: list[ToolSchema] | None, params: SamplingParams) -> list[Completion]:
+    async def _generate(
+        self, messages: list[Message], tools: list[ToolSchema] | None, params: SamplingParams
+    ) -> list[Completion]:
         raise NotImplementedError
 
     async def aclose(self) -> None:

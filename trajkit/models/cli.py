@@ -1,7 +1,39 @@
-"""`trajkit models ...` sub-commands."""
+"""`trajkit model ...` sub-commands."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
 app = typer.Typer(no_args_is_help=True)
+
+
+@app.command()
+def tiny(
+    out_dir: Annotated[Path, typer.Argument(help="Directory to write the model to (replaced if it exists).")],
+    tokenizer: Annotated[
+        Path | None, typer.Option(help="A Hugging Face tokenizer directory (default: train a small BPE).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
+    vocab_size: Annotated[int, typer.Option(help="Size of the trained BPE vocabulary (without --tokenizer).")] = 1024,
+    hidden: Annotated[int, typer.Option(help="Hidden size.")] = 64,
+    layers: Annotated[int, typer.Option(help="Number of layers.")] = 2,
+) -> None:
+    """Write a small random-weight causal LM with Qwen3's chat template, loadable offline."""
+    from trajkit.errors import UserError
+    from trajkit.models.tiny import make_tiny_model
+
+    if tokenizer is not None and not tokenizer.is_dir():
+        raise UserError(f"--tokenizer {tokenizer} is not a directory")
+    if hidden % 16:
+        raise UserError(f"--hidden must be a multiple of 16 (heads of 16 dimensions), not {hidden}")
+    shape = {"hidden_size": hidden, "intermediate_size": 2 * hidden, "num_hidden_layers": layers}
+    heads = hidden // 16
+    shape["num_attention_heads"] = heads
+    shape["num_key_value_heads"] = heads // 2 if heads % 2 == 0 else heads
+    if tokenizer is None:
+        shape["tokenizer_vocab_size"] = vocab_size
+    path = make_tiny_model(out_dir, tokenizer=tokenizer, seed=seed, **shape)
+    typer.echo(f"wrote a tiny model to {path}")

@@ -1,0 +1,238 @@
+"""The ``openai`` backend: any OpenAI-compatible chat endpoint over HTTP (httpx).
+
+vLLM and SGLang servers, ``transformers serve``, hosted APIs. Bounded
+concurrency, requests- and tokens-per-minute limits, retries with exponential
+backoff (honouring ``Retry-After``) on 429, 408, 5xx, timeouts and connection
+errors, and a timeout per request. The API key and extra headers are read from
+the environment variables the spec names; they go into request headers only,
+never into errors, logs, manifests or cache keys. A request that still fails
+after the retries comes back as completions with ``error`` set: data, not an
+exception.
+
+Tool calls come from the response's ``tool_calls`` and, for servers that
+return raw text, from ``<tool_call>`` blocks in the content. Logprobs are read
+when the server returns them (``spec.logprobs``), token ids when it returns
+vLLM's ``prompt_token_ids``/``token_ids`` (``extra_body: {return_token_ids: true}``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import os
+import random
+import time
+from typing import Any
+
+from trajkit.errors import UserError
+from trajkit.models.base import Backend, Completion, Message, ModelSpec, SamplingParams, ToolSchema
+from trajkit.models.chat import failed, to_openai
+from trajkit.models.parsing import parse_openai_tool_calls, parse_tool_calls, split_reasoning
+from trajkit.models.ratelimit import RateLimiter
+
+_RETRY_STATUS = {408, 409, 429}
+_MAX_WAIT_S = 300.0
+
+
+class OpenAIBackend(Backend):
+    """Chat completions from an OpenAI-compatible endpoint."""
+
+    name = "openai"
+
+    def __init__(self, spec: ModelSpec):
+        super().__init__(spec)
+        if not spec.base_url:
+            raise UserError("the openai backend needs model.base_url, e.g. http://localhost:8000/v1")
+        self._headers()  # a missing header variable is a config error: report it now
+        self._requests = RateLimiter(spec.requests_per_minute) if spec.requests_per_minute else None
+        self._tokens = RateLimiter(spec.tokens_per_minute) if spec.tokens_per_minute else None
+        self._client: Any = None
+        self._semaphore: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _headers(self) -> dict[str, str]:
+        headers = {}
+        key = os.environ.get(self.spec.api_key_env) if self.spec.api_key_env else None
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        for header, env in self.spec.headers_env.items():
+            value = os.environ.get(env)
+            if value is None:
+                raise UserError(f"model.headers_env: environment variable {env} (for header {header}) is not set")
+            headers[header] = value
+        return headers
+
+    def _session(self) -> tuple[Any, asyncio.Semaphore]:
+        """The HTTP client and concurrency bound of the running event loop."""
+        import httpx
+
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:
+            limits = httpx.Limits(
+                max_connections=self.spec.max_concurrency, max_keepalive_connections=self.spec.max_concurrency
+            )
+            self._client = httpx.AsyncClient(
+                base_url=self.spec.base_url.rstrip("/") + "/",
+                headers=self._headers(),
+                timeout=httpx.Timeout(self.spec.timeout_s),
+                limits=limits,
+            )
+            self._semaphore = asyncio.Semaphore(self.spec.max_concurrency)
+            self._loop = loop
+        return self._client, self._semaphore
+
+    async def aclose(self) -> None:
+        if self._client is not None and self._loop is asyncio.get_running_loop():
+            await self._client.aclose()
+        self._client = None
+
+    # ------------------------------------------------------------ generation
+    async def _generate(
+        self, messages: list[Message], tools: list[ToolSchema] | None, params: SamplingParams
+    ) -> list[Completion]:
+        out: list[Completion] = []
+        while len(out) < params.n:  # servers that ignore n get asked again for the rest
+            want = params.n - len(out)
+            seed = None if params.seed is None else params.seed + len(out)
+            data = await self._post(self._body(messages, tools, params, want, seed))
+            got = self._completions(data, tools) if isinstance(data, dict) else []
+            if not got:
+                error = data if isinstance(data, str) else "the response has no choices"
+                return out + failed(want, error)
+            out.extend(got[:want])
+        return out
+
+    def _body(
+        self, messages: list[Message], tools: list[ToolSchema] | None, params: SamplingParams, n: int, seed: int | None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.spec.model,
+            "messages": to_openai(messages),
+            "n": n,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": params.max_tokens,
+        }
+        if tools:
+            body["tools"] = tools
+        if params.stop:
+            body["stop"] = list(params.stop)
+        if seed is not None:
+            body["seed"] = seed
+        if self.spec.logprobs:
+            body["logprobs"] = True
+        body.update(self.spec.extra_body)
+        return body
+
+    async def _post(self, body: dict[str, Any]) -> dict[str, Any] | str:
+        """The response JSON, or why the request failed after its retries."""
+        import httpx
+
+        client, semaphore = self._session()
+        estimate = len(json.dumps(body["messages"])) / 4 + body["max_tokens"] * body["n"]
+        problem = ""
+        for attempt in range(self.spec.max_retries + 1):
+            if self._requests:
+                await self._requests.acquire(1)
+            if self._tokens:
+                await self._tokens.acquire(estimate)
+            wait: float | None = None
+            async with semaphore:
+                try:
+                    response = await client.post("chat/completions", json=body)
+                except httpx.TimeoutException:
+                    problem = f"timed out after {self.spec.timeout_s:g}s"
+                except httpx.TransportError as e:
+                    problem = f"connection error ({type(e).__name__})"
+                else:
+                    if response.status_code == 200:
+                        try:
+                            data = response.json()
+                        except json.JSONDecodeError:
+                            return "the response is not JSON"
+                        if self._tokens:
+                            used = (data.get("usage") or {}).get("total_tokens")
+                            if isinstance(used, (int, float)):
+                                self._tokens.adjust(estimate - used)
+                        return data
+                    problem = f"HTTP {response.status_code}: {_error_message(response)}"
+                    if response.status_code not in _RETRY_STATUS and response.status_code < 500:
+                        return problem
+                    wait = _retry_after(response.headers.get("retry-after"))
+            if attempt == self.spec.max_retries:
+                break
+            if wait is None:
+                wait = self.spec.retry_backoff_s * 2**attempt * (1 + 0.25 * random.random())
+            await asyncio.sleep(min(wait, _MAX_WAIT_S))
+        return f"{problem} (gave up after {self.spec.max_retries + 1} attempts)"
+
+    def _completions(self, data: dict[str, Any], tools: list[ToolSchema] | None) -> list[Completion]:
+        choices = sorted(data.get("choices") or [], key=lambda c: c.get("index", 0))
+        usage = data.get("usage") or {}
+        prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        total_completion = int(usage.get("completion_tokens") or 0)
+        prompt_ids = data.get("prompt_token_ids")
+        out = []
+        for i, choice in enumerate(choices):
+            msg = choice.get("message") or {}
+            content = msg.get("content") or ""
+            reasoning = msg.get("reasoning_content") or msg.get("reasoning")
+            if reasoning is None:
+                reasoning, content = split_reasoning(content)
+            calls, errors = parse_openai_tool_calls(msg.get("tool_calls"), tools)
+            content, text_calls, text_errors = parse_tool_calls(content, tools)
+            calls, errors = calls + text_calls, errors + text_errors
+            logprobs = _logprobs(choice.get("logprobs"))
+            token_ids = choice.get("token_ids")
+            count = len(token_ids) if token_ids else len(logprobs) if logprobs else None
+            if count is None:  # only a total for all choices: share it out
+                count = total_completion // len(choices) + (i < total_completion % len(choices))
+            finish = choice.get("finish_reason") or "stop"
+            if finish == "function_call" or (calls and finish == "stop"):
+                finish = "tool_calls"
+            out.append(
+                Completion(
+                    text=content,
+                    tool_calls=calls,
+                    tool_call_errors=errors,
+                    reasoning=reasoning,
+                    finish_reason=finish,
+                    prompt_tokens=prompt_tokens,
+                    completion_tokens=count,
+                    prompt_token_ids=list(prompt_ids) if prompt_ids else None,
+                    token_ids=list(token_ids) if token_ids else None,
+                    logprobs=logprobs,
+                )
+            )
+        return out
+
+
+def _logprobs(block: Any) -> list[float] | None:
+    if not isinstance(block, dict) or not isinstance(block.get("content"), list):
+        return None
+    return [float(t["logprob"]) for t in block["content"] if isinstance(t, dict) and "logprob" in t]
+
+
+def _error_message(response: Any) -> str:
+    try:
+        err = response.json().get("error")
+        message = err.get("message") if isinstance(err, dict) else err
+    except (ValueError, AttributeError):
+        message = None
+    return str(message or response.text or response.reason_phrase)[:300]
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (seconds or an HTTP date)."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
