@@ -9,7 +9,9 @@
 #   GPU_BUNDLE_EXTRA="pyarrow==26.0.1" make gpu-bundle   # more pins, e.g. when the image's pyarrow is < 24
 #                                                        # (datasets 5.2 needs pyarrow >= 24)
 #   # then, on the device:  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-#   #     --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
+#   #     --upgrade --target /tmp/gpu/site-packages .whl/*.whl && export PYTHONPATH=/tmp/gpu/site-packages:$PWD
+#   # (the folder must be named site-packages: dill, which `datasets` fingerprints with, pickles modules
+#   # found elsewhere by value, and Dataset.from_list then fails on pyarrow's MonthDayNano type)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${GPU_BUNDLE_DIR:-.whl}

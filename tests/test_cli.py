@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -24,11 +23,23 @@ TRAJKIT = [sys.executable, "-m", "trajkit.cli"]
 
 
 def trajkit(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """The real command in a subprocess: exit status, stdout and stderr as a user sees them."""
     env = dict(os.environ, COLUMNS="200")
     proc = subprocess.run([*TRAJKIT, *args], cwd=ROOT, capture_output=True, text=True, env=env, timeout=120)
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}: {proc.stderr}")
     return proc
+
+
+def invoke(*args: str):
+    """The same command in-process (fast); a failure raises with its output."""
+    from typer.testing import CliRunner
+
+    from trajkit.cli import app
+
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "200"}, catch_exceptions=False)
+    assert result.exit_code == 0, (result.exit_code, result.output)
+    return result
 
 
 @pytest.fixture
@@ -39,10 +50,8 @@ def filled_run(run_dir):
     return run_dir
 
 
-def test_help_is_fast_and_lists_every_sub_app():
-    start = time.monotonic()
+def test_help_lists_every_sub_app_without_heavy_imports():
     proc = trajkit("--help")
-    elapsed = time.monotonic() - start
     for name in ("synth", "curate", "train", "eval", "card", "push", "sql", "run", "demo", "info", "show", "export", "model"):
         assert name in proc.stdout
     heavy = subprocess.run(
@@ -50,31 +59,30 @@ def test_help_is_fast_and_lists_every_sub_app():
         cwd=ROOT, capture_output=True, text=True, check=True,
     )
     assert heavy.stdout.strip() == "[]", "trajkit --help must not import heavy libraries"
-    assert elapsed < 5  # generous on a loaded machine; the import check above is the real guard
 
 
 def test_sql_formats_and_output_files(filled_run, tmp_path):
     q = "SELECT traj_id, tools_called FROM trajectories WHERE list_contains(tools_called, 'add') ORDER BY traj_id"
-    rows = json.loads(trajkit("sql", q, "--run", str(filled_run), "--format", "json").stdout)
+    rows = json.loads(invoke("sql", q, "--run", str(filled_run), "--format", "json").stdout)
     assert len(rows) == 2 and all(r["tools_called"] == ["add"] for r in rows)
-    parsed = list(csv.reader(io.StringIO(trajkit("sql", q, "--run", str(filled_run), "-f", "csv").stdout)))
+    parsed = list(csv.reader(io.StringIO(invoke("sql", q, "--run", str(filled_run), "-f", "csv").stdout)))
     assert parsed[0] == ["traj_id", "tools_called"] and len(parsed) == 3
-    table = trajkit("sql", "SELECT count(*) AS n FROM tasks", "--run", str(filled_run)).stdout
+    table = invoke("sql", "SELECT count(*) AS n FROM tasks", "--run", str(filled_run)).stdout
     assert "6" in table
     out = tmp_path / "res.parquet"
-    trajkit("sql", q, "--run", str(filled_run), "--output", str(out))
+    invoke("sql", q, "--run", str(filled_run), "--output", str(out))
     assert pq.read_table(out).num_rows == 2
 
 
 def test_info_show_export(filled_run, tmp_path):
-    info = trajkit("info", "--run", str(filled_run)).stdout
+    info = invoke("info", "--run", str(filled_run)).stdout
     assert "tasks" in info and "trajectories" in info and "toy" in info
     tid = Store(filled_run).read("trajectories", ["traj_id"]).column(0)[0].as_py()
-    shown = trajkit("show", tid[:8], "--run", str(filled_run)).stdout
+    shown = invoke("show", tid[:8], "--run", str(filled_run)).stdout
     assert "assistant" in shown and "compute" in shown
     for fmt in ("openai", "sharegpt", "jsonl"):
         out = tmp_path / f"{fmt}.jsonl"
-        trajkit("export", str(out), "--run", str(filled_run), "--format", fmt)
+        invoke("export", str(out), "--run", str(filled_run), "--format", fmt)
         recs = [json.loads(line) for line in out.read_text().splitlines()]
         assert len(recs) == 4
     openai = json.loads((tmp_path / "openai.jsonl").read_text().splitlines()[0])

@@ -131,8 +131,7 @@ def export(
     rows = Store(run).sql(f"SELECT * FROM trajectories WHERE {where}").to_pylist()
     output.parent.mkdir(parents=True, exist_ok=True)
     with open(output, "w") as f:
-        for rec in convert(rows, fmt):
-            f.write(json.dumps(rec, ensure_ascii=False, default=str) + "\n")
+        f.writelines(json.dumps(rec, ensure_ascii=False, default=str) + "\n" for rec in convert(rows, fmt))
     typer.echo(f"wrote {len(rows)} trajectories to {output} ({fmt})", err=True)
 
 

@@ -20,6 +20,17 @@ Rank = Annotated[int, typer.Option("--rank", help="This process's shard, 0-based
 WorldSize = Annotated[int, typer.Option("--world-size", help="Number of shards the stage is split into.")]
 BudgetTokens = Annotated[int | None, typer.Option("--budget-tokens", help="Stop cleanly after this many tokens.")]
 BudgetCost = Annotated[float | None, typer.Option("--budget-cost", help="Stop cleanly after this cost.")]
+ModelName = Annotated[str | None, typer.Option("--model", "-m", help="Model: a local directory, Hub id or served name.")]
+Backend = Annotated[str | None, typer.Option("--backend", help="transformers, openai or vllm.")]
+BaseUrl = Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible endpoint (backend openai).")]
+Seed = Annotated[int | None, typer.Option("--seed", help="Base seed; every row derives its own from it.")]
+Concurrency = Annotated[int | None, typer.Option("--concurrency", help="Requests or episodes in flight.")]
+
+
+def model_spec(model: str | None, backend: str | None = None, base_url: str | None = None) -> dict[str, Any] | None:
+    """The ``model:`` mapping a stage config takes, from the common options (None if none given)."""
+    spec = {k: v for k, v in {"model": model, "backend": backend, "base_url": base_url}.items() if v is not None}
+    return spec or None
 
 
 def run_command(

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from trajkit import __version__
 from trajkit import schema as S
@@ -90,6 +91,16 @@ class Usage:
         }
 
 
+# per table, the column whose values the manifest tallies as "<prefix>.<value>"
+_TALLIES = {
+    "rejected": ("reason", "rejected"),
+    "trajectories": ("status", "status"),
+    "samples": ("verdict", "verdict"),
+    "task_quality": ("judge_reason", "task_quality"),
+    "trajectory_quality": ("judge_reason", "trajectory_quality"),
+}
+
+
 @dataclass
 class StageContext:
     """What a running stage sees: the store, its name and shard, writers and counters."""
@@ -103,6 +114,7 @@ class StageContext:
     counts: Counter = field(default_factory=Counter)
     quiet: bool = False
     _writers: dict[str, ShardWriter] = field(default_factory=dict)
+    _rejected: set[str] | None = None
 
     # ------------------------------------------------------------ writing
     def writer(self, table: str, rows_per_shard: int = 10_000) -> ShardWriter:
@@ -119,11 +131,22 @@ class StageContext:
         self.counts[f"rows.{table}"] += len(rows)
 
     def reject(self, table: str, row_id: str, reason: str, detail: str | None = None) -> None:
-        """Record that a row was rejected (it stays in its table); the reason is counted."""
+        """Record that a row was rejected (it stays in its table), once per (row, reason) across resumes.
+
+        A stage that writes a row and its rejects should flush the ``rejected``
+        rows first: a kill between the two then redoes the row, and the rejects
+        already written are skipped here (the other order would lose them).
+        """
+        reject_id = S.content_id(table, row_id, self.name, reason)
+        if self._rejected is None:
+            self._rejected = self.done("rejected")
+        if reject_id in self._rejected:
+            return
+        self._rejected.add(reject_id)
         self.write(
             "rejected",
             {
-                "reject_id": S.content_id(table, row_id, self.name, reason),
+                "reject_id": reject_id,
                 "row_id": row_id,
                 "table_name": table,
                 "stage": self.name,
@@ -131,11 +154,53 @@ class StageContext:
                 "detail": detail,
             },
         )
-        self.counts[f"rejected.{reason}"] += 1
 
     def flush(self) -> None:
         for w in self._writers.values():
             w.flush()
+
+    def flush_every(self, rows: int, tables: tuple[str, ...]) -> Callable[[int], None]:
+        """For work items that write several rows (a request's candidates and their rejects):
+        returns ``wrote(n)``, which after ``rows`` rows flushes ``tables`` in the given order, so
+        shards end only between work items and a killed stage leaves whole items."""
+        for t in tables:
+            self.writer(t, rows_per_shard=sys.maxsize)
+        pending = 0
+
+        def wrote(n: int) -> None:
+            nonlocal pending
+            pending += n
+            if pending >= rows:
+                for t in tables:
+                    self.writer(t).flush()
+                pending = 0
+
+        return wrote
+
+    def recount(self) -> None:
+        """Set ``rows.<table>`` (and the tallies below) from this stage's and rank's shards, so a
+        resumed run's manifest counts what an uninterrupted run's does."""
+        self.flush()
+        for table in S.TABLES:
+            paths = self.store.shards(table, self.name, rank=self.rank)
+            if not paths:
+                continue
+            self.counts[f"rows.{table}"] = sum(pq.read_metadata(p).num_rows for p in paths)
+            if table not in _TALLIES:
+                continue
+            column, prefix = _TALLIES[table]
+            for key in [k for k in self.counts if k.startswith(prefix + ".")]:
+                del self.counts[key]
+            values: Counter = Counter()
+            for p in paths:
+                values.update(pq.read_table(p, columns=[column]).column(0).to_pylist())
+            if column == "judge_reason":
+                unparsed = sum(n for v, n in values.items() if v is not None)
+                if unparsed:
+                    self.counts[f"{prefix}.unparsed"] = unparsed
+                continue
+            for value, n in values.items():
+                self.counts[f"{prefix}.{value}"] = n
 
     # ------------------------------------------------------------ resume and sharding
     def done(self, table: str) -> set[str]:
@@ -143,9 +208,11 @@ class StageContext:
         return self.store.ids(table, stage=self.name)
 
     def retry_aborted(self, table: str, status_column: str = "status") -> set[str]:
-        """Drop this stage's aborted rows from its own shards so they run again."""
+        """Drop this rank's aborted rows from the stage's own shards so they run again."""
         data = self.store.read(table, [S.table(table).key, status_column], stage=self.name)
-        ids = {k for k, s in zip(data.column(0).to_pylist(), data.column(1).to_pylist()) if s == "aborted"}
+        ids = {
+            k for k, s in zip(data.column(0).to_pylist(), data.column(1).to_pylist()) if s == "aborted" and self.mine(k)
+        }
         if ids:
             self.store.drop_rows(table, self.name, ids)
         return ids
@@ -199,6 +266,7 @@ def code_version() -> str:
             capture_output=True,
             text=True,
             timeout=5,
+            check=False,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         sha = ""
@@ -206,7 +274,7 @@ def code_version() -> str:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def run_stage(
@@ -239,7 +307,7 @@ def run_stage(
         if not quiet:
             _console().print(f"[dim]{name}[/]: already complete, skipped ({_summary(done)})", highlight=False)
         return done
-    store.clean_temp()
+    store.clean_temp(name, rank)
     if store.stage_config(name) is None:
         atomic_write_json(
             store.stage_dir(name) / "_config.json",
@@ -255,13 +323,14 @@ def run_stage(
         raise StageStopped(f"stage {name!r} stopped: {e}; rerun to resume") from None
     finally:
         ctx.flush()
+    ctx.recount()
     manifest = {
         "stage": name,
         "kind": spec.kind,
         "config": cfg.model_dump(mode="json"),
         "config_hash": chash,
         "inputs": inputs,
-        "outputs": {t: store.count(t, stage=name) for t in ctx._writers},
+        "outputs": {t: store.count(t, stage=name) for t in S.TABLES if store.shards(t, name)},
         "code_version": code_version(),
         "python": sys.version.split()[0],
         "rank": rank,

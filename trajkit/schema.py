@@ -423,6 +423,15 @@ def content_id(*parts: Any, length: int = 16) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:length]
 
 
+def seed_for(*parts: Any) -> int:
+    """A 31-bit seed derived from the inputs that define a row (base seed, task, index, ...).
+
+    Every stage derives per-row seeds this one way, so a row's sampling does not
+    depend on which other rows run beside it, or on the backend.
+    """
+    return int(content_id(*parts)[:8], 16) & 0x7FFFFFFF
+
+
 def _check_enum(tbl: Table, column: str, values: list[Any]) -> None:
     allowed = ENUMS.get((tbl.name, column))
     if allowed is None:
@@ -445,7 +454,7 @@ def to_batch(name: str, rows: list[dict[str, Any]] | pa.Table | pa.RecordBatch) 
     for i, row in enumerate(rows):
         extra = set(row) - set(schema.names)
         if extra:
-            raise SchemaError(f"{name}.{sorted(extra)[0]} row {i}: unknown field")
+            raise SchemaError(f"{name}.{min(extra)} row {i}: unknown field")
     columns = {}
     for field in schema:
         values = [row.get(field.name) for row in rows]
@@ -473,7 +482,7 @@ def _cast_arrow(name: str, data: pa.Table) -> pa.Table:
     schema = tbl.arrow_schema()
     extra = set(data.column_names) - set(schema.names)
     if extra:
-        raise SchemaError(f"{name}.{sorted(extra)[0]}: unknown field")
+        raise SchemaError(f"{name}.{min(extra)}: unknown field")
     columns = []
     for field in schema:
         if field.name in data.column_names:

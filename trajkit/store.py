@@ -40,7 +40,7 @@ def safe_name(stage: str) -> str:
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(TMP_PREFIX + path.name)
+    tmp = path.with_name(f"{TMP_PREFIX}{os.getpid()}-{path.name}")  # unique: ranks may write at once
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
@@ -140,22 +140,23 @@ class Store:
         """Tables that have at least one shard, in schema order."""
         return [t for t in S.TABLES if self.shards(t)]
 
-    def shards(self, table: str, stage: str | None = None) -> list[Path]:
-        """A table's shard files in a stable order (stage, rank, sequence)."""
+    def shards(self, table: str, stage: str | None = None, rank: int | None = None) -> list[Path]:
+        """A table's shard files in a stable order (stage, rank, sequence); optionally one
+        stage's (and one rank's) only. Parquet files copied in by hand belong to no stage."""
         d = self.table_dir(table)
         if not d.is_dir():
             return []
         out = []
         for p in d.iterdir():
             m = SHARD_RE.match(p.name)
-            if m and (stage is None or m["stage"] == safe_name(stage)):
+            if m and (stage is None or m["stage"] == safe_name(stage)) and (rank is None or int(m["rank"]) == rank):
                 out.append((m["stage"], int(m["rank"]), int(m["seq"]), p))
-            elif not m and not p.name.startswith(TMP_PREFIX) and p.suffix == ".parquet":
-                out.append(("", 0, 0, p))  # a file copied in by hand: read and validated too
+            elif not m and stage is None and not p.name.startswith(TMP_PREFIX) and p.suffix == ".parquet":
+                out.append(("", 0, 0, p))
         return [p for *_, p in sorted(out)]
 
     def _next_seq(self, table: str, stage: str, rank: int) -> int:
-        seqs = [int(m["seq"]) for p in self.shards(table, stage) if (m := SHARD_RE.match(p.name)) and int(m["rank"]) == rank]
+        seqs = [int(SHARD_RE.match(p.name)["seq"]) for p in self.shards(table, stage, rank)]
         return max(seqs, default=-1) + 1
 
     def writer(self, table: str, stage: str, rank: int = 0, rows_per_shard: int = 10_000) -> ShardWriter:
@@ -247,9 +248,10 @@ class Store:
         p = self.stage_dir(stage) / "_config.json"
         return json.loads(p.read_text()) if p.is_file() else None
 
-    def clean_temp(self) -> None:
-        """Remove temporary files a killed writer left behind."""
-        for p in self.root.glob(f"*/{TMP_PREFIX}*"):
+    def clean_temp(self, stage: str, rank: int = 0) -> None:
+        """Remove temporary shard files a killed writer of this stage and rank left behind
+        (never another writer's: ranks and stages may run at the same time)."""
+        for p in self.root.glob(f"*/{TMP_PREFIX}{safe_name(stage)}-r{rank}-*"):
             p.unlink(missing_ok=True)
 
     def drop_stage(self, stage: str) -> None:
@@ -298,20 +300,44 @@ class Store:
             con.execute(f'CREATE VIEW "{name}" AS {_view_sql(tbl, present)}')
         return con
 
-    def _raw_sql(self, name: str, paths: list[Path]) -> str:
-        """All shards of a table. For an annotation table written by several stages, one
-        row per key: the row from the stage that finished last wins."""
-        tbl = S.table(name)
+    def _by_stage(self, paths: list[Path]) -> list[list[Path]]:
+        """Shards grouped by the stage that wrote them, the stage that finished last at the end
+        (unfinished stages after finished ones; ties by name)."""
         by_stage: dict[str, list[Path]] = {}
         for p in paths:
             m = SHARD_RE.match(p.name)
             by_stage.setdefault(m["stage"] if m else "", []).append(p)
-        if tbl.base is None or len(by_stage) == 1:
+        finished = {safe_name(m["stage"]): m.get("finished_at", "") for m in self.manifests()}
+        order = sorted(by_stage, key=lambda st: (st not in finished, finished.get(st, ""), st))
+        return [by_stage[st] for st in order]
+
+    def latest(self, table: str, columns: list[str] | None = None) -> pa.Table:
+        """An annotation table with one row per key: the row of the stage that finished last
+        wins (the same rule as the DuckDB views), read with pyarrow alone."""
+        key = S.table(table).key
+        if columns is not None and key not in columns:
+            columns = [key, *columns]
+        rows: dict[str, dict[str, Any]] = {}
+        for group in self._by_stage(self.shards(table)):
+            for p in group:
+                for row in self._open(p, table).read(columns=columns).to_pylist():
+                    rows[row[key]] = row
+        if not rows:
+            return self.read(table, columns)
+        schema = S.table(table).arrow_schema()
+        if columns is not None:
+            schema = pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)
+        return pa.Table.from_pylist(list(rows.values()), schema=schema)
+
+    def _raw_sql(self, name: str, paths: list[Path]) -> str:
+        """All shards of a table. For an annotation table written by several stages, one
+        row per key: the row from the stage that finished last wins."""
+        tbl = S.table(name)
+        groups = self._by_stage(paths)
+        if tbl.base is None or len(groups) == 1:
             return f"SELECT * FROM read_parquet([{_files(paths)}])"
-        finished = {m["stage"]: m.get("finished_at", "") for m in self.manifests()}
-        order = sorted(by_stage, key=lambda st: (st in finished, finished.get(st, ""), st))
         parts = " UNION ALL BY NAME ".join(
-            f"SELECT *, {i} AS _order FROM read_parquet([{_files(by_stage[st])}])" for i, st in enumerate(order)
+            f"SELECT *, {i} AS _order FROM read_parquet([{_files(group)}])" for i, group in enumerate(groups)
         )
         return (
             f"SELECT * EXCLUDE (_order) FROM ({parts}) "

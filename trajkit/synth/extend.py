@@ -31,7 +31,6 @@ from trajkit.runner import StageContext, StageSpec
 from trajkit.synth.prompts import load_prompt, render
 from trajkit.synth.transcripts import conversation_text, tool_listing
 from trajkit.synth.work import bounded
-from trajkit.synth.writing import recount
 
 END = "<END_CONVERSATION>"
 DEFAULT_WHERE = "status = 'completed' AND reject_reason IS NULL"
@@ -88,7 +87,6 @@ def run_extend(ctx: StageContext, cfg: ExtendConfig) -> dict[str, Any]:
     chosen -= ctx.store.ids("trajectories", stage=ctx.name)  # never this stage's own rows: those are later rounds
     roots = sorted((r for r in ctx.store.rows("trajectories") if r["traj_id"] in chosen), key=lambda r: r["traj_id"])
     total = asyncio.run(_extend(ctx, cfg, rollout, servers, prompt, [r for r in roots if ctx.mine(r["traj_id"])]))
-    recount(ctx, ("trajectories",))
     return {"extended": total, "rounds": cfg.rounds}
 
 

@@ -20,7 +20,6 @@ from pydantic import Field, field_validator
 from trajkit.config import StageConfig
 from trajkit.runner import StageContext, StageSpec
 from trajkit.synth import rules
-from trajkit.synth.writing import RejectLog, recount
 
 THRESHOLDS = {
     "min_completeness": ("trajectory_quality", "completeness"),
@@ -61,7 +60,6 @@ def run_filter(ctx: StageContext, cfg: FilterConfig) -> dict[str, Any]:
         (path, load_object(path, "custom filter")) for path in cfg.custom
     ]
     scores = _scores(ctx, cfg)
-    log = RejectLog(ctx, "trajectories")
     ctx.writer("rejected", rows_per_shard=cfg.flush_rows)
     trajs = sorted(ctx.store.rows("trajectories"), key=lambda r: r["traj_id"])
     kept = 0
@@ -72,9 +70,8 @@ def run_filter(ctx: StageContext, cfg: FilterConfig) -> dict[str, Any]:
                 continue
             reasons = check(row, cfg, scores, custom)
             for reason, detail in reasons:
-                log.reject(row["traj_id"], reason, detail)
+                ctx.reject("trajectories", row["traj_id"], reason, detail)
             kept += not reasons
-    recount(ctx, ("rejected",))
     ctx.counts["kept"] = kept
     return {"kept": kept}
 

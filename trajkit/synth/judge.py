@@ -25,7 +25,6 @@ from trajkit.synth.ratings import TASK_DIMENSIONS, TRAJECTORY_DIMENSIONS, mean_s
 from trajkit.synth.tool_accuracy import tool_accuracy
 from trajkit.synth.transcripts import conversation_text, tool_listing
 from trajkit.synth.work import bounded
-from trajkit.synth.writing import recount
 
 
 class JudgeConfig(StageConfig):
@@ -60,7 +59,6 @@ def run_judge(ctx: StageContext, cfg: JudgeConfig) -> dict[str, Any]:
                 items.append(("trajectory", tr))
     ctx.log(f"judging {len(items)} rows")
     asyncio.run(_judge_all(ctx, cfg, items, tasks))
-    recount(ctx, ("task_quality", "trajectory_quality"))
     return {"judged": len(items)}
 
 

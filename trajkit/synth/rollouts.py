@@ -28,7 +28,6 @@ from trajkit.models.base import ModelSpec, SamplingParams
 from trajkit.runner import StageContext, StageSpec
 from trajkit.synth import rules
 from trajkit.synth.work import cancel_all
-from trajkit.synth.writing import recount
 
 ABORTED_REASON = "target reached"
 
@@ -127,7 +126,6 @@ def run_rollouts(ctx: StageContext, cfg: RolloutsConfig) -> dict[str, Any]:
     ctx.log(f"{len(todo)} episodes to run over {len(tasks)} tasks" + (f", target {goal} ({have} in)" if goal else ""))
     retry = {(r["task_id"], r["rollout_index"]) for r in again}
     asyncio.run(_run(ctx, cfg, rollout, servers, todo, goal, have, retry))
-    recount(ctx, ("trajectories",))
     return {"tasks": len(tasks), "target": cfg.target}
 
 

@@ -36,7 +36,6 @@ from trajkit.synth.candidates import ToolIndex, is_refusal, to_task, utf8
 from trajkit.synth.prompts import load_prompt, render
 from trajkit.synth.transcripts import tool_listing
 from trajkit.synth.work import bounded
-from trajkit.synth.writing import RejectLog, flush_every, recount
 
 Mode = Literal["single_tool", "multi_tool", "multi_server"]
 PROMPT_FILES = {m: f"task_{m}.md" for m in sampling_.MODES}
@@ -126,7 +125,6 @@ def run_tasks(ctx: StageContext, cfg: TasksConfig) -> dict[str, Any]:
     ctx.counts["requests.resumed_done"] += sum(1 for r in requests if ctx.mine(r.request_id)) - len(todo)
     ctx.log(f"{len(todo)} requests to run ({cfg.method}, k={cfg.k}) over {len(servers)} servers")
     asyncio.run(_generate(ctx, cfg, prompts, todo, rows))
-    recount(ctx, ("tasks", "rejected"))
     return {"requests": len(requests), "method": cfg.method}
 
 
@@ -137,8 +135,7 @@ async def _generate(
     from trajkit.models import make_backend
 
     backend = make_backend(cfg.model, usage=ctx.usage, cache_dir=ctx.store.root / "_cache")
-    rejects = RejectLog(ctx, "tasks")
-    flush = flush_every(ctx, cfg.flush_rows, ("rejected", "tasks"))
+    flush = ctx.flush_every(cfg.flush_rows, ("rejected", "tasks"))
 
     async def one(req: Request) -> list[tuple[dict[str, Any], str | None, str | None]]:
         routes = tool_routes(servers_rows, [s["server_id"] for s in req.draw.servers])
@@ -150,7 +147,7 @@ async def _generate(
                 async for _, results in done:
                     for row, reason, detail in results:
                         if reason:
-                            rejects.reject(row["task_id"], reason, detail)
+                            ctx.reject("tasks", row["task_id"], reason, detail)
                     ctx.write("tasks", [row for row, _, _ in results])
                     flush(len(results))
                     advance(1)
