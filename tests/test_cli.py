@@ -25,7 +25,7 @@ TRAJKIT = [sys.executable, "-m", "trajkit.cli"]
 def trajkit(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     """The real command in a subprocess: exit status, stdout and stderr as a user sees them."""
     env = dict(os.environ, COLUMNS="200")
-    proc = subprocess.run([*TRAJKIT, *args], cwd=ROOT, capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run([*TRAJKIT, *args], cwd=ROOT, capture_output=True, text=True, env=env, timeout=120, check=False)
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}: {proc.stderr}")
     return proc

@@ -37,7 +37,7 @@ def test_every_error_reported_at_once_in_one_line():
 
 
 class Outer(StageConfig):
-    models: list[Example] = []
+    models: list[Example] = Field(default_factory=list)
     one: Example | None = None
 
 

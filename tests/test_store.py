@@ -126,7 +126,7 @@ def test_sharded_run_gives_the_same_rows_as_one(tmp_path):
     for rank in range(2):
         run_stage(two, TOY, ToyConfig(n=40), rank=rank, world_size=2, quiet=True)
     assert {p.name.split("-")[1] for p in two.shards("tasks")} == {"r0", "r1"}
-    rows = lambda s: sorted(s.rows("tasks"), key=lambda r: r["task_id"])  # noqa: E731
+    rows = lambda s: sorted(s.rows("tasks"), key=lambda r: r["task_id"])
     assert rows(one) == rows(two)
     assert two.manifest("toy", 0, 2) and two.manifest("toy", 1, 2)
 
@@ -188,6 +188,6 @@ def test_duckdb_polars_and_datasets_read_identical_rows(run_dir):
     via_polars = pl.scan_parquet(files).select(cols).sort("traj_id").collect().to_dicts()
     ds = datasets.load_dataset("parquet", data_files=files, split="train").select_columns(cols)
     via_datasets = sorted(ds.to_list(), key=lambda r: r["traj_id"])
-    norm = lambda rows: json.loads(json.dumps(rows, sort_keys=True))  # float32 -> same python floats  # noqa: E731
+    norm = lambda rows: json.loads(json.dumps(rows, sort_keys=True))  # float32 -> same python floats
     assert norm(via_duckdb) == norm(via_polars) == norm(via_datasets)
     assert via_duckdb[0]["messages"][1]["tool_calls"][0]["name"] in ("add", "mul")

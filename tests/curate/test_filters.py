@@ -31,6 +31,11 @@ def test_rule_functions_return_keep_or_a_reason():
     assert difficulty_in(["hard"])({"difficulty": None}) == "no_difficulty"
     assert zero_variance({"scores": [1.0, 1.0]}) == zero_variance({"scores": [0.0, None]}) == "zero_variance"
     assert zero_variance({"scores": [1.0, 0.0]}) is None and zero_variance({"scores": []}) is None
+    # an error verdict (an attempt or verifier that failed) judged nothing: it is no evidence of variance
+    passed_and_errors = {"scores": [1.0, 1.0, 0.0], "verdicts": ["pass", "pass", "error"]}
+    assert zero_variance(passed_and_errors) == "zero_variance"
+    assert zero_variance({"scores": [1.0, 0.0], "verdicts": ["pass", "fail"]}) is None
+    assert zero_variance({"scores": [0.0, 0.0], "verdicts": ["error", "error"]}) is None  # nothing judged: kept
 
 
 @pytest.fixture

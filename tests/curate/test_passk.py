@@ -1,17 +1,18 @@
 """curate.passk: k samples per task from a real model API (a scripted loopback server), verified in the
-sandbox; tool tasks through the agent loop against real MCP servers; resume per sample."""
+sandbox; tool tasks through the agent loop against real MCP servers; resume per sample, SIGKILL included."""
 
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
 from tests.curate.helpers import run, task
 from trajkit.config import build
-from trajkit.curate.passk import PASSK, sample_seed
-from trajkit.errors import StageStopped
+from trajkit.curate.passk import PASSK
+from trajkit.curate.samples import sample_row
+from trajkit.envs.solve import attempt_seed
+from trajkit.errors import StageStopped, UserError
 from trajkit.models.scripted_server import Fault, ScriptedServer
 from trajkit.runner import run_stage
 from trajkit.schema import content_id
@@ -59,10 +60,12 @@ def humaneval_run(run_dir) -> Store:
     return store
 
 
+def sample_seed(task_id: str, index: int) -> int:
+    return attempt_seed(0, task_id, "scripted", index)
+
+
 def _expected_ids(store: Store) -> set[str]:
-    return {
-        content_id(t, "scripted", i, sample_seed(t, "scripted", i, 0)) for t in store.ids("tasks") for i in range(K)
-    }
+    return {content_id(t, "scripted", i, sample_seed(t, i)) for t in store.ids("tasks") for i in range(K)}
 
 
 def test_passk_samples_verifies_and_tags_difficulty(humaneval_run):
@@ -73,14 +76,15 @@ def test_passk_samples_verifies_and_tags_difficulty(humaneval_run):
     samples = store.rows("samples")
     assert {s["sample_id"] for s in samples} == _expected_ids(store) and len(samples) == 2 * K
     seeds = sorted(r["seed"] for r in requests)
-    assert seeds == sorted(sample_seed(t, "scripted", i, 0) for t in store.ids("tasks") for i in range(K))
+    assert seeds == sorted(sample_seed(t, i) for t in store.ids("tasks") for i in range(K))
     t0, t1 = content_id("humaneval", "HumanEval/0"), content_id("humaneval", "HumanEval/1")
     passk = {r["task_id"]: r for r in store.rows("passk")}
     assert passk[t0]["correct"] == K and passk[t0]["difficulty"] == "trivial"
-    even = sum(sample_seed(t1, "scripted", i, 0) % 2 == 0 for i in range(K))
+    even = sum(sample_seed(t1, i) % 2 == 0 for i in range(K))
     assert passk[t1]["correct"] == even and passk[t1]["samples"] == K
     assert [p["k"] for p in passk[t1]["pass_at"]] == [1, 2, 4]
     assert m["counts"]["verdict.pass"] == K + even and m["usage"]["calls"] == 2 * K
+    assert m["counts"]["rows.samples"] == 2 * K
     assert all(s["completion"].startswith(("Here it is", "```python")) for s in samples)
 
 
@@ -92,7 +96,7 @@ def test_budget_stop_then_resume_per_sample_and_retry_failed_attempts(humaneval_
             run_stage(store, PASSK, cfg, quiet=True, budget_tokens=1)
         first = store.rows("samples")
         # the first request failed (an error sample, kept for now); the second spent the budget
-        assert [(s["verdict"], "attempt_error" in json.loads(s["details"])) for s in first] == [("error", True)]
+        assert [(s["verdict"], json.loads(s["details"]).get("transient")) for s in first] == [("error", True)]
         assert store.manifest("passk") is None and not store.rows("passk")
         m = run_stage(store, PASSK, cfg, quiet=True)
         assert len(server.chat_requests) == 2 + 2 * K  # the failed attempt ran again; nothing else twice
@@ -102,35 +106,10 @@ def test_budget_stop_then_resume_per_sample_and_retry_failed_attempts(humaneval_
     assert {r["samples"] for r in store.rows("passk")} == {K}
 
 
-@pytest.fixture(scope="module")
-def calculator(tmp_path_factory) -> tuple[list[dict], str]:
-    """The project's calculator MCP server: its harvested servers row and an mcpServers file."""
-    import asyncio
-
-    from trajkit.envs.config import ServerConfig
-    from trajkit.envs.discovery import discover
-
-    config = {"calculator": ServerConfig(command=sys.executable, args=["-m", "trajkit.envs.servers.calculator"])}
-    rows = asyncio.run(discover(config))
-    assert rows[0]["status"] == "ok", rows[0]["reason"]
-    path = tmp_path_factory.mktemp("servers") / "servers.json"
-    path.write_text(
-        json.dumps(
-            {
-                "mcpServers": {
-                    "calculator": {"command": sys.executable, "args": ["-m", "trajkit.envs.servers.calculator"]}
-                }
-            }
-        )
-    )
-    return rows, str(path)
-
-
-def test_tool_tasks_run_the_agent_loop_and_link_trajectories(run_dir, calculator):
-    rows, servers_json = calculator
+def test_tool_tasks_run_the_agent_loop_and_link_trajectories(run_dir, example_servers, example_servers_json):
     store = Store(run_dir)
-    store.write("servers", "harvest", rows)
-    calc = rows[0]["server_id"]
+    store.write("servers", "harvest", example_servers)
+    calc = next(r["server_id"] for r in example_servers if r["name"] == "calculator")
     tool_task = task("add", "What is 2 + 3? Use the calculator.", source="tools", server_ids=[calc])
     tool_task["verifier"] = {"kind": "tool_outcome", "spec": json.dumps({"answer": "5"})}
     store.write("tasks", "synth", [tool_task])
@@ -142,7 +121,7 @@ def test_tool_tasks_run_the_agent_loop_and_link_trajectories(run_dir, calculator
         return f"The answer is {messages[-1]['content']}."
 
     with ScriptedServer(agent) as server:
-        run(store, "curate.passk", model=_model(server), k=2, servers_config=servers_json)
+        run(store, "curate.passk", model=_model(server), k=2, servers_config=str(example_servers_json))
     samples, trajs = store.rows("samples"), {t["traj_id"]: t for t in store.rows("trajectories")}
     assert [s["verdict"] for s in samples] == ["pass", "pass"] and len(trajs) == 2
     for s in samples:
@@ -150,3 +129,137 @@ def test_tool_tasks_run_the_agent_loop_and_link_trajectories(run_dir, calculator
         assert traj["task_id"] == tool_task["task_id"] and traj["tools_called"] == ["add"]
         assert s["completion"] == traj["final_answer"] == "The answer is 5."
     assert store.rows("passk")[0]["difficulty"] == "trivial"
+
+
+def test_a_custom_verifier_that_does_not_import_stops_the_stage_before_any_sample(run_dir):
+    store = Store(run_dir)
+    broken = task("c", "Say hi.", verifier={"kind": "custom", "spec": json.dumps({"path": "tests.nowhere:check"})})
+    store.write("tasks", "import", [broken])
+    with ScriptedServer(coder) as server, pytest.raises(UserError, match="cannot import custom verifier 'tests.nowhere:check'"):
+        run(store, "curate.passk", model=_model(server), k=2)
+    assert server.chat_requests == [] and not store.rows("samples")
+
+
+class Holding:
+    """``coder`` and a calculator agent that answer ``allow`` requests, then hold every request until released."""
+
+    def __init__(self, allow: int):
+        import threading
+
+        self.allow, self.seen, self.released = allow, 0, threading.Event()
+        self.lock = threading.Lock()
+
+    def __call__(self, messages, tools, body):
+        with self.lock:
+            self.seen += 1
+            hold = self.seen > self.allow
+        if hold:
+            self.released.wait(60)
+        if tools:  # the tool task
+            if not any(m["role"] == "tool" for m in messages):
+                return {"tool_calls": [{"name": "add", "arguments": {"a": 2, "b": 3}}]}
+            return f"The answer is {messages[-1]['content']}."
+        return coder(messages, tools, body)
+
+
+def test_a_run_killed_with_sigkill_resumes_per_sample(tmp_path, example_servers, example_servers_json):
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    import yaml
+
+    base = Store(tmp_path / "base", create=True)
+    run(base, "curate.import", preset="humaneval", limit=2)
+    base.write("servers", "harvest", example_servers)
+    calc = next(r["server_id"] for r in example_servers if r["name"] == "calculator")
+    tool_task = task("add", "What is 2 + 3? Use the calculator.", source="tools", server_ids=[calc])
+    tool_task["verifier"] = {"kind": "tool_outcome", "spec": json.dumps({"answer": "5"})}
+    base.write("tasks", "synth", [tool_task])
+    killed, clean = tmp_path / "killed", tmp_path / "clean"
+    shutil.copytree(base.root, killed)
+    shutil.copytree(base.root, clean)
+
+    brain = Holding(allow=5)  # 5 model calls: some attempts are written, most are not
+    with ScriptedServer(brain) as server:
+        cfg = {"model": _model(server), "k": 3, "max_tokens": 512, "servers_config": str(example_servers_json)}
+        config = tmp_path / "passk.yaml"
+        config.write_text(yaml.safe_dump(cfg))
+        root = Path(__file__).resolve().parents[2]
+        cmd = [sys.executable, "-m", "trajkit.cli", "curate", "passk", "--run", str(killed), "--config", str(config)]
+        cmd += ["--set", "flush_rows=1", "--set", "concurrency=1"]
+        proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and brain.seen <= brain.allow:
+                assert proc.poll() is None, proc.stderr.read()
+                time.sleep(0.02)
+            os.kill(proc.pid, signal.SIGKILL)  # holding its next request: whatever was flushed is on disk
+            proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            brain.released.set()
+        store = Store(killed)
+        partial = store.rows("samples")
+        assert store.manifest("passk") is None and 0 < len(partial) < 9
+        trajs = store.ids("trajectories")
+        assert all(s["traj_id"] in trajs for s in partial if s["traj_id"])  # never a sample without its trajectory
+
+        resumed = run(store, "curate.passk", **cfg)
+        uninterrupted = run(Store(clean), "curate.passk", **cfg)
+
+    def rows(run_dir, table, key, columns):
+        return sorted(
+            ({c: r[c] for c in columns} for r in Store(run_dir).rows(table, stage="passk")), key=lambda r: r[key]
+        )
+
+    for table, key, columns in [
+        ("samples", "sample_id", ["sample_id", "task_id", "sample_index", "traj_id", "verdict", "completion"]),
+        ("trajectories", "traj_id", ["traj_id", "task_id", "status", "final_answer", "tools_called"]),
+        ("passk", "task_id", ["task_id", "samples", "correct", "pass_at", "difficulty"]),
+    ]:
+        assert rows(killed, table, key, columns) == rows(clean, table, key, columns), table
+    assert len(rows(killed, "samples", "sample_id", ["sample_id"])) == 9
+    keys = [k for k in uninterrupted["counts"] if k.startswith(("rows.", "verdict."))]
+    assert {k: resumed["counts"].get(k) for k in keys} == {k: uninterrupted["counts"][k] for k in keys}
+
+
+def test_resume_drops_transient_failures_and_keeps_orphan_trajectories_to_reuse(run_dir):
+    from trajkit.curate.passk import retry_transient
+    from trajkit.runner import StageContext
+    from trajkit.verify import Result
+
+    store = Store(run_dir)
+
+    def traj(tid, status, reason=None):
+        return {"traj_id": tid, "task_id": "t", "status": status, "reason": reason}
+
+    store.write(
+        "trajectories",
+        "passk",
+        [
+            traj("judged", "completed"),
+            traj("down", "failed", "model error: HTTP 503"),  # its sample says transient: both go
+            traj("orphan-ok", "completed"),  # a kill came before its sample: kept, reused by the rerun
+            traj("orphan-down", "failed", "tool add (calc) failed: tools/call timed out after 30s"),  # goes
+            traj("orphan-crash", "failed", "tool add (calc) failed: server exited"),  # a fault of this input: kept
+        ],
+    )
+    ok = Result(1.0, "pass")
+    store.write(
+        "samples",
+        "passk",
+        [
+            sample_row("s1", "t", 0, "m", "5", ok, "judged"),
+            sample_row("s2", "t", 1, "m", None, Result.error("model error: HTTP 503", transient=True), "down"),
+            sample_row("s3", "t", 2, "m", None, Result.error("a verifier bug", transient=False)),
+        ],
+    )
+    assert retry_transient(StageContext(store, "passk", "curate.passk")) == 1
+    assert store.ids("samples") == {"s1", "s3"}
+    assert store.ids("trajectories") == {"judged", "orphan-ok", "orphan-crash"}

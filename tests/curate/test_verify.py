@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.curate.helpers import MBPP_RECORDS, run, write_jsonl
+from tests.curate.helpers import MBPP_RECORDS, run, task, write_jsonl
 from trajkit.curate.samples import default_ks, passk_row
 from trajkit.errors import UserError
 from trajkit.schema import content_id
@@ -115,3 +115,53 @@ def test_bad_completion_files_are_user_errors(run_dir, tmp_path):
         )
     with pytest.raises(UserError, match="thresholds"):
         run(store, "curate.verify", name="v3", completions="x.jsonl", thresholds={"hard": 0.9, "medium": 0.5})
+
+
+def test_sandbox_e2b_verifies_through_e2b_sandboxes(run_dir, tmp_path, problems, monkeypatch):
+    from tests.verify.fake_e2b import FakeE2B, request_lines
+
+    store = Store(run_dir)
+    run(store, "curate.import", preset="humaneval", limit=1)
+    lines = [{"task_id": "HumanEval/0", "completion": c} for c in (problems[0]["canonical_solution"], "    return 1\n")]
+    path = write_jsonl(tmp_path / "c.jsonl", lines)
+    with FakeE2B() as fake:
+        for var, value in [("E2B_API_KEY", "k"), ("E2B_API_URL", fake.url), ("E2B_SANDBOX_URL", fake.url)]:
+            monkeypatch.setenv(var, value)
+        monkeypatch.setenv("E2B_HTTP_VERSION", "1.1")
+        m = run(store, "curate.verify", completions=str(path), sandbox="e2b", workers=1, batch=1)
+        starts = len(fake.starts)
+    assert [s["verdict"] for s in store.rows("samples")] == ["pass", "fail"]
+    assert starts == 2 and request_lines(fake)[0] == "POST /v2/sandboxes"  # both programs ran remotely
+    assert m["config"]["sandbox"] == "e2b"
+    monkeypatch.delenv("E2B_API_KEY")
+    with pytest.raises(UserError, match="E2B_API_KEY"):
+        run(store, "curate.verify", name="again", completions=str(path), sandbox="e2b")
+
+
+def test_a_custom_verifier_that_does_not_import_is_a_user_error(run_dir, tmp_path):
+    store = Store(run_dir)
+    bad = {"kind": "custom", "spec": json.dumps({"path": "tests.nowhere:check"})}
+    store.write("tasks", "import", [task("q1", "Say hi.", verifier=bad)])
+    path = write_jsonl(tmp_path / "c.jsonl", [{"task_id": "q1", "completion": "hi"}])
+    with pytest.raises(UserError, match="^cannot import custom verifier 'tests.nowhere:check'"):
+        run(store, "curate.verify", completions=str(path))
+    assert not store.rows("samples")
+
+
+def test_the_cli_names_the_model_of_outside_completions_with_model_name(run_dir, tmp_path, problems):
+    from typer.testing import CliRunner
+
+    from trajkit.cli import app
+
+    store = Store(run_dir)
+    run(store, "curate.import", preset="humaneval", limit=1)
+    path = write_jsonl(tmp_path / "c.jsonl", [{"task_id": "HumanEval/0", "completion": "    return True\n"}] * 2)
+    for args in (
+        ["curate", "verify", "--completions", str(path), "--model-name", "gpt-y", "--sandbox", "local"],
+        ["curate", "filter", "--zero-variance", "--model-name", "gpt-y"],
+    ):
+        result = CliRunner().invoke(app, [*args, "--run", str(run_dir)], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+    assert {s["model"] for s in store.rows("samples")} == {"gpt-y"}
+    assert store.manifest("filter")["config"]["model"] == "gpt-y"
+    assert [r["reason"] for r in store.rows("rejected")] == ["zero_variance"]  # both samples fail

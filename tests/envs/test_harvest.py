@@ -51,12 +51,13 @@ def raw(*flags: str, **extra) -> dict:
     return {"command": "python", "args": ["-S", str(RAW_SERVER), *flags], **extra}
 
 
-def test_harvest_writes_one_row_per_server(tmp_path, run_dir, http_calculator):
+def test_harvest_writes_one_row_per_server(tmp_path, run_dir, http_calculator, monkeypatch):
+    monkeypatch.setenv("HARVEST_TEST_KEY", "secret-header-value")
     config = {
         "mcpServers": {
             "paged": raw("--pages", "3", env={"RAW_TOKEN": "value-that-must-not-be-stored"}),
             "banner": raw("--junk-init"),
-            "http-calc": {"url": http_calculator},
+            "http-calc": {"url": http_calculator, "headers": {"X-Key": "Bearer ${HARVEST_TEST_KEY}"}},
             "missing": {"command": "definitely-not-a-command-xyz"},
             "exits": raw("--exit-init"),
             "hangs": raw("--hang-init"),
@@ -72,7 +73,7 @@ def test_harvest_writes_one_row_per_server(tmp_path, run_dir, http_calculator):
     )
     assert result.exit_code == 0, result.output
     rows = {r["name"]: r for r in Store(run_dir).rows("servers")}
-    assert list(rows) == list(config["mcpServers"])
+    assert sorted(rows) == sorted(config["mcpServers"])  # written as each server is done
     status = {n: (r["status"], r["reason"]) for n, r in rows.items()}
     assert status["paged"] == status["banner"] == status["http-calc"] == ("ok", None)
     assert status["missing"][0] == "failed" and "cannot start server" in status["missing"][1]
@@ -92,18 +93,65 @@ def test_harvest_writes_one_row_per_server(tmp_path, run_dir, http_calculator):
     assert paged["env_names"] == ["RAW_TOKEN"]
     args = config["mcpServers"]["paged"]["args"]
     assert paged["server_id"] == S.content_id("paged", "python", args, None, ["RAW_TOKEN"])
-    assert "value-that-must-not-be-stored" not in json.dumps(list(rows.values()), default=str)
+    stored = json.dumps(list(rows.values()), default=str)
+    assert "value-that-must-not-be-stored" not in stored and "secret-header-value" not in stored
 
     calc = rows["http-calc"]
     assert calc["transport"] == "http" and calc["url"] == http_calculator and calc["command"] is None
     assert [t["name"] for t in calc["tools"]] == ["add", "subtract", "multiply", "divide", "power", "sqrt", "evaluate"]
     assert calc["server_info"]["name"] == "calculator"
+    assert calc["env_names"] == ["HARVEST_TEST_KEY"]  # the variable its headers read, never the value
+
+    # the table holds names only: rebuilding these two servers without the file would drop their values
+    for name in ("paged", "http-calc"):
+        with pytest.raises(UserError, match=f"server '{name}' reads environment variables .* pass its mcpServers"):
+            ToolEnv([rows[name]])
 
     after = {p.pid for p in psutil.Process().children(recursive=True)}
     assert after <= before  # every harvested server was shut down
 
     again = CliRunner().invoke(app, ["synth", "harvest", "--servers", str(path), "--run", str(run_dir)])
     assert again.exit_code == 0 and Store(run_dir).count("servers") == len(config["mcpServers"])
+
+
+def test_a_missing_variable_is_a_user_error_before_any_server_starts(tmp_path, run_dir, monkeypatch, raw_server):
+    monkeypatch.delenv("TRAJKIT_UNSET_VAR", raising=False)
+    config = {"mcpServers": {"ok": raw(), "needs": raw(env={"TOKEN": "${TRAJKIT_UNSET_VAR}"})}}
+    path = tmp_path / "servers.json"
+    path.write_text(json.dumps(config))
+    result = CliRunner().invoke(app, ["synth", "harvest", "-s", str(path), "-r", str(run_dir)])
+    assert isinstance(result.exception, UserError)
+    assert str(result.exception) == (
+        "server 'needs': environment variable TRAJKIT_UNSET_VAR is not set (used in a server config)"
+    )
+    assert Store(run_dir).count("servers") == 0  # nothing started, nothing written
+
+    # the same in a stage's tool environment: at its start, not as a fault of every trajectory
+    cfg = raw_server()
+    rows = asyncio.run(discover({"s": cfg}))
+    headers = {"s": ServerConfig(url="http://127.0.0.1:9/mcp", headers={"A": "${TRAJKIT_UNSET_VAR}"})}
+    with pytest.raises(UserError, match="server 's': environment variable TRAJKIT_UNSET_VAR is not set"):
+        ToolEnv(rows, config=headers)
+
+
+def test_a_server_that_timed_out_is_harvested_again_on_resume(tmp_path, run_dir):
+    flag = tmp_path / "hang"
+    flag.touch()
+    config = {"mcpServers": {"slow": raw("--hang-init-while", str(flag)), "fine": raw()}}
+    path = tmp_path / "servers.json"
+    path.write_text(json.dumps(config))
+    args = ["synth", "harvest", "-s", str(path), "-r", str(run_dir), "--startup-timeout", "1"]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    store = Store(run_dir)
+    first = {r["name"]: (r["status"], r["reason"]) for r in store.rows("servers")}
+    assert first == {"slow": ("failed", "initialize timed out after 1s"), "fine": ("ok", None)}
+
+    store.manifest_path("harvest").unlink()  # as a kill before the manifest leaves it: the stage resumes
+    flag.unlink()
+    assert CliRunner().invoke(app, args).exit_code == 0
+    again = {r["name"]: r["status"] for r in store.rows("servers")}
+    assert again == {"slow": "ok", "fine": "ok"} and store.count("servers") == 2
+    assert store.manifest("harvest")["summary"]["retried"] == 1
 
 
 def test_bad_servers_file_is_a_user_error(tmp_path, run_dir):

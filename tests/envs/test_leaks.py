@@ -1,4 +1,4 @@
-"""No server process and no file descriptor outlives its sessions: hundreds of them, faults, and Ctrl-C."""
+"""No server process and no file descriptor outlives its sessions: dozens of them, faults, and Ctrl-C."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def children() -> set[int]:
     return {p.pid for p in psutil.Process().children(recursive=True)}
 
 
-async def test_hundreds_of_sessions_leave_no_process_or_fd_behind(raw_server):
+async def test_many_sessions_leave_no_process_or_fd_behind(raw_server):
     config = {"fresh": raw_server("--no-readonly"), "shared": raw_server()}
     rows = await discover(config)
     before = children()
@@ -46,7 +46,7 @@ async def test_hundreds_of_sessions_leave_no_process_or_fd_behind(raw_server):
 
     await run(4)  # warm up the loop's own descriptors (selector, thread pool)
     fds = open_fds()
-    pool_pids = await run(200)
+    pool_pids = await run(60)  # 60 fresh processes, 6 of them crashed and 2 hung: a leak per session would show
     assert len(set(pool_pids)) <= 2  # the stateless server was pooled
     assert children() <= before
     assert open_fds() <= fds

@@ -9,6 +9,7 @@ import pytest
 from trajkit.envs.discovery import discover
 from trajkit.envs.env import ToolEnv
 from trajkit.envs.session import Connection, ServerFault
+from trajkit.errors import UserError
 
 
 async def test_results_errors_and_faults_of_one_connection(raw_server):
@@ -30,6 +31,17 @@ async def test_results_errors_and_faults_of_one_connection(raw_server):
             await conn.call("crash", {})
         with pytest.raises(ServerFault, match="is gone"):
             await conn.call("echo", {"text": "again"})
+    finally:
+        await conn.aclose()
+
+
+async def test_a_missing_variable_is_the_users_error_not_a_server_fault(raw_server, monkeypatch):
+    monkeypatch.delenv("TRAJKIT_UNSET_VAR", raising=False)
+    cfg = raw_server().model_copy(update={"env": {"TOKEN": "${TRAJKIT_UNSET_VAR}"}})
+    conn = Connection("raw", cfg)
+    try:
+        with pytest.raises(UserError, match="TRAJKIT_UNSET_VAR is not set"):
+            await conn.call("echo", {"text": "hi"})
     finally:
         await conn.aclose()
 

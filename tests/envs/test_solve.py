@@ -7,7 +7,7 @@ import json
 from trajkit.envs.agent import AgentLimits
 from trajkit.envs.discovery import discover
 from trajkit.envs.env import ToolEnv
-from trajkit.envs.solve import attempt, task_prompt
+from trajkit.envs.solve import attempt, attempt_seed, solve, task_prompt
 from trajkit.models.base import SamplingParams
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=64)
@@ -45,6 +45,7 @@ async def test_tool_task_runs_the_agent_loop(raw_server, scripted_openai):
     async with ToolEnv(rows, config={"raw": cfg}) as env:
         a = await attempt(crashing, backend, env, PARAMS, AgentLimits(), sample_index=0, seed=None)
     assert a.completion is None and "exited during crash" in a.error
+    assert not a.transient  # a tool that crashes on this input: a retry would crash it again
 
     a = await attempt(task, backend, None, PARAMS, AgentLimits(), sample_index=0, seed=None)
     assert a.error == "a tool task needs a ToolEnv (harvested servers)"
@@ -72,4 +73,27 @@ async def test_code_and_math_tasks_are_one_completion(scripted_openai):
 
     _, backend = scripted_openai(broken, max_retries=0)
     a = await attempt(code, backend, None, PARAMS, AgentLimits(), sample_index=0, seed=None)
-    assert a.completion is None and a.error.startswith("model error: HTTP 500")
+    assert a.completion is None and a.error.startswith("model error: HTTP 500") and a.transient
+
+
+async def test_solve_judges_an_attempt_with_the_tasks_verifier(scripted_openai, sandbox_pool):
+    _, backend = scripted_openai(lambda m, t, b: "```python\ndef add(a, b):\n    return a + b\n```")
+    code = {
+        "task_id": "c",
+        "question": 'def add(a, b):\n    """Add."""\n',
+        "verifier": {"kind": "unit_tests", "spec": json.dumps({"test": "assert add(1, 2) == 3"})},
+        "metadata": json.dumps({"entry_point": "add"}),
+    }
+    solved = await solve(code, backend, None, PARAMS, AgentLimits(), sample_index=0, seed=1, sandbox=sandbox_pool)
+    assert (solved.result.verdict, solved.result.score, solved.attempt.error) == ("pass", 1.0, None)
+
+    _, down = scripted_openai(lambda m, t, b: 1 / 0, max_retries=0)
+    failed = await solve(code, down, None, PARAMS, AgentLimits(), sample_index=0, seed=1, sandbox=sandbox_pool)
+    assert failed.result.verdict == "error" and failed.result.details["transient"] is True
+    assert failed.result.details["reason"].startswith("model error: HTTP 500")
+
+
+def test_attempt_seeds_depend_on_what_defines_the_attempt():
+    seeds = {attempt_seed(0, t, m, i) for t in ("a", "b") for m in ("x", "y") for i in range(3)}
+    assert len(seeds) == 12 and attempt_seed(0, "a", "x", 0) == attempt_seed(0, "a", "x", 0)
+    assert attempt_seed(1, "a", "x", 0) != attempt_seed(0, "a", "x", 0) and all(0 <= s < 2**31 for s in seeds)

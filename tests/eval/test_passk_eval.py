@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import sys
 
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
 from tests.eval.helpers import question_expression
+from trajkit.envs.solve import attempt_seed
 from trajkit.eval import cli
 from trajkit.eval.passk import EVAL_PASSK, EvalPasskConfig
 from trajkit.models.base import ModelSpec
@@ -22,6 +21,9 @@ from trajkit.store import Store
 from trajkit.verify import pass_at_k
 
 N, KS = 4, [1, 2, 4]
+NAMES = ("easy-sum", "hard-sum", "train-sum", "tool")
+# the seeds of 'weak''s odd attempts: it answers those wrong, so 2 of its 4 attempts at each task pass
+ODD = {attempt_seed(0, content_id("task", name), "weak", i) for name in NAMES for i in range(1, N, 2)}
 
 
 def _custom(answer: int) -> dict:
@@ -29,8 +31,8 @@ def _custom(answer: int) -> dict:
 
 
 def script(messages, tools, body):
-    """'strong' is always right; 'weak' only on even seeds (so 2 of 4 attempts pass)."""
-    right = body["model"] == "strong" or body["seed"] % 2 == 0
+    """'strong' is always right; 'weak' only on its even attempts (so 2 of 4 pass)."""
+    right = body["model"] == "strong" or body["seed"] not in ODD
     if tools:  # the tool task: compute with the calculator, then answer from the tool's result
         if messages[-1]["role"] == "user":
             return {"tool_calls": [{"name": "evaluate", "arguments": {"expression": question_expression(messages)}}]}
@@ -41,21 +43,15 @@ def script(messages, tools, body):
     return f"The answer is {value if right else value + 1}."
 
 
-@pytest.fixture(scope="module")
-def calculator_rows():
-    from trajkit.envs.config import ServerConfig
-    from trajkit.envs.discovery import discover
-
-    cfg = ServerConfig(command=sys.executable, args=["-m", "trajkit.envs.servers.calculator"])
-    rows = asyncio.run(discover({"calculator": cfg}))
-    assert rows[0]["status"] == "ok", rows[0]["reason"]
-    return rows
+@pytest.fixture
+def calculator_rows(example_servers):
+    return [r for r in example_servers if r["name"] == "calculator"]
 
 
 def build(run, calculator_rows) -> tuple[Store, dict[str, str]]:
     store = Store(run, create=True)
     store.write("servers", "harvest", calculator_rows)
-    ids = {name: content_id("task", name) for name in ("easy-sum", "hard-sum", "train-sum", "tool")}
+    ids = {name: content_id("task", name) for name in NAMES}
     store.write(
         "tasks",
         "synth",
@@ -108,7 +104,9 @@ def test_two_models_side_by_side(run_dir, calculator_rows):
         )
         tool_requests = [b for b in server.chat_requests if b.get("tools")]
         assert len(tool_requests) == 2 * N * 2  # the tool task ran the agent loop: call, then answer
-        assert {b["seed"] for b in server.chat_requests} == set(range(N))
+        held_out = ("easy-sum", "hard-sum", "tool")
+        expected = {attempt_seed(0, ids[t], m, i) for t in held_out for m in ("weak", "strong") for i in range(N)}
+        assert {b["seed"] for b in server.chat_requests} == expected  # each attempt at each task its own seed
 
         report = {(e["model"], e["difficulty"]): e for e in summary["report"]}
         assert report["weak", "easy"]["tasks"] == 2 and report["weak", "hard"]["tasks"] == 1
@@ -168,3 +166,40 @@ def test_config_is_checked_before_work(run_dir):
     cfg = EvalPasskConfig(models=[ModelSpec(model="m", backend="openai", base_url="http://127.0.0.1:9/v1")])
     with pytest.raises(UserError, match="no tasks in split 'held_out'.*curate split"):
         run_stage(Store(run_dir), EVAL_PASSK, cfg, quiet=True)
+
+
+def test_unevaluable_tasks_are_skipped_and_unjudged_attempts_redone_on_resume(run_dir, calculator_rows):
+    from trajkit.models.scripted_server import Fault
+
+    store, ids = build(run_dir, calculator_rows)
+    extra = {
+        "rejected": {"question": "What is 1 + 2?", "verifier": _custom(3)},
+        "no-question": {"question": None, "verifier": _custom(3)},
+        "no-verifier": {"question": "What is 1 + 3?", "verifier": {"kind": "none", "spec": "{}"}},
+    }
+    store.write("tasks", "more", [{"task_id": content_id("task", n), "mode": "imported", **t} for n, t in extra.items()])
+    store.write("splits", "split2", [{"task_id": content_id("task", n), "split": "held_out"} for n in extra])
+    reject = {"reject_id": "r1", "row_id": content_id("task", "rejected"), "table_name": "tasks", "stage": "dedup"}
+    store.write("rejected", "dedup", [{**reject, "reason": "near_duplicate"}])
+
+    with ScriptedServer(script, faults={0: Fault.error(400)}) as server:  # one attempt's request fails
+        model = ModelSpec(model="strong", backend="openai", base_url=server.base_url, max_retries=0)
+        cfg = EvalPasskConfig(models=[model], n=N, ks=KS, concurrency=1, limit=2, seed=5)
+        first = run_stage(store, EVAL_PASSK, cfg, name="eval-passk", quiet=True)
+        assert {k: v for k, v in first["counts"].items() if k.startswith("skipped.")} == {
+            "skipped.rejected": 1,
+            "skipped.no_question": 1,
+            "skipped.no_verifier": 1,
+        }
+        assert first["counts"]["unjudged.model error"] == 1
+        rows = {r["task_id"]: r for r in store.rows("eval_passk")}
+        assert sorted(r["samples"] for r in rows.values()) == [N - 1, N]  # the first two evaluable tasks
+        asked = len(server.chat_requests)
+
+        store.manifest_path("eval-passk").unlink()  # as a kill before the manifest leaves it: the stage resumes
+        again = run_stage(store, EVAL_PASSK, cfg, name="eval-passk", quiet=True)
+        # the unit with an unjudged attempt ran again, alone: its other attempts came from the call cache
+        assert len(server.chat_requests) == asked + 1
+    assert again["counts"]["retried"] == 1 and "unjudged.model error" not in again["counts"]
+    assert sorted(r["samples"] for r in store.rows("eval_passk")) == [N, N]
+    assert {r["task_id"] for r in store.rows("eval_passk")} == set(rows) <= {ids["easy-sum"], ids["hard-sum"]}

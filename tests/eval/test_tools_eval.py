@@ -105,10 +105,12 @@ def test_replays_held_out_turns_and_scores_them(run_dir):
         assert report["bad"]["reasons"] == [["should_abstain", 1], ["type_error", 1], ["wrong_count", 1]]
         assert report["down"]["overall"]["judged"] == 0 and report["down"]["reasons"] == [["model_error", 4]]
 
-        # a killed run resumes: turns already scored are not asked again
+        # a killed run resumes: turns already scored are not asked again; failed requests are asked again
+        assert len(down.chat_requests) == 4
         store.manifest_path("eval-tools").unlink()
-        run_stage(store, EVAL_TOOLS, cfg, name="eval-tools", quiet=True)
+        again = run_stage(store, EVAL_TOOLS, cfg, name="eval-tools", quiet=True)
         assert len(good_bad.chat_requests) == requests and store.count("eval_tools") == 12
+        assert len(down.chat_requests) == 8 and again["counts"]["retried"] == 4
 
 
 def bfcl_script(answers):
@@ -179,6 +181,26 @@ def test_bfcl_categories_through_the_same_command(run_dir):
     assert all(c["bfcl"] == c["trajkit"] == pytest.approx(2 / 3) for c in summary["bfcl_checker"])
     factorial = next(b for b in sent if "factorial" in json.dumps(b["tools"]))
     assert {t["function"]["name"] for t in factorial["tools"]} == {"math_factorial"}
+
+
+def test_a_budget_cap_stops_the_stage_instead_of_becoming_error_rows(run_dir):
+    from trajkit.errors import StageStopped
+
+    store = tools_run(run_dir)
+    with ScriptedServer(replay_script) as server:
+        cfg = EvalToolsConfig(models=[spec("good", server.base_url)], concurrency=1, seed=9)
+        with pytest.raises(StageStopped):
+            run_stage(store, EVAL_TOOLS, cfg, name="eval-tools", quiet=True, budget_tokens=1)
+        assert store.manifest("eval-tools") is None
+        assert not [r for r in store.rows("eval_tools") if (r["reason"] or "").startswith("model_error")]
+        run_stage(store, EVAL_TOOLS, cfg, name="eval-tools", quiet=True)
+        assert {b["seed"] for b in server.chat_requests} == {9}
+        args = ["tools", "--run", str(run_dir), "--model", "good", "--backend", "openai", "--base-url", server.base_url]
+        result = CliRunner().invoke(cli.app, [*args, "--seed", "7", "--name", "by-cli"], env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        assert {b["seed"] for b in server.chat_requests[-4:]} == {7}
+    assert store.count("eval_tools") == 8 and all(r["correct"] for r in store.rows("eval_tools"))
+    assert store.manifest("by-cli")["config"]["seed"] == 7
 
 
 def test_config_errors():

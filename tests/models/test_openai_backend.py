@@ -148,6 +148,32 @@ def test_gives_up_after_max_retries_with_error_completions():
     assert out[0].error == "HTTP 502: injected fault 502 (gave up after 3 attempts)"
 
 
+GOOD_CHOICE = {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+GARBAGE = [
+    (b"<html>oops</html>", "malformed response: not JSON"),
+    ([GOOD_CHOICE], "malformed response: a JSON list, not an object"),
+    ({"choices": "ok"}, "malformed response: 'choices' is not a list of objects"),
+    ({"choices": [1, 2]}, "malformed response: 'choices' is not a list of objects"),
+    ({"choices": [{"message": "ok"}]}, "malformed response: choice 0: 'message' is not an object"),
+    ({"choices": [{"message": {"content": {"text": "ok"}}}]}, "malformed response: choice 0: 'content' is not text"),
+    ({"choices": [GOOD_CHOICE], "usage": [3]}, "malformed response: 'usage' is not an object"),
+    (
+        {"choices": [{**GOOD_CHOICE, "logprobs": {"content": [{"token": "ok", "logprob": None}]}}]},
+        "malformed response: choice 0: token 0 has logprob None",
+    ),
+    ({"choices": [{**GOOD_CHOICE, "token_ids": ["a"]}]}, "malformed response: choice 0: token_ids is not a list of integers"),
+    ({"choices": [{**GOOD_CHOICE, "index": "first"}]}, "malformed response: invalid literal for int() with base 10: 'first'"),
+]
+
+
+@pytest.mark.parametrize(("body", "error"), GARBAGE, ids=[e.split(": ", 1)[1][:40] for _, e in GARBAGE])
+def test_a_malformed_response_is_a_failed_completion_not_a_crash(body, error):
+    with ScriptedServer(lambda m, t, b: "never", faults={0: Fault.garbage(body)}) as server:
+        out = run(generate(spec_for(server, max_retries=0), params=SamplingParams(n=2)))
+        assert len(server.chat_requests) == 1
+    assert [(c.finish_reason, c.error) for c in out] == [("error", error)] * 2
+
+
 def test_client_errors_are_not_retried():
     with ScriptedServer(lambda m, t, b: "x", faults={0: Fault.error(400)}) as server:
         (c,) = run(generate(spec_for(server)))

@@ -8,7 +8,13 @@ import pytest
 
 from trajkit.models import Completion, ModelSpec, SamplingParams
 from trajkit.models.chat import decode_completion, render_prompt, to_template
-from trajkit.models.tokens import TokenTrace, compare_with_template, first_difference, training_chat_template
+from trajkit.models.tokens import (
+    TokenTrace,
+    compare_with_template,
+    first_difference,
+    trace_matches,
+    training_chat_template,
+)
 from trajkit.models.transformers_backend import TransformersBackend
 
 ADD = {
@@ -68,6 +74,7 @@ def test_a_tool_loop_extends_its_trace_and_matches_trls_training_template(tiny_t
     diff = compare_with_template(trace.token_ids, messages, tok, [ADD], training_chat_template(tok))
     # the training rendering of the conversation only adds the newline after the last <|im_end|>
     assert (diff.index, diff.rendered_len, diff.rendered_text) == (len(trace.token_ids), len(trace.token_ids) + 1, "\n")
+    assert diff.trailing_only and trace_matches(diff)
 
 
 def test_a_follow_up_question_breaks_qwen3s_template_but_not_trls_training_template(tiny_tokenizer):
@@ -91,8 +98,24 @@ def test_a_follow_up_question_breaks_qwen3s_template_but_not_trls_training_templ
 
     original = compare_with_template(trace.token_ids, messages, tok)
     assert original.index == think_at and original.stored_text.startswith("<think>\nGreet back.")
+    assert not trace_matches(original)
     training = compare_with_template(trace.token_ids, messages, tok, chat_template=training_chat_template(tok))
     assert training.index == len(trace.token_ids)  # only the final newline
+
+
+def test_a_sampled_turn_without_logprobs_makes_the_traces_logprobs_unknown(tiny_tokenizer):
+    tok = tiny_tokenizer
+    messages = [{"role": "user", "content": "Hi"}]
+    first = sampled(tok, messages, "Hello!", tools=())
+    trace = TokenTrace()
+    trace.add(first)
+    assert trace.stored_logprobs() == trace.logprobs and -0.5 in trace.stored_logprobs()
+    messages += [first.message(), {"role": "user", "content": "Again"}]
+    second = sampled(tok, messages, "Hello again!", tools=())
+    second.logprobs = None  # a server that returned token ids but no logprobs for this turn
+    trace.add(second)
+    assert trace.turns_without_logprobs == 1 and trace.stored_logprobs() is None
+    assert len(trace.token_ids) == len(trace.loss_mask) == len(trace.logprobs)  # the tokens are still whole
 
 
 def test_turns_without_token_ids_are_recorded():

@@ -120,13 +120,13 @@ def test_a_seeded_sample_does_not_depend_on_its_batch(backend):
 
 
 def test_length_limit_and_stop_strings(backend):
-    (full,) = gather(backend, (ask("stop test"), None, SamplingParams(max_tokens=24, seed=2, temperature=0.8)))
+    (full,) = gather(backend, (ask("stop test"), None, SamplingParams(max_tokens=24, seed=3, temperature=0.8)))
     c = full[0]
     assert c.finish_reason == "length" and len(c.token_ids) == 24
     tokenizer = backend.local().tokenizer
     stop = tokenizer.decode(c.token_ids[10:12])  # text the seeded sample is known to produce
     (cut,) = gather(
-        backend, (ask("stop test"), None, SamplingParams(max_tokens=24, seed=2, temperature=0.8, stop=(stop,)))
+        backend, (ask("stop test"), None, SamplingParams(max_tokens=24, seed=3, temperature=0.8, stop=(stop,)))
     )
     s = cut[0]
     assert s.finish_reason == "stop" and s.token_ids == c.token_ids[: len(s.token_ids)] and len(s.token_ids) <= 12

@@ -12,6 +12,7 @@ import pytest
 
 from trajkit.errors import UserError
 from trajkit.models import ModelSpec, SamplingParams, make_backend
+from trajkit.models.base import sample_seed
 from trajkit.models.chat import render_prompt
 from trajkit.models.vllm_backend import MISSING
 
@@ -110,20 +111,28 @@ def test_prompts_sampling_params_and_logprobs_requested_exactly(fake_vllm, tiny_
     expected = [
         tiny_tokenizer.encode(render_prompt(tiny_tokenizer, c, [ADD]), add_special_tokens=False) for c in conversations
     ]
-    assert call["prompts"] == [{"prompt_token_ids": ids} for ids in expected]
-    assert (
-        call["params"]
-        == [{"n": 2, "temperature": 0.6, "top_p": 0.95, "max_tokens": 64, "stop": None, "seed": 7, "logprobs": 0}] * 3
-    )
+    # a seeded request for 2 samples is 2 one-sample requests, seeded as the transformers backend seeds them
+    assert call["prompts"] == [{"prompt_token_ids": ids} for ids in expected for _ in range(2)]
+    sample = {"n": 1, "temperature": 0.6, "top_p": 0.95, "max_tokens": 64, "stop": None, "logprobs": 0}
+    assert call["params"] == [{**sample, "seed": sample_seed(7, j)} for _ in conversations for j in range(2)]
+    assert sample_seed(7, 0) != sample_seed(7, 1)
     assert call["use_tqdm"] is False
     for ids, out in zip(expected, results):
         assert len(out) == 2
-        for i, c in enumerate(out):
+        for c in out:
             assert c.prompt_token_ids == ids and c.prompt_tokens == len(ids)
             assert c.reasoning == "add it" and c.text == "" and c.finish_reason == "tool_calls"
             assert [(t.name, json.loads(t.arguments)) for t in c.tool_calls] == [("add", {"a": 1})]
             assert c.token_ids[-1] == tiny_tokenizer.convert_tokens_to_ids("<|im_end|>")
-            assert c.logprobs == [-0.01 * (k + i) for k in range(len(c.token_ids))]
+            assert c.logprobs == [-0.01 * k for k in range(len(c.token_ids))]
+
+
+def test_an_unseeded_request_asks_the_engine_for_n_samples_at_once(fake_vllm, tiny_model_dir):
+    backend = make_backend(ModelSpec(model=str(tiny_model_dir), backend="vllm"))
+    out = asyncio.run(backend.generate([{"role": "user", "content": "hi"}], None, SamplingParams(n=3)))
+    (call,) = FakeLLM.instances[0].calls
+    assert [(p["n"], p["seed"]) for p in call["params"]] == [(3, None)] and len(out) == 3
+    assert [c.logprobs[0] for c in out] == [0.0, -0.01, -0.02]  # in the engine's sample order
 
 
 def test_a_stop_string_cuts_the_text(fake_vllm, tiny_model_dir):

@@ -36,3 +36,13 @@ async def tagged_rollout(task, backend, env, params, limits, **kw):
 
     row = await run_episode(task, backend, env, params, limits, **kw)
     return row | {"reason": f"custom rollout ({row['status']})"}
+
+
+def crashing_filter(traj: dict) -> str | None:
+    """A user filter with a bug."""
+    return traj["no such field"]
+
+
+def numeric_filter(traj: dict) -> str | None:
+    """A user filter that returns a number instead of a reason."""
+    return 1

@@ -49,7 +49,7 @@ def test_stage_commands_pass_their_options(synth_run):
             "model.max_retries=0",
         )
         _invoke("synth", "rollouts", "--run", synth_run, *model, "--n", 1, "--max-turns", 3, "--set", "pool_size=1")
-        _invoke("synth", "judge", "--run", synth_run, *model, "--target", "trajectories")
+        _invoke("synth", "judge", "--run", synth_run, *model, "--target", "trajectories", "--seed", 11)
         _invoke("synth", "filter", "--run", synth_run, "--rule", "no_tool_call", "--min-tool-accuracy", 1.0)
     store = Store(synth_run)
     tasks_cfg = store.manifest("tasks")["config"]
@@ -59,6 +59,7 @@ def test_stage_commands_pass_their_options(synth_run):
     assert store.count("tasks") == 6 and store.count("trajectories") == store.count("trajectory_quality") > 0
     assert store.count("task_quality") == 0  # --target trajectories only
     assert store.manifest("rollouts")["config"]["max_turns"] == 3
+    assert store.manifest("judge")["config"]["seed"] == 11
     assert store.manifest("filter")["config"]["rules"] == ["no_tool_call"]
 
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 
+from tests.synth.brain import Brain
 from tests.synth.compare import assert_same_output, stage_rows
-from tests.synth.conftest import pipeline_configs, stage, with_servers
+from tests.synth.conftest import model, pipeline_configs, stage, with_servers
+from trajkit.models.scripted_server import Fault, ScriptedServer
 from trajkit.store import Store
 from trajkit.synth.extend import follow_up
 from trajkit.synth.tool_accuracy import tool_accuracy
@@ -77,6 +80,27 @@ def test_judge_scores_are_parsed_or_null_with_a_reason(clean_pipeline):
     # the views join the scores onto their rows
     got = store.sql("SELECT count(*) FROM tasks WHERE quality_score IS NOT NULL").column(0)[0].as_py()
     assert got == len(parsed)
+
+
+def test_a_failed_judge_request_is_a_row_with_its_reason_and_is_asked_again_on_resume(clean_pipeline, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(clean_pipeline, run, ignore=shutil.ignore_patterns("_cache"))
+    store = Store(run)
+    for later in ("rollouts", "judge", "filter", "extend"):
+        store.drop_stage(later)
+    with ScriptedServer(Brain(garbage=0), faults={0: Fault.error(500), 1: Fault.error(500)}) as server:
+        cfg = {"model": model(server), "targets": ["tasks"], "concurrency": 1, "seed": 3}
+        first = stage(run, "synth.judge", cfg)
+        failed = [r for r in store.rows("task_quality") if (r["judge_reason"] or "").startswith("judge request failed")]
+        assert len(failed) == 1 and failed[0]["judge_raw"] is None and failed[0]["quality_score"] is None
+        asked = len(server.chat_requests)
+        assert {b["seed"] for b in server.chat_requests} == {3} and asked == first["usage"]["calls"] + 1
+        store.manifest_path("judge").unlink()  # as a kill before the manifest leaves it: the stage resumes
+        again = stage(run, "synth.judge", cfg)
+        assert len(server.chat_requests) == asked + 1  # the failed judgment alone, asked again
+    rows = {r["task_id"]: r for r in store.rows("task_quality")}
+    assert len(rows) == first["counts"]["rows.task_quality"] == again["counts"]["rows.task_quality"]
+    assert rows[failed[0]["task_id"]]["judge_reason"] is None and again["counts"]["retried"] == 1
 
 
 def test_filter_counts_reasons_and_keeps_rows(clean_pipeline):

@@ -146,3 +146,21 @@ def test_dying_servers_and_models_fail_rows_not_runs(tmp_path, raw_server):
     assert by_reason["status_failed"] == {"t-crash", "t-hang", "t-echo2"}
     assert by_reason["all_tool_errors"] == {"t-crash", "t-hang", "t-fail"}  # a failed call leaves an error result
     assert filtered["counts"]["kept"] == 5 - len(set().union(*by_reason.values())) == 1
+
+
+def test_an_episode_whose_model_request_failed_runs_again_on_resume(tmp_path, calculator_rows, clean_pipeline):
+    from trajkit.models.scripted_server import Fault
+
+    run = _copy_tasks(clean_pipeline, tmp_path / "run", calculator_rows)
+    with ScriptedServer(Brain(garbage=0), faults={0: Fault.error(503), 1: Fault.error(503)}) as server:
+        cfg = {"model": model(server), "concurrency": 1, "pool_size": 1}
+        first = stage(run, "synth.rollouts", cfg)
+        store = Store(run)
+        failed = [r for r in store.rows("trajectories") if (r["reason"] or "").startswith("model error: HTTP 503")]
+        assert len(failed) == 1 and failed[0]["status"] == "failed"
+        store.manifest_path("rollouts").unlink()  # as a kill before the manifest leaves it: the stage resumes
+        again = stage(run, "synth.rollouts", cfg)
+    rows = {r["traj_id"]: r for r in store.rows("trajectories")}
+    assert len(rows) == first["counts"]["rows.trajectories"] == again["counts"]["rows.trajectories"]
+    assert "HTTP 503" not in (rows[failed[0]["traj_id"]]["reason"] or "")  # the same episode, run again
+    assert again["counts"]["resumed.retried_transient"] == 1

@@ -81,3 +81,26 @@ def test_tool_accuracy_share_and_order():
     assert tool_accuracy(["add"], []) == (0.0, False)
     assert tool_accuracy([], ["add"]) == (None, None)
     assert tool_accuracy(None, None) == (None, None)
+
+
+def test_a_broken_custom_filter_stops_the_stage_with_one_line(run_dir):
+    import pytest
+
+    from trajkit.config import build
+    from trajkit.errors import UserError
+    from trajkit.runner import run_stage
+    from trajkit.store import Store
+    from trajkit.synth.filters import FILTER
+
+    store = Store(run_dir)
+    row = {"traj_id": "t1", "task_id": "k1", "status": "completed", "rollout_index": 0}
+    store.write("trajectories", "rollouts", [traj(call("add", a=1), result("5"), **row)])
+    for fn, message in [
+        ("crashing_filter", "filter tests.synth.extensions:crashing_filter failed on trajectory t1: KeyError: "),
+        ("numeric_filter", "filter tests.synth.extensions:numeric_filter returned 1 for trajectory t1; expected None"),
+    ]:
+        cfg = build(FILTER.config, {"custom": [f"tests.synth.extensions:{fn}"]})
+        with pytest.raises(UserError) as e:
+            run_stage(store, FILTER, cfg, name=fn, quiet=True)
+        assert str(e.value).startswith(message)
+    assert not store.rows("rejected")  # a bug in user code rejects nothing

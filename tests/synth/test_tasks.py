@@ -114,14 +114,24 @@ def test_prompt_files_can_be_overridden(synth_run, tmp_path, model_server):
         stage(tmp_path / "other", "synth.tasks", _config(model_server, prompts_dir=str(prompts)))
 
 
-def test_a_failing_model_becomes_rows_not_a_crash(synth_run):
+def test_a_failing_model_becomes_rows_not_a_crash_and_is_retried_on_resume(synth_run):
+    store = Store(synth_run)
     with ScriptedServer(Brain(garbage=0), faults={0: Fault.error(500), 1: Fault.error(500)}) as server:
-        manifest = stage(synth_run, "synth.tasks", _config(server, k=2, requests_per_mode=3, concurrency=1))
-    assert manifest["counts"]["rejected.generation_error"] == 1  # one request failed its retry too
-    failed = [r for r in Store(synth_run).rows("tasks") if r["raw_output"] is None]
-    assert len(failed) == 1 and failed[0]["question"] is None
-    reason = Store(synth_run).rows("rejected")
-    assert next(r["detail"] for r in reason if r["reason"] == "generation_error").startswith("HTTP 500")
+        cfg = _config(server, k=2, requests_per_mode=3, concurrency=1)
+        manifest = stage(synth_run, "synth.tasks", cfg)
+        assert manifest["counts"]["rejected.generation_error"] == 1  # one request failed its retry too
+        failed = [r for r in store.rows("tasks") if r["raw_output"] is None]
+        assert len(failed) == 1 and failed[0]["question"] is None
+        reason = store.rows("rejected")
+        assert next(r["detail"] for r in reason if r["reason"] == "generation_error").startswith("HTTP 500")
+
+        store.manifest_path("tasks").unlink()  # as a kill before the manifest leaves it: the stage resumes
+        again = stage(synth_run, "synth.tasks", cfg)
+        assert len(server.chat_requests) == 2 + 2 + 1  # the failed request alone was asked again
+    assert again["counts"]["requests.retried"] == 1 and "rejected.generation_error" not in again["counts"]
+    tasks = store.rows("tasks")
+    assert len(tasks) == 3 * 2 and all(t["question"] for t in tasks)
+    assert len({t["task_id"] for t in tasks}) == 6 and not store.rows("rejected")
 
 
 def test_no_servers_is_a_user_error(tmp_path, model_server):

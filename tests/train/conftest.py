@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import shutil
@@ -14,20 +13,9 @@ KV_QUESTION = "Store the value 7 under the key x."
 
 
 @pytest.fixture(scope="session")
-def server_rows() -> list[dict]:
-    """``servers`` rows of the calculator (stateless) and kv (stateful) servers, harvested for real."""
-    from trajkit.envs.config import parse_servers_config
-    from trajkit.envs.discovery import discover
-
-    cfg = parse_servers_config(
-        {
-            "calculator": {"command": "python", "args": ["-m", "trajkit.envs.servers.calculator"]},
-            "kv": {"command": "python", "args": ["-m", "trajkit.envs.servers.kv"]},
-        }
-    )
-    rows = asyncio.run(discover(cfg))
-    assert [r["status"] for r in rows] == ["ok", "ok"], rows
-    return rows
+def server_rows(example_servers) -> list[dict]:
+    """``servers`` rows of the calculator (stateless) and kv (stateful) servers, harvested for real (once a session)."""
+    return [r for r in example_servers if r["name"] in ("calculator", "kv")]
 
 
 def kv_conversation(server_rows: list[dict]) -> tuple[list[dict], list[dict]]:

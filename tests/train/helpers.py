@@ -21,6 +21,11 @@ def even_length(completion: str, spec: dict, context: dict) -> bool:
     return ok
 
 
+def raises(completion: str, spec: dict, context: dict) -> bool:
+    """A custom verifier with a bug: the verdict is ``error``."""
+    raise RuntimeError("verifier bug")
+
+
 def length_scorer(prompts: list, completions: list, completion_ids: list | None = None, **_: Any) -> list[float]:
     """A conciseness scorer at a dotted path: 1 for an empty answer, 0.5 otherwise."""
     return [1.0 if not c else 0.5 for c in completions]

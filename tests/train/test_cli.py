@@ -144,3 +144,49 @@ def test_only_rank_zero_writes_the_store(run_dir, monkeypatch):
     monkeypatch.setenv("RANK", "1")
     run_on_every_rank(store, spec, StageConfig(), "grpo-a")  # complete: every rank skips it
     assert ran == ["grpo-a", "grpo-a"]
+
+
+def test_every_rank_refuses_a_changed_config_before_training(run_dir, monkeypatch):
+    from pydantic import Field
+
+    from trajkit.config import StageConfig
+    from trajkit.runner import StageSpec
+    from trajkit.store import Store
+    from trajkit.train.launch import run_on_every_rank
+
+    class Steps(StageConfig):
+        steps: int = Field(1)
+
+    ran: list[int] = []
+    spec = StageSpec("test.collective", Steps, lambda ctx, cfg: ran.append(cfg.steps) or {})
+    store = Store(run_dir)
+    monkeypatch.setenv("RANK", "0")
+    spec_run = run_on_every_rank(store, spec, Steps(steps=1), "grpo-a")
+    store.manifest_path("grpo-a").unlink()  # interrupted: the stage must resume with the same config
+    for rank in ("0", "1"):  # rank 0 through the runner, rank 1 through its own check: both fail, neither trains
+        monkeypatch.setenv("RANK", rank)
+        with pytest.raises(UserError, match="was run with a different config"):
+            run_on_every_rank(store, spec, Steps(steps=2), "grpo-a")
+    assert ran == [1] and spec_run is not None
+    monkeypatch.setenv("RANK", "1")
+    run_on_every_rank(store, spec, Steps(steps=2), "grpo-a", fresh=True)  # --fresh: every rank starts over
+    assert ran == [1, 2]
+
+
+def test_a_custom_verifier_or_scorer_that_does_not_import_stops_grpo_before_training(run_dir):
+    import json
+
+    from trajkit.config import build
+    from trajkit.runner import run_stage
+    from trajkit.train.grpo import GRPO
+
+    bad = {"kind": "custom", "spec": json.dumps({"path": "tests.train.helpers:nope"})}
+    store = helpers.write_curated(run_dir, [helpers.even_task(0), helpers.even_task(1, verifier=bad)], {})
+    cfg = build(GRPO.config, {"model": "never-loaded", "steps": 1, "data": {"split": None}})
+    with pytest.raises(UserError, match="^cannot import custom verifier 'tests.train.helpers:nope'"):
+        run_stage(store, GRPO, cfg, name="grpo-a", quiet=True)
+    store = helpers.write_curated(run_dir / "other", [helpers.even_task(0)], {})
+    cfg = build(GRPO.config, {"model": "never-loaded", "steps": 1, "conciseness": {"scorer": "tests.train.helpers:nope"}})
+    with pytest.raises(UserError, match="^cannot import conciseness scorer 'tests.train.helpers:nope'"):
+        run_stage(store, GRPO, cfg, name="grpo-b", quiet=True)
+    assert not store.rows("train_metrics")

@@ -27,7 +27,21 @@ def test_correctness_comes_from_the_task_verifier_and_skips_tasks_without_one():
         log_metric=lambda k, v: logged.__setitem__(k, v),
     )
     assert out == [1.0, 0.0, None]
-    assert logged == {"pass_rate": 0.5}
+    assert logged == {"verify_error": 0.0, "pass_rate": 0.5}
+
+
+def test_an_error_verdict_is_no_reward_not_a_zero():
+    logged = {}
+    broken = json.dumps({"path": "tests.train.helpers:raises"})  # a verifier that crashes: verdict error
+    out = R.correctness_reward(
+        prompts=[[]] * 3,
+        completions=[_msgs("\\boxed{4}"), _msgs("x"), _msgs("\\boxed{5}")],
+        verifier_kind=["math", "custom", "math"],
+        verifier_spec=[MATH["spec"], broken, MATH["spec"]],
+        log_metric=lambda k, v: logged.__setitem__(k, v),
+    )
+    assert out == [1.0, None, 0.0]  # TRL leaves None out of the completion's reward sum
+    assert logged == {"verify_error": pytest.approx(1 / 3), "pass_rate": 0.5}
 
 
 def test_conciseness_bonus_is_paid_only_on_a_pass_and_follows_the_formula():
@@ -121,6 +135,8 @@ def test_custom_reward_from_a_dotted_path_with_bound_settings():
         R.load_reward("tests.train.helpers:missing")
     with pytest.raises(UserError, match="unknown reward"):
         R.load_reward("lenght")
+    with pytest.raises(UserError, match="cannot import conciseness scorer 'tests.train.helpers:nope'"):
+        R.build_rewards([R.RewardSpec(name="correctness")], R.Conciseness(scorer="tests.train.helpers:nope"), 8)
 
 
 def test_judge_model_rates_conciseness_of_correct_answers_only():

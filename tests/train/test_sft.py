@@ -16,8 +16,12 @@ def _write_trajectories(run_dir, server_rows, tokenizer_dir):
 
     tok = load_tokenizer(str(tokenizer_dir))
     messages, tools = kv_conversation(server_rows)
-    prompt = tok.apply_chat_template([{"role": "user", "content": "Say hi."}], add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
-    completion = tok("Hi there!<|im_end|>", add_special_tokens=False)["input_ids"]
+    hi = [{"role": "user", "content": "Say hi."}, {"role": "assistant", "content": "Hi there!"}]
+    prompt = tok.apply_chat_template(hi[:1], add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    # what the model sampled, as the chat template renders the answer: the trace matches the messages
+    completion = tok("<think>\n\n</think>\n\nHi there!<|im_end|>", add_special_tokens=False)["input_ids"]
+    drifted = tok("Hello there!<|im_end|>", add_special_tokens=False)["input_ids"]  # not what the messages say
+    traced = {"messages": hi, "token_ids": prompt + completion, "loss_mask": [0] * len(prompt) + [1] * len(completion)}
     store = Store(run_dir, create=True)
     store.write("tasks", "import", [{"task_id": t, "question": "q", "mode": "imported"} for t in ("kv", "hi", "bad")])
     store.write(
@@ -25,8 +29,11 @@ def _write_trajectories(run_dir, server_rows, tokenizer_dir):
         "rollouts",
         [
             {"traj_id": "msgs", "task_id": "kv", "status": "completed", "messages": messages, "tools": tools},
-            {"traj_id": "toks", "task_id": "hi", "status": "completed", "messages": [{"role": "user", "content": "Say hi."}],
-             "token_ids": prompt + completion, "loss_mask": [0] * len(prompt) + [1] * len(completion)},
+            {"traj_id": "toks", "task_id": "hi", "status": "completed", **traced},
+            {"traj_id": "drift", "task_id": "hi", "status": "completed", **traced,
+             "token_ids": prompt + drifted, "loss_mask": [0] * len(prompt) + [1] * len(drifted)},
+            {"traj_id": "flagged", "task_id": "hi", "status": "completed", **traced,
+             "reason": "token trace: turn 2: the prompt re-renders the trace differently"},
             {"traj_id": "failed", "task_id": "kv", "status": "failed", "messages": messages},
             {"traj_id": "rejected", "task_id": "kv", "status": "completed", "messages": messages},
             {"traj_id": "bad-task", "task_id": "bad", "status": "completed", "messages": messages},
@@ -42,12 +49,27 @@ def _write_trajectories(run_dir, server_rows, tokenizer_dir):
 def test_sft_rows_pick_tokens_where_stored_and_skip_rejected(run_dir, server_rows, tiny_model_dir):
     store, _, prompt, completion = _write_trajectories(run_dir, server_rows, tiny_model_dir)
     rows = {r["traj_id"]: r for r in sft_rows(store)}
-    assert set(rows) == {"msgs", "toks"}
+    assert set(rows) == {"msgs", "toks", "drift", "flagged"}
     assert rows["toks"]["input_ids"] == prompt + completion
     assert rows["toks"]["assistant_masks"] == [0] * len(prompt) + [1] * len(completion)
+    assert "input_ids" not in rows["flagged"] and rows["flagged"]["trace_mismatch"].startswith("token trace:")
     assert rows["msgs"]["messages"][1]["tool_calls"][0]["function"]["arguments"] == {"key": "x", "value": "7"}
     assert rows["msgs"]["tools"][0]["function"]["name"] == "set"
-    assert {r["traj_id"]: "messages" in r for r in sft_rows(store, use_tokens=False)} == {"msgs": True, "toks": True}
+    assert all("messages" in r and "input_ids" not in r for r in sft_rows(store, use_tokens=False))
+
+
+def test_traces_that_differ_from_the_training_rendering_fall_back_to_messages(run_dir, server_rows, tiny_model_dir):
+    from collections import Counter
+
+    from trajkit.train.sft import check_traces
+    from trajkit.train.weights import load_tokenizer
+
+    store, *_ = _write_trajectories(run_dir, server_rows, tiny_model_dir)
+    counts: Counter = Counter()
+    rows = {r["traj_id"]: r for r in check_traces(load_tokenizer(str(tiny_model_dir)), sft_rows(store), counts)}
+    assert {t: "input_ids" in r for t, r in rows.items()} == {"msgs": False, "toks": True, "drift": False, "flagged": False}
+    assert counts["examples.trace_mismatch"] == 2  # drift (found here) and flagged (found by the agent loop)
+    assert rows["drift"]["messages"][-1]["content"] == "Hi there!"  # trained on what the messages say
 
 
 def test_messages_render_with_loss_on_assistant_turns_only(server_rows, tiny_model_dir):
@@ -81,5 +103,6 @@ def test_sft_command_trains_and_saves_full_weights(run_dir, server_rows, tiny_mo
     rows = store.rows("train_metrics")
     assert [r["step"] for r in rows] == [1, 2] and all(r["loss"] > 0 for r in rows)
     manifest = store.manifest("sft")
-    assert manifest["counts"]["examples.tokens"] == 1 and manifest["counts"]["examples.messages"] == 1
+    assert manifest["counts"]["examples.tokens"] == 1 and manifest["counts"]["examples.messages"] == 3
+    assert manifest["counts"]["examples.trace_mismatch"] == 2
     assert (run_dir / "plots" / "sft.png").is_file()

@@ -51,8 +51,8 @@ def tool_trainer(tool_model_dir, server_rows, tmp_path_factory):
         processing_class=tok,
         environment_factory=tools.factories,
     )
-    yield trainer, rows, tok
-    tools.close([env for pool in trainer._environment_pool.values() for env in pool])
+    yield trainer, rows, tok, tools
+    tools.close()
 
 
 def _tools_block(text: str) -> str:
@@ -65,7 +65,7 @@ def test_trl_renders_the_tool_block_synthesis_rendered(tool_trainer, server_rows
     from trajkit.envs.tools import tool_schemas
     from trajkit.models.chat import render_prompt
 
-    trainer, _, tok = tool_trainer
+    trainer, _, tok, _ = tool_trainer
     ids = _ids(server_rows)
     prompt = [{"role": "user", "content": "What is 2 + 3? Then remember it."}]
     for server_ids in ([ids["calculator"], ids["kv"]], [ids["kv"]]):
@@ -82,7 +82,7 @@ def test_trl_renders_the_tool_block_synthesis_rendered(tool_trainer, server_rows
 
 
 def test_tool_calls_run_on_the_server_and_tool_output_is_masked(tool_trainer):
-    trainer, rows, tok = tool_trainer
+    trainer, rows, tok, _ = tool_trainer
     trainer.model.train()
     out = trainer._generate_and_score_completions([dict(rows[0]), dict(rows[0])])
     mask, ids = out["tool_mask"], out["completion_ids"]
@@ -99,7 +99,7 @@ def test_tool_calls_run_on_the_server_and_tool_output_is_masked(tool_trainer):
 
 
 def test_stateful_server_is_fresh_for_every_rollout(tool_trainer, server_rows):
-    trainer, rows, _ = tool_trainer
+    trainer, rows, _, _ = tool_trainer
     env = trainer.environment_factories[rows[0]["environment"]]()
     env.reset()
     assert env.set(key="x", value="1") == "ok: x = 1"
@@ -109,6 +109,29 @@ def test_stateful_server_is_fresh_for_every_rollout(tool_trainer, server_rows):
     from trajkit.train.tools import close_environment
 
     close_environment(env)
+
+
+def test_the_factories_record_every_environment_they_make_and_close_ends_them(tool_trainer, server_rows, tmp_path):
+    import psutil
+
+    from trajkit.train.tools import McpEnvironment, environment_factories
+
+    trainer, rows, tok, tools = tool_trainer
+    pooled = [e for pool in trainer._environment_pool.values() for e in pool]  # TRL's own record, to compare with
+    assert pooled and all(any(e is made for made in tools.instances) for e in pooled)
+
+    store = Store(tmp_path / "run", create=True)
+    store.write("servers", "harvest", server_rows)
+    own = environment_factories(store, {rows[0]["environment"]}, tok)
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    env = own.factories[rows[0]["environment"]]()
+    assert isinstance(env, McpEnvironment) and own.instances == [env]
+    env.reset()
+    assert env.set(key="x", value="1") == "ok: x = 1"  # a fresh kv process for this rollout
+    assert {p.pid for p in psutil.Process().children(recursive=True)} - before
+    own.close()
+    assert env._episode is None and own.instances == []
+    assert not {p.pid for p in psutil.Process().children(recursive=True)} - before  # its server process exited
 
 
 def test_grpo_stage_with_tools_rewards_the_servers_end_state(tool_model_dir, server_rows, tmp_path):

@@ -25,3 +25,6 @@ def broken(completion: str, spec: dict, context: dict) -> float:
 
 def out_of_range(completion: str, spec: dict, context: dict) -> float:
     return 7.0
+
+
+VALUE = 0.5  # not a function: naming it as a verifier is a user error

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
 from tests.verify.fake_e2b import ACCESS_TOKEN, SANDBOX_ID, FakeE2B, request_lines
-from trajkit.verify import E2BSandbox, verify
+from trajkit.errors import UserError
+from trajkit.verify import E2BSandbox, make_sandbox, verify
 from trajkit.verify.e2b_backend import _command
 
 KEY = "e2b_test_key_0123"
@@ -68,16 +70,22 @@ def test_api_failures_become_error_verdicts():
     assert request_lines(fake) == ["POST /v2/sandboxes"]
 
 
-def test_a_key_is_required_and_programs_must_fit_in_a_command(monkeypatch):
+def test_a_key_and_the_extra_are_required_and_programs_must_fit_in_a_command(monkeypatch):
     monkeypatch.delenv("E2B_API_KEY", raising=False)
-    with pytest.raises(RuntimeError, match="E2B_API_KEY"):
+    with pytest.raises(UserError, match="^the e2b sandbox needs an API key: set E2B_API_KEY$"):
         E2BSandbox().start()
+    with pytest.raises(UserError, match="E2B_API_KEY"), make_sandbox("e2b", 2):
+        pass
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "e2b", None)  # the extra is not installed
+        with pytest.raises(UserError, match=r"needs the e2b extra: pip install 'trajkit\[e2b\]'"):
+            E2BSandbox(api_key="k").start()
     monkeypatch.setenv("E2B_API_KEY", "k")
     assert E2BSandbox().run("x = '" + os.urandom(150_000).hex() + "'").verdict == "error"
 
 
 @pytest.mark.live
-@pytest.mark.skipif(not os.environ.get("E2B_API_KEY"), reason="needs E2B_API_KEY")
+@pytest.mark.skipif(not os.environ.get("E2B_API_KEY"), reason="live e2b: needs E2B_API_KEY and the network")
 def test_live_e2b():
     with E2BSandbox(workers=1) as pool:
         r = pool.run("import sys\nprint(sum(map(int, sys.stdin.read().split())))", stdin="1 2 3", timeout_s=20)

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from trajkit.verify import RunResult, Sandbox
+from trajkit.verify import RunResult, Sandbox, default_sandbox, make_sandbox
 
 
 def test_program_sees_stdin_and_prints(sandbox_pool):
@@ -92,6 +92,15 @@ def test_a_dead_worker_is_replaced():
         r = sandbox.run("print('alive')")
         assert r.verdict == "pass" and r.stdout == "alive\n"
         assert worker.proc.pid != old
+
+
+def test_make_sandbox_picks_the_kind_a_stage_asks_for():
+    with make_sandbox("local") as shared:
+        assert shared is default_sandbox() and shared.run("print(1)").stdout == "1\n"
+    assert shared.run("print(2)").stdout == "2\n"  # the process-wide pool stays up for the next stage
+    with make_sandbox("local", 1) as own:
+        assert own is not shared and own.workers == 1 and own.run("print(3)").stdout == "3\n"
+    assert own._pool == []  # a stage's own pool is stopped with the stage
 
 
 def test_required_protection_missing_is_an_error(monkeypatch):

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from trajkit.errors import UserError
 from trajkit.schema import VERDICTS
-from trajkit.verify import Result, verify, verify_many
+from trajkit.verify import Result, check_custom_verifiers, verify, verify_many
 
 HUMANEVAL_STYLE = {
     "prompt": 'from typing import List\n\n\ndef total(xs: List[int]) -> int:\n    """Sum of xs."""\n',
@@ -135,8 +136,21 @@ def test_custom_verifier_loads_from_a_dotted_path():
     assert broken.verdict == "error" and "this verifier is broken" in broken.details["reason"]
     bad = verify({"kind": "custom", "spec": {"path": "tests.verify.custom_checks:out_of_range"}}, "x")
     assert bad.verdict == "error" and "7.0" in bad.details["reason"]
-    absent = verify({"kind": "custom", "spec": {"path": "tests.verify.custom_checks:nope"}}, "x")
-    assert absent.verdict == "error" and "nope" in absent.details["reason"]
+
+
+
+def test_a_custom_verifier_that_does_not_import_is_the_users_error():
+    absent = {"kind": "custom", "spec": {"path": "tests.verify.custom_checks:nope"}}
+    with pytest.raises(UserError, match="cannot import custom verifier 'tests.verify.custom_checks:nope'"):
+        verify(absent, "x")
+    with pytest.raises(UserError, match="custom_checks:nope"):
+        verify_many([(absent, "x", None)])
+    fine = {"kind": "custom", "spec": json.dumps({"path": "tests.verify.custom_checks:is_shouting"})}
+    check_custom_verifiers([fine, None, {"kind": "math", "spec": "{}"}, {"kind": "custom", "spec": "not json"}])
+    with pytest.raises(UserError, match="custom_checks:nope"):
+        check_custom_verifiers([fine, absent, absent])
+    with pytest.raises(UserError, match="'tests.verify.custom_checks:VALUE' is not callable"):
+        check_custom_verifiers([{"kind": "custom", "spec": {"path": "tests.verify.custom_checks:VALUE"}}])
 
 
 def test_judge_needs_a_caller_supplied_judge():

@@ -11,29 +11,31 @@ from typing import Annotated
 import typer
 
 from trajkit.clikit import (
+    Backend,
+    BaseUrl,
     BudgetCost,
     BudgetTokens,
+    Concurrency,
     ConfigFile,
     Fresh,
+    ModelName,
     Name,
     Overrides,
     Rank,
     RunDir,
+    Seed,
     WorldSize,
+    model_spec,
     run_command,
 )
 
 app = typer.Typer(no_args_is_help=True)
 
-ModelName = Annotated[
-    str | None, typer.Option("--model", "-m", help="Model: a local directory, Hub id or served name.")
-]
-Backend = Annotated[str | None, typer.Option("--backend", help="transformers, openai or vllm.")]
-BaseUrl = Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible endpoint (backend openai).")]
 Ks = Annotated[
     list[int] | None, typer.Option("--at", help="Report pass@k at this k; repeatable (default: powers of 2 and n).")
 ]
 Workers = Annotated[int | None, typer.Option("--workers", help="Sandbox workers verifying at once.")]
+Sandbox = Annotated[str | None, typer.Option("--sandbox", help="Where code is verified: local (default) or e2b.")]
 
 
 def _path(p: Path | None) -> str | None:
@@ -102,10 +104,11 @@ def verify(
     completions: Annotated[
         Path | None, typer.Option("--completions", help="JSONL(.gz) or Parquet: task_id and completion per line.")
     ] = None,
-    model: Annotated[
-        str | None, typer.Option("--model", "-m", help="Name of the model that wrote them (external).")
+    model_name: Annotated[
+        str | None, typer.Option("--model-name", help="Name of the model that wrote them (default: external).")
     ] = None,
     ks: Ks = None,
+    sandbox: Sandbox = None,
     workers: Workers = None,
     config: ConfigFile = None,
     overrides: Overrides = None,
@@ -115,7 +118,13 @@ def verify(
     world_size: WorldSize = 1,
 ) -> None:
     """Verify completions produced elsewhere (human-eval sample format) into samples, and update pass@k."""
-    options = {"completions": _path(completions), "model": model, "ks": ks or None, "workers": workers}
+    options = {
+        "completions": _path(completions),
+        "model": model_name,
+        "ks": ks or None,
+        "sandbox": sandbox,
+        "workers": workers,
+    }
     run_command("curate.verify", run, options, config, overrides, name, fresh, rank, world_size)
 
 
@@ -129,13 +138,14 @@ def passk(
     ks: Ks = None,
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature (1.0).")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Tokens per completion (1024).")] = None,
-    seed: Annotated[int | None, typer.Option(help="Base seed of the per-sample seeds.")] = None,
+    seed: Seed = None,
     source: Annotated[list[str] | None, typer.Option(help="Only tasks of this source; repeatable.")] = None,
     limit: Annotated[int | None, typer.Option(help="Only the first N tasks.")] = None,
     servers_config: Annotated[
         Path | None, typer.Option(help="mcpServers JSON for tool tasks (env values, cwd).")
     ] = None,
-    concurrency: Annotated[int | None, typer.Option(help="Attempts in flight (16).")] = None,
+    concurrency: Concurrency = None,
+    sandbox: Sandbox = None,
     workers: Workers = None,
     budget_tokens: BudgetTokens = None,
     budget_cost: BudgetCost = None,
@@ -147,9 +157,8 @@ def passk(
     world_size: WorldSize = 1,
 ) -> None:
     """Sample k completions per task, verify each in the sandbox, and tag pass@k difficulty."""
-    spec = {key: v for key, v in {"model": model, "backend": backend, "base_url": base_url}.items() if v is not None}
     options = {
-        "model": spec or None,
+        "model": model_spec(model, backend, base_url),
         "k": k,
         "ks": ks or None,
         "temperature": temperature,
@@ -159,6 +168,7 @@ def passk(
         "limit": limit,
         "servers_config": _path(servers_config),
         "concurrency": concurrency,
+        "sandbox": sandbox,
         "workers": workers,
     }
     run_command(
@@ -233,7 +243,7 @@ def filter_(
     zero_variance: Annotated[
         bool | None, typer.Option("--zero-variance", help="Reject tasks whose samples all pass or all fail.")
     ] = None,
-    model: Annotated[str | None, typer.Option(help="Only this model's samples count.")] = None,
+    model_name: Annotated[str | None, typer.Option("--model-name", help="Only this model's samples count.")] = None,
     custom: Annotated[
         list[str] | None,
         typer.Option(help="pkg.mod:fn with fn(row: dict) -> str | None (None keeps, a string is the reason)."),
@@ -252,7 +262,7 @@ def filter_(
         "require_verifier": require_verifier,
         "difficulties": difficulty or None,
         "zero_variance": zero_variance,
-        "model": model,
+        "model": model_name,
         "custom": custom or None,
     }
     run_command("curate.filter", run, options, config, overrides, name, fresh, rank, world_size)

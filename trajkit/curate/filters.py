@@ -55,14 +55,16 @@ def difficulty_in(allowed: list[str]) -> Filter:
 
 
 def zero_variance(row: dict[str, Any]) -> str | None:
-    """Reject groups whose samples all scored the same (all pass or all fail): GRPO
+    """Reject groups whose judged samples all scored the same (all pass or all fail): GRPO
     learns nothing from a group without reward variance (``zero_variance``).
-    Tasks without samples are kept."""
-    scores = row.get("scores") or []
-    return "zero_variance" if len(scores) > 0 and len({float(s or 0.0) for s in scores}) == 1 else None
+    Samples with verdict ``error`` were not judged and do not count; tasks
+    without judged samples are kept."""
+    verdicts = row.get("verdicts") or [None] * len(row.get("scores") or [])
+    scores = [s for s, v in zip(row.get("scores") or [], verdicts) if v != "error" and s is not None]
+    return "zero_variance" if scores and len(set(map(float, scores))) == 1 else None
 
 
-class FilterConfig(StageConfig):
+class TaskFilterConfig(StageConfig):
     """Built-in rules (each off unless set) and custom filters, applied in this order."""
 
     min_chars: int | None = Field(None, ge=0, description="Reject questions shorter than this.")
@@ -77,7 +79,7 @@ class FilterConfig(StageConfig):
     )
 
 
-def build_filters(cfg: FilterConfig) -> list[tuple[str, Filter]]:
+def build_filters(cfg: TaskFilterConfig) -> list[tuple[str, Filter]]:
     """The configured filters as (name, function), built-ins first."""
     out: list[tuple[str, Filter]] = []
     if cfg.min_chars is not None:
@@ -108,7 +110,7 @@ def _sample_groups(ctx: StageContext, model: str | None) -> dict[str, dict[str, 
     return groups
 
 
-def run_filter(ctx: StageContext, cfg: FilterConfig) -> dict[str, Any]:
+def run_filter(ctx: StageContext, cfg: TaskFilterConfig) -> dict[str, Any]:
     filters = build_filters(cfg)
     if not filters:
         raise UserError("no filter configured: set a rule (e.g. --zero-variance) or --custom pkg.mod:fn")
@@ -155,7 +157,7 @@ def _apply(name: str, fn: Filter, row: dict[str, Any]) -> str | None:
 
 FILTER = StageSpec(
     "curate.filter",
-    FilterConfig,
+    TaskFilterConfig,
     run_filter,
     inputs=("tasks", "passk", "samples"),
     outputs=("rejected",),

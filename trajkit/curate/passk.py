@@ -1,15 +1,24 @@
 """``curate.passk``: sample k completions per task, verify each, tag difficulty.
 
-Each task gets ``k`` attempts through ``envs.solve.attempt`` (tool tasks run
-the agent loop in a ``ToolEnv`` built from the run's ``servers`` table, with
-their trajectories written to ``trajectories``; other tasks are one chat
-completion). Each attempt is verified by the task's verifier in the sandbox
-and written to ``samples`` as soon as it is judged, so a killed run resumes
-per sample: ``sample_id = content_id(task_id, model, index, seed)``, where the
-seed derives from the task, model, index and the configured base seed, so a
-rerun asks for the same samples. Attempts that failed for infrastructure
-reasons (a model request or server failure, verdict ``error``) are retried on
-the next run. When every sample exists, the passk rows are computed over all
+Each task gets ``k`` attempts through ``envs.solve.solve`` (tool tasks run the
+agent loop in a ``ToolEnv`` built from the run's ``servers`` table, with their
+trajectories written to ``trajectories``; other tasks are one chat
+completion), each judged by the task's verifier in the sandbox (``sandbox:``
+local or e2b). ``sample_id = content_id(task_id, model, index, seed)``, where
+the seed (``envs.solve.attempt_seed``) derives from the base seed, the task,
+the model and the index, so a rerun asks for the same samples.
+
+A killed run resumes per sample: an attempt's trajectory is written before
+its sample, and both tables are flushed together between attempts (every
+``flush_rows`` rows), so a kill loses at most the attempts since the last
+flush, never a sample whose trajectory is missing; a trajectory already
+written (by a run killed before its sample was) is not written again. Transient failures (a model request or a
+server that failed or timed out: ``transient`` in the sample's details) are
+samples with verdict ``error`` and the reason; the next run of the stage (a
+resume) drops this rank's samples of those, with their trajectories, and
+tries again, as every stage retries its transient failures. Other faults
+(a tool that crashes on this input) stay ``error`` samples, left out of
+pass@k. When every sample exists, the passk rows are computed over all
 samples of each task.
 """
 
@@ -27,8 +36,7 @@ from trajkit.curate.samples import Thresholds, sample_row, thresholds_field, wri
 from trajkit.models.base import ModelSpec
 from trajkit.runner import StageContext, StageSpec
 from trajkit.schema import content_id
-
-ATTEMPT_ERROR = "attempt_error"  # details key of samples whose attempt failed before any verification
+from trajkit.verify.backends import SANDBOX_HELP, SandboxKind
 
 
 class PassKConfig(StageConfig):
@@ -51,9 +59,13 @@ class PassKConfig(StageConfig):
     max_tool_output_chars: int = Field(4000, ge=1, description="Tool tasks: tool output shown to the model.")
     servers_config: str | None = Field(None, description="mcpServers JSON (env values, cwd) for the run's servers.")
     rollout: str | None = Field(None, description="Custom rollout function pkg.mod:fn for tool tasks (see envs.agent).")
+    sandbox: SandboxKind = Field("local", json_schema_extra={"hash": False}, description=SANDBOX_HELP)
     concurrency: int = Field(16, ge=1, json_schema_extra={"hash": False}, description="Attempts in flight.")
     workers: int | None = Field(
         None, ge=1, json_schema_extra={"hash": False}, description="Sandbox workers (default: CPUs)."
+    )
+    flush_rows: int = Field(
+        64, ge=1, json_schema_extra={"hash": False}, description="Samples and trajectories per written shard."
     )
 
     @field_validator("thresholds")
@@ -63,11 +75,6 @@ class PassKConfig(StageConfig):
 
         difficulty(0.5, value)
         return value
-
-
-def sample_seed(task_id: str, model: str, index: int, base: int) -> int:
-    """The sampling seed of one attempt: fixed by what defines the sample."""
-    return int(content_id(task_id, model, index, base), 16) % 2**31
 
 
 def _tasks(ctx: StageContext, cfg: PassKConfig) -> list[dict[str, Any]]:
@@ -84,34 +91,49 @@ def _tasks(ctx: StageContext, cfg: PassKConfig) -> list[dict[str, Any]]:
     return out[: cfg.limit] if cfg.limit else out
 
 
-def _retry_failed_attempts(ctx: StageContext) -> int:
-    """Drop this stage's samples (and their trajectories) whose attempt failed, so they run again."""
-    data = ctx.store.read("samples", ["sample_id", "traj_id", "verdict", "details"], stage=ctx.name)
-    samples, trajs = set(), set()
-    for sid, tid, verdict, details in zip(
-        *(data[c].to_pylist() for c in ("sample_id", "traj_id", "verdict", "details"))
-    ):
-        if verdict == "error" and ATTEMPT_ERROR in json.loads(details or "{}"):
-            samples.add(sid)
-            if tid:
-                trajs.add(tid)
+def retry_transient(ctx: StageContext) -> int:
+    """Drop this rank's samples whose attempt failed transiently, and their trajectories, so they run again.
+
+    A trajectory no sample refers to (a kill between the two flushes) stays to be
+    reused by its rerun attempt, unless it failed transiently itself.
+    """
+    from trajkit.envs.agent import is_transient
+
+    data = ctx.store.read("samples", ["sample_id", "task_id", "traj_id", "verdict", "details"], stage=ctx.name)
+    samples, trajs, referenced = set(), set(), set()
+    for row in data.to_pylist():
+        referenced.add(row["traj_id"])
+        transient = row["verdict"] == "error" and json.loads(row["details"] or "{}").get("transient")
+        if transient and ctx.mine(row["task_id"]):
+            samples.add(row["sample_id"])
+            if row["traj_id"]:
+                trajs.add(row["traj_id"])
+    columns = ["traj_id", "task_id", "status", "reason"]
+    for t in ctx.store.read("trajectories", columns, stage=ctx.name).to_pylist():
+        failed = t["status"] == "aborted" or (t["status"] == "failed" and is_transient(t["reason"]))
+        if t["traj_id"] not in referenced and failed and ctx.mine(t["task_id"]):
+            trajs.add(t["traj_id"])
+    ctx.store.drop_rows("trajectories", ctx.name, trajs)  # first: a kill here leaves samples the next run drops
     ctx.store.drop_rows("samples", ctx.name, samples)
-    ctx.store.drop_rows("trajectories", ctx.name, trajs)
     return len(samples)
 
 
 def run_passk(ctx: StageContext, cfg: PassKConfig) -> dict[str, Any]:
-    retried = _retry_failed_attempts(ctx)
-    if retried:
-        ctx.log(f"retrying {retried} attempts that failed before verification")
+    from trajkit.envs.solve import attempt_seed
+    from trajkit.verify import check_custom_verifiers
+
     tasks = _tasks(ctx, cfg)
+    check_custom_verifiers(t["verifier"] for t in tasks)
+    retried = retry_transient(ctx)
+    if retried:
+        ctx.log(f"retrying {retried} attempts that failed transiently")
     done = ctx.done("samples")
     work = []
     for task in tasks:
         if not ctx.mine(task["task_id"]):
             continue
         for index in range(cfg.k):
-            seed = sample_seed(task["task_id"], cfg.model.model, index, cfg.seed)
+            seed = attempt_seed(cfg.seed, task["task_id"], cfg.model.model, index)
             sid = content_id(task["task_id"], cfg.model.model, index, seed)
             if sid not in done:
                 work.append((sid, task, index, seed))
@@ -123,32 +145,34 @@ def run_passk(ctx: StageContext, cfg: PassKConfig) -> dict[str, Any]:
 
 
 async def _sample_all(ctx: StageContext, cfg: PassKConfig, work: list[tuple[str, dict, int, int]]) -> None:
-    """Run every attempt with ``concurrency`` in flight; verify and write each as it finishes."""
+    """Run every attempt with ``concurrency`` in flight; write each (trajectory, then sample) as it is judged."""
     from trajkit.envs.agent import AgentLimits, load_rollout
     from trajkit.envs.solve import is_tool_task
     from trajkit.models import SamplingParams, make_backend
-    from trajkit.verify import Sandbox, default_sandbox
+    from trajkit.verify import make_sandbox
 
+    rollout = load_rollout(cfg.rollout) if cfg.rollout else None
+    env = None
+    if any(is_tool_task(t) for _, t, _, _ in work):
+        from trajkit.envs.env import ToolEnv
+
+        env = ToolEnv(ctx.store.rows("servers"), config=cfg.servers_config)
     backend = make_backend(cfg.model, usage=ctx.usage, cache_dir=ctx.store.root / "_cache")
     params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed)
     limits = AgentLimits(cfg.max_turns, cfg.max_context_tokens, cfg.tool_timeout_s, cfg.max_tool_output_chars)
-    rollout = load_rollout(cfg.rollout) if cfg.rollout else None
-    sandbox = Sandbox(workers=cfg.workers).start() if cfg.workers else default_sandbox()
-    env = None
+    written = ctx.done("trajectories")
+    wrote = ctx.flush_every(cfg.flush_rows, ("trajectories", "samples"))
     try:
-        if any(is_tool_task(t) for _, t, _, _ in work):
-            from trajkit.envs.agent import ToolEnv
-
-            env = ToolEnv(ctx.store.rows("servers"), config=cfg.servers_config)
-        queue: asyncio.Queue = asyncio.Queue()
-        for item in work:
-            queue.put_nowait(item)
-        with ctx.progress(len(work), "samples") as advance:
+        with make_sandbox(cfg.sandbox, cfg.workers) as sandbox, ctx.progress(len(work), "samples") as advance:
+            queue: asyncio.Queue = asyncio.Queue()
+            for item in work:
+                queue.put_nowait(item)
 
             async def worker() -> None:
                 while not queue.empty():
                     item = queue.get_nowait()
-                    await _one(ctx, cfg, item, backend, env, params, limits, rollout, sandbox)
+                    solved = await _one(ctx, item, backend, env, params, limits, rollout, sandbox, cfg)
+                    wrote(_write(ctx, cfg, item, solved, written))
                     advance()
 
             await asyncio.gather(*(worker() for _ in range(min(cfg.concurrency, len(work)))))
@@ -156,16 +180,13 @@ async def _sample_all(ctx: StageContext, cfg: PassKConfig, work: list[tuple[str,
         if env is not None:
             await env.aclose()
         await backend.aclose()
-        if cfg.workers:
-            sandbox.close()
 
 
-async def _one(ctx, cfg, item, backend, env, params, limits, rollout, sandbox) -> None:
-    from trajkit.envs.solve import attempt
-    from trajkit.verify import Result, verify
+async def _one(ctx, item, backend, env, params, limits, rollout, sandbox, cfg) -> Any:
+    from trajkit.envs.solve import solve
 
-    sid, task, index, seed = item
-    tried = await attempt(
+    _, task, index, seed = item
+    solved = await solve(
         task,
         backend,
         env,
@@ -175,21 +196,26 @@ async def _one(ctx, cfg, item, backend, env, params, limits, rollout, sandbox) -
         seed=seed,
         system_prompt=cfg.system_prompt,
         rollout=rollout,
+        sandbox=sandbox,
     )
     ctx.usage.check()  # a budget reached during the attempt stops the stage before its sample is written
-    traj = tried.trajectory
-    if tried.error is not None:
-        result = Result.error(tried.error, **{ATTEMPT_ERROR: True})
-        result.runtime_s = round(tried.seconds, 4)
-    else:
-        result = await asyncio.to_thread(verify, task["verifier"], tried.completion or "", tried.context, sandbox)
-    if traj is not None:
+    return solved
+
+
+def _write(ctx: StageContext, cfg: PassKConfig, item: tuple, solved: Any, written: set[str]) -> int:
+    """Write one attempt: its trajectory (unless a killed run already wrote it), then its sample; rows written."""
+    sid, task, index, _ = item
+    traj = solved.attempt.trajectory
+    n = 1
+    if traj is not None and traj["traj_id"] not in written:
         ctx.write("trajectories", traj)
-    ctx.write(
-        "samples",
-        sample_row(sid, task["task_id"], index, cfg.model.model, tried.completion, result, traj and traj["traj_id"]),
+        written.add(traj["traj_id"])
+        n += 1
+    row = sample_row(
+        sid, task["task_id"], index, cfg.model.model, solved.attempt.completion, solved.result, traj and traj["traj_id"]
     )
-    ctx.counts[f"verdict.{result.verdict}"] += 1
+    ctx.write("samples", row)
+    return n
 
 
 PASSK = StageSpec(

@@ -38,14 +38,6 @@ def active_tasks(store: Store, stage: str, columns: list[str] | None = None) -> 
 
 
 def annotations(store: Store, table: str, columns: list[str]) -> dict[str, dict[str, Any]]:
-    """An annotation table (passk, dedup, splits, ...) keyed by task id; where several
-    stages wrote one task, the row of the stage that finished last wins (as in SQL views)."""
-    if not store.shards(table):
-        return {}
-    con = store.duckdb()
-    try:
-        cols = ", ".join(f'"{c}"' for c in ["task_id", *columns])
-        rows = con.sql(f'SELECT {cols} FROM "_raw_{table}"').to_arrow_table().to_pylist()
-    finally:
-        con.close()
-    return {r["task_id"]: r for r in rows}
+    """An annotation table (passk, dedup, splits, ...) keyed by task id; where several stages
+    wrote one task, the row of the stage that finished last wins (``Store.latest``, as in SQL views)."""
+    return {r["task_id"]: r for r in store.latest(table, ["task_id", *columns]).to_pylist()}

@@ -2,8 +2,12 @@
 
 The side of a task is decided by ``sha256(seed:cluster_id)``, where the cluster
 comes from the ``dedup`` table when it exists (else the task is its own
-cluster), so near duplicates always land on the same side and a task keeps its
-side when others are added. Tasks another stage rejected get no split.
+cluster), so near duplicates land on the same side. A side depends on nothing
+else: the same seed and clusters give the same split in any run, on any
+number of shards. It is not stable under new data, though: a cluster's id is
+its smallest task id, so tasks added to a run (and deduplicated again) can give
+a cluster a new id, or merge two clusters, and move their tasks to the other
+side. Tasks another stage rejected get no split.
 """
 
 from __future__ import annotations

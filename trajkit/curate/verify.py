@@ -6,9 +6,11 @@ task's id or its source id (``HumanEval/0``). Generation can then run on
 another machine (a vLLM cluster, say) and verification here. Every line is a
 sample, identical completions included: the n-th line of a task is its
 sample ``n`` (``sample_id = content_id(task_id, model, n, "completions")``).
-Samples are verified in parallel in the sandbox and written in file order; at
-the end the passk rows of the tasks touched are computed over all of this
-stage's samples.
+Samples are verified in parallel in the sandbox (``sandbox:`` local or e2b)
+and written in file order, flushed every ``flush_rows`` rows, so a killed run
+resumes with the samples not yet written; at the end the passk rows of the
+tasks touched are computed over all of this stage's samples. A custom
+verifier that does not import is a user error before any sample is verified.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from trajkit.curate.samples import Thresholds, sample_row, thresholds_field, wri
 from trajkit.errors import UserError
 from trajkit.runner import StageContext, StageSpec
 from trajkit.schema import content_id
+from trajkit.verify.backends import SANDBOX_HELP, SandboxKind
 
 
 class VerifyConfig(StageConfig):
@@ -34,10 +37,12 @@ class VerifyConfig(StageConfig):
     )
     ks: list[int] | None = Field(None, description="k values of pass@k (default: powers of 2 up to n, and n).")
     thresholds: Thresholds | None = thresholds_field
+    sandbox: SandboxKind = Field("local", json_schema_extra={"hash": False}, description=SANDBOX_HELP)
     workers: int | None = Field(
         None, ge=1, json_schema_extra={"hash": False}, description="Sandbox workers (default: CPUs)."
     )
     batch: int = Field(64, ge=1, json_schema_extra={"hash": False}, description="Samples verified per write.")
+    flush_rows: int = Field(256, ge=1, json_schema_extra={"hash": False}, description="Samples per written shard.")
 
     @field_validator("thresholds")
     @classmethod
@@ -84,7 +89,7 @@ def match_tasks(
 
 
 def run_verify(ctx: StageContext, cfg: VerifyConfig) -> dict[str, Any]:
-    from trajkit.verify import Sandbox, verify_many
+    from trajkit.verify import check_custom_verifiers, make_sandbox, verify_many
 
     records = read_records(cfg.completions, ["task_id", "completion"])
     items, skipped = match_tasks(ctx, records, cfg.completions)
@@ -92,26 +97,22 @@ def run_verify(ctx: StageContext, cfg: VerifyConfig) -> dict[str, Any]:
         ctx.counts[f"skipped.{reason}"] += n
     if not items:
         raise UserError(f"{cfg.completions}: no completion matches a task of this run (by task id or source id)")
+    check_custom_verifiers({id(t): t["verifier"] for t, _, _ in items}.values())
     done = ctx.done("samples")
     todo = []
     for task, index, rec in items:
         sid = content_id(task["task_id"], cfg.model, index, "completions")
         if sid not in done and ctx.mine(task["task_id"]):
             todo.append((sid, task, index, rec["completion"]))
-    sandbox = Sandbox(workers=cfg.workers).start() if cfg.workers else None
-    try:
-        with ctx.progress(len(todo), "samples") as advance:
-            for start in range(0, len(todo), cfg.batch):
-                chunk = todo[start : start + cfg.batch]
-                results = verify_many([(t["verifier"], c or "", None) for _, t, _, c in chunk], sandbox, cfg.workers)
-                rows = [sample_row(sid, t["task_id"], i, cfg.model, c, r) for (sid, t, i, c), r in zip(chunk, results)]
-                for r in rows:
-                    ctx.counts[f"verdict.{r['verdict']}"] += 1
-                ctx.write("samples", rows)
-                advance(len(chunk))
-    finally:
-        if sandbox is not None:
-            sandbox.close()
+    wrote = ctx.flush_every(cfg.flush_rows, ("samples",))
+    with make_sandbox(cfg.sandbox, cfg.workers) as sandbox, ctx.progress(len(todo), "samples") as advance:
+        for start in range(0, len(todo), cfg.batch):
+            chunk = todo[start : start + cfg.batch]
+            results = verify_many([(t["verifier"], c or "", None) for _, t, _, c in chunk], sandbox, cfg.workers)
+            rows = [sample_row(sid, t["task_id"], i, cfg.model, c, r) for (sid, t, i, c), r in zip(chunk, results)]
+            ctx.write("samples", rows)
+            wrote(len(rows))
+            advance(len(chunk))
     ctx.flush()
     histogram = write_passk(ctx, cfg.model, cfg.ks, cfg.thresholds)
     return {"completions": len(records), "samples": len(items), "skipped": skipped, "difficulty": histogram}

@@ -16,6 +16,13 @@ at a final answer (``completed``), at the turn or context limit
 * an error the tool itself reports (``isError``, e.g. division by zero) is an
   ordinary result, fed back for the model to read.
 
+Of those, ``is_transient(reason)`` picks the faults a retry may cure: a model
+request that failed (``model error: ...``) and a server start or call that
+timed out. Stages retry those when they run again; the others (a malformed
+call, a tool that crashes on this input, a task naming an unknown server) are
+faults of this input and stay. A budget cap (``StageStopped``) and a user
+error (``UserError``: a missing ``${VAR}`` of a server config) stop the stage.
+
 At the end, on the same sessions before they close, the task's outcome-check
 probes (``tool_outcome`` verifier, ``spec.state``) are called and their
 outputs stored in ``end_state`` (null for a probe that failed).
@@ -49,15 +56,30 @@ from typing import Any
 
 from trajkit import schema as S
 from trajkit.envs.env import Episode, ToolEnv
-from trajkit.envs.session import ServerFault, ToolOutput
+from trajkit.envs.session import TIMED_OUT, ServerFault, ToolOutput
 from trajkit.envs.tools import ToolRoute, offered_tools_column
 from trajkit.errors import StageStopped, UserError
 from trajkit.models.base import Backend, Completion, Message, SamplingParams
+from trajkit.models.chat import stored_message as schema_message  # the stored shape, defined once in models.chat
 
-__all__ = ["AgentLimits", "ToolEnv", "load_rollout", "outcome_probes", "run_episode", "schema_message"]
+__all__ = [
+    "AgentLimits",
+    "ToolEnv",
+    "is_transient",
+    "load_rollout",
+    "outcome_probes",
+    "run_episode",
+    "schema_message",
+]
 
 RolloutFn = Callable[..., Awaitable[dict[str, Any]]]
-_MESSAGE_KEYS = ("role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name")
+MODEL_ERROR = "model error"  # the reason prefix of a trajectory whose model request failed
+TOKEN_TRACE = "token trace"  # the reason prefix of a trajectory whose token trace does not match its turns
+
+
+def is_transient(reason: str | None) -> bool:
+    """Whether a failure's reason is one a retry may cure: a failed model request, or a server that timed out."""
+    return bool(reason) and (reason.startswith(MODEL_ERROR) or TIMED_OUT in reason)
 
 
 @dataclass(frozen=True)
@@ -75,22 +97,6 @@ class AgentLimits:
     max_context_tokens: int | None = None
     tool_timeout_s: float = 30.0
     max_tool_output_chars: int = 4000
-
-
-def schema_message(m: Message) -> Message:
-    """A message in the ``trajectories`` shape: all six keys, tool calls flat with JSON-text arguments."""
-    out = {k: m.get(k) for k in _MESSAGE_KEYS}
-    if m.get("tool_calls"):
-        calls = []
-        for call in m["tool_calls"]:
-            fn = call.get("function") if isinstance(call.get("function"), dict) else call
-            args = fn.get("arguments")
-            args = args if isinstance(args, str) else json.dumps(args if args is not None else {}, ensure_ascii=False)
-            calls.append({"id": call.get("id"), "name": fn.get("name"), "arguments": args})
-        out["tool_calls"] = calls
-    else:
-        out["tool_calls"] = None
-    return out
 
 
 def outcome_probes(task: dict[str, Any]) -> list[dict[str, Any]]:
@@ -142,7 +148,7 @@ class _Episode:
         t0 = time.monotonic()
         try:
             completions = await self.backend.generate(self.messages, tools or None, params)
-        except StageStopped:  # a budget cap stops the stage, not just this trajectory
+        except (StageStopped, UserError):  # a budget cap or a bad config stops the stage, not just this trajectory
             raise
         except Exception as e:  # noqa: BLE001 - a backend bug is this trajectory's failure, not the run's
             completions = [Completion(text="", finish_reason="error", error=f"{type(e).__name__}: {e}")]
@@ -153,7 +159,7 @@ class _Episode:
         self.completion_tokens += c.completion_tokens
         self.context_estimate = c.prompt_tokens + c.completion_tokens
         if c.error:
-            self.stop("failed", f"model error: {c.error}")
+            self.stop("failed", f"{MODEL_ERROR}: {c.error}")
             return None
         if c.token_ids is not None or self.trace is not None:
             self._trace(c)
@@ -199,6 +205,8 @@ class _Episode:
             return out.text, None
         except ServerFault as e:
             return f"Error: tool {name} failed: {e}", f"tool {name} ({route.server}) failed: {e}"
+        except (StageStopped, UserError):
+            raise
         except Exception as e:  # noqa: BLE001 - same: this trajectory fails, the run goes on
             return f"Error: tool {name} failed: {type(e).__name__}", f"tool {name} failed: {type(e).__name__}: {e}"
 
@@ -327,7 +335,7 @@ def _row(
     trace = ep.trace
     reason = ep.reason
     if trace is not None and trace.mismatch and reason is None:
-        reason = f"token trace: {trace.mismatch}"[:500]
+        reason = f"{TOKEN_TRACE}: {trace.mismatch}"[:500]
     return {
         "traj_id": traj_id(task["task_id"], rollout_index, params.seed, backend.model, parent_id),
         "task_id": task["task_id"],
@@ -358,6 +366,6 @@ def _row(
         "end_state": ep.end_state,
         "token_ids": list(trace.token_ids) if trace is not None else None,
         "loss_mask": list(trace.loss_mask) if trace is not None else None,
-        "logprobs": list(trace.logprobs) if trace is not None else None,
+        "logprobs": trace.stored_logprobs() if trace is not None else None,
         "policy_version": policy_version,
     }

@@ -11,7 +11,8 @@ or a streamable HTTP server::
 
 ``${VAR}`` in ``env`` and ``headers`` values is read from the environment when
 a session starts, so secrets stay out of the file (and only env variable
-*names* ever reach a table). ``type`` (stdio, http, streamable-http) is
+*names* ever reach a table); ``check_environment`` reads them all once before
+anything starts, so a missing variable is a user error up front. ``type`` (stdio, http, streamable-http) is
 optional, as in other clients; an entry with ``"disabled": true`` is skipped.
 Third-party servers run in their own environments, exactly as MCP clients run
 them: ``uvx``/``uv`` resolve next to this Python when not on PATH, and
@@ -141,6 +142,23 @@ def expand(value: str, environ: dict[str, str] | None = None) -> str:
         return environ[m.group(1)]
 
     return _VAR.sub(sub, value)
+
+
+def variables(cfg: ServerConfig) -> list[str]:
+    """The environment variable names a config reads: a stdio server's ``env`` keys, or the ``${VAR}``
+    names its HTTP headers use (what a ``servers`` row records; values never)."""
+    if cfg.command is not None:
+        return sorted(cfg.env)
+    return sorted({m.group(1) for v in cfg.headers.values() for m in _VAR.finditer(v)})
+
+
+def check_environment(name: str, cfg: ServerConfig) -> None:
+    """Expand every ``${VAR}`` of a server's env and headers now: a missing one is a UserError naming the server."""
+    try:
+        for value in [*cfg.env.values(), *cfg.headers.values()]:
+            expand(value)
+    except UserError as e:
+        raise UserError(f"server {name!r}: {e}") from None
 
 
 def resolve_command(command: str) -> str:

@@ -13,12 +13,13 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from trajkit.envs.config import ServerConfig
+from trajkit.envs.config import ServerConfig, variables
 from trajkit.envs.session import Connection, ServerFault
 
 
 def base_row(name: str, cfg: ServerConfig) -> dict[str, Any]:
-    """The columns of a ``servers`` row that come from the config alone (env variable names, never values)."""
+    """The columns of a ``servers`` row that come from the config alone: ``env_names`` are the environment
+    variables it reads (a stdio server's env keys, the ``${VAR}`` names of HTTP headers), never values."""
     return {
         "server_id": cfg.server_id(name),
         "name": name,
@@ -26,7 +27,7 @@ def base_row(name: str, cfg: ServerConfig) -> dict[str, Any]:
         "command": cfg.command,
         "args": list(cfg.args) if cfg.command is not None else None,
         "url": cfg.url,
-        "env_names": sorted(cfg.env),
+        "env_names": variables(cfg),
     }
 
 

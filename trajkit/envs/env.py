@@ -13,10 +13,15 @@ environment), unless ``stateless={name: bool}`` says otherwise. Bounds:
 * ``max_concurrency_per_server`` — calls in flight on one server process
   (or HTTP session) at a time.
 
-Server env values and HTTP headers come from ``config`` (the ``mcpServers``
-file) when given, else each env *name* in the row is read from the
-environment. Use ``async with ToolEnv(...)``: every server is shut down on
-every exit path, Ctrl-C included.
+Server env values, HTTP headers and cwd come from ``config`` (the
+``mcpServers`` file). Without it a server is rebuilt from its ``servers`` row,
+which holds its command, args or url but only the *names* of the environment
+variables it reads: a row with ``env_names`` then needs the file, and
+building the env says so (a UserError, before anything starts), as it does for
+a ``${VAR}`` of the config that is not set. (Nor does a row record a stdio
+``cwd`` or literal HTTP headers: pass the file for servers that have them.)
+Use ``async with ToolEnv(...)``: every server is shut down on every exit path,
+Ctrl-C included.
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Self
 
-from trajkit.envs.config import ServerConfig, load_servers_config
+from trajkit.envs.config import ServerConfig, check_environment, load_servers_config
 from trajkit.envs.session import Connection, ServerFault, ToolOutput
 from trajkit.envs.tools import ToolRoute, select_servers, tool_routes
+from trajkit.errors import UserError
 
 
 def is_stateless(row: dict[str, Any]) -> bool:
@@ -40,14 +46,19 @@ def is_stateless(row: dict[str, Any]) -> bool:
 
 
 def row_config(row: dict[str, Any]) -> ServerConfig:
-    """A server's config rebuilt from its ``servers`` row; env values are read from the environment by name."""
+    """A server's config rebuilt from its ``servers`` row: command and args, or url.
+
+    A row that names environment variables cannot be rebuilt (the table keeps
+    names, never values): a UserError that asks for the mcpServers file.
+    """
+    if row.get("env_names"):
+        raise UserError(
+            f"server {row['name']!r} reads environment variables ({', '.join(row['env_names'])}) that the servers "
+            "table does not hold (names only): pass its mcpServers file (servers_config / --servers-config)"
+        )
     if row["transport"] == "http":
         return ServerConfig(url=row["url"])
-    return ServerConfig(
-        command=row["command"],
-        args=list(row.get("args") or []),
-        env={n: "${" + n + "}" for n in row.get("env_names") or []},
-    )
+    return ServerConfig(command=row["command"], args=list(row.get("args") or []))
 
 
 class _Slots:
@@ -130,6 +141,9 @@ class ToolEnv:
             config = load_servers_config(config)
         self.rows = list(servers)
         self.config = dict(config or {})
+        for row in self.rows:  # every server that may start can start: a user error now, not a fault later
+            if row["status"] == "ok":
+                check_environment(row["name"], self.config_for(row))
         self.stateless = {r["name"]: (stateless or {}).get(r["name"], is_stateless(r)) for r in self.rows}
         self.pool_size = pool_size
         self.max_concurrency_per_server = max_concurrency_per_server

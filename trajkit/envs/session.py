@@ -7,8 +7,11 @@ Calls come from any task. Every call has a timeout and a bound on calls in
 flight; results are rendered to text and truncated. A server that cannot
 start, crashes, hangs or answers garbage raises ``ServerFault`` (a reason for
 the trajectory to fail); an error the tool itself reports is an ordinary
-``ToolOutput`` with ``is_error`` set, for the model to read. The SDK kills the
-server's whole process group on every exit path, cancellation included.
+``ToolOutput`` with ``is_error`` set, for the model to read. A missing
+``${VAR}`` of the server's env or headers is the user's error (``UserError``),
+not the server's. The SDK kills the server's whole process group on every exit
+path, cancellation included. A fault's reason says ``timed out after`` exactly
+when a start or a call timed out (``TIMED_OUT``: the fault a retry may cure).
 
 ``${SESSION_DIR}`` in a stdio server's args becomes a fresh temporary
 directory for that session, removed when it closes: a file-backed server
@@ -27,8 +30,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from trajkit.envs.config import ServerConfig, child_environment, expand, resolve_command
+from trajkit.errors import UserError
 
 STDERR_TAIL_CHARS = 300
+TIMED_OUT = "timed out after"  # in a fault's reason: a start or a call that timed out
 SESSION_DIR = "${SESSION_DIR}"  # in a server's args: a fresh directory per session, removed at its end
 
 
@@ -134,13 +139,15 @@ class Connection:
                     async with asyncio.timeout(self.startup_timeout_s):
                         self.init_result = await session.initialize()
                 except TimeoutError:
-                    raise ServerFault(f"initialize timed out after {self.startup_timeout_s:g}s") from None
+                    raise ServerFault(f"initialize {TIMED_OUT} {self.startup_timeout_s:g}s") from None
                 self.session = session
                 self._ready.set_result(None)
                 await self._closing.wait()
         except asyncio.CancelledError:
             self._fail("cancelled")
             raise
+        except UserError as e:  # a missing ${VAR} of the config: the user's to fix, not the server's fault
+            self._fail(str(e), error=e)
         except BaseException as e:  # noqa: BLE001 - every failure of the transport becomes a reason
             self._fail(self._describe(e))
         finally:
@@ -181,11 +188,11 @@ class Connection:
             line = errors()[0].get("input") if callable(errors) and errors() else None
             self._junk = repr(line)[:200] if isinstance(line, str) else f"{type(message).__name__}: {message}"[:200]
 
-    def _fail(self, reason: str) -> None:
+    def _fail(self, reason: str, error: Exception | None = None) -> None:
         if self.dead is None or self.dead == "closed":
             self.dead = reason
         if not self._ready.done():
-            self._ready.set_exception(ServerFault(reason))
+            self._ready.set_exception(error or ServerFault(reason))
             self._ready.exception()  # retrieved: nobody may be waiting yet
 
     def _describe(self, e: BaseException) -> str:
@@ -269,12 +276,12 @@ class Connection:
                 return await coro
         except MCPError as e:
             if e.code == REQUEST_TIMEOUT:
-                raise self._fault(f"{what} timed out after {timeout_s:g}s") from None
+                raise self._fault(f"{what} {TIMED_OUT} {timeout_s:g}s") from None
             if e.code == CONNECTION_CLOSED:
                 raise self._fault(f"server {self.name!r} exited during {what}", dead=True) from None
             raise _ProtocolError(f"{e.message} (code {e.code})") from None
         except TimeoutError:
-            raise self._fault(f"{what} timed out after {timeout_s:g}s") from None
+            raise self._fault(f"{what} {TIMED_OUT} {timeout_s:g}s") from None
         except ValidationError as e:
             detail = e.errors()[0]
             where = ".".join(map(str, detail["loc"]))

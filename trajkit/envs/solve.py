@@ -1,10 +1,13 @@
-"""One attempt at any task: the unit shared by pass@k tagging, evaluation and training rollouts.
+"""One attempt at any task, and its verdict: the unit shared by pass@k tagging, evaluation and training.
 
 Tool tasks (a task with ``server_ids`` or a ``tool_outcome`` verifier) run the
 agent loop; the completion is the final answer and the context carries the
 end state the outcome check reads. Every other task (code, math, free text)
 is one chat completion from a prompt built from the task. Faults are data
-(``Attempt.error``), never exceptions.
+(``Attempt.error``, with ``transient`` set for the faults a retry may cure),
+never exceptions. ``solve`` is an attempt judged by the task's verifier, as
+``curate.passk`` and ``eval.passk`` both run it; ``attempt_seed`` is the seed of
+sample ``index`` of a task for a model.
 """
 
 from __future__ import annotations
@@ -15,10 +18,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from trajkit.envs.agent import AgentLimits, RolloutFn, run_episode
+from trajkit.envs.agent import MODEL_ERROR, AgentLimits, RolloutFn, is_transient, run_episode
 from trajkit.envs.env import ToolEnv
-from trajkit.errors import StageStopped
+from trajkit.errors import StageStopped, UserError
 from trajkit.models.base import Backend, Message, SamplingParams
+from trajkit.schema import seed_for
 
 CODE_INSTRUCTION = "Write the complete function{name} in a single ```python code block."
 STDIO_INSTRUCTION = (
@@ -37,8 +41,9 @@ class Attempt:
     task; None when there is none). ``trajectory``: the ``trajectories`` row
     of a tool task. ``context``: what else the verifier reads (``end_state``).
     ``error``: why the attempt could not be judged (a model request or a
-    server failed); a malformed tool call is the model's mistake, so it is no
-    error: the attempt simply has no completion.
+    server failed, a tool crashed); a malformed tool call is the model's
+    mistake, so it is no error: the attempt simply has no completion.
+    ``transient``: the error is one a retry may cure (``envs.agent.is_transient``).
     """
 
     completion: str | None
@@ -46,6 +51,12 @@ class Attempt:
     context: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     seconds: float = 0.0
+    transient: bool = False
+
+
+def attempt_seed(base: int, task_id: str, model: str, index: int) -> int:
+    """The sampling seed of attempt ``index`` at a task by a model: fixed by what defines the attempt."""
+    return seed_for(base, task_id, model, index)
 
 
 def is_tool_task(task: dict[str, Any]) -> bool:
@@ -92,21 +103,71 @@ async def attempt(
         row = await (rollout or run_episode)(
             task, backend, env, params, limits, system_prompt=system_prompt, rollout_index=sample_index, seed=seed
         )
-        error = None
-        if row["status"] in ("failed", "aborted") and not (row.get("reason") or "").startswith(MODEL_FAULT):
-            error = row.get("reason") or row["status"]
+        error, reason = None, row.get("reason")
+        if row["status"] in ("failed", "aborted") and not (reason or "").startswith(MODEL_FAULT):
+            error = reason or row["status"]
         answer = row["final_answer"] if row["status"] == "completed" else None
-        return Attempt(answer, row, {"end_state": row.get("end_state")}, error, time.monotonic() - t0)
+        transient = error is not None and (row["status"] == "aborted" or is_transient(reason))
+        return Attempt(answer, row, {"end_state": row.get("end_state")}, error, time.monotonic() - t0, transient)
     messages: list[Message] = [{"role": "system", "content": system_prompt}] if system_prompt else []
     messages.append({"role": "user", "content": task_prompt(task)})
     params = dataclasses.replace(params, n=1, seed=seed if seed is not None else params.seed)
     try:
         completions = await backend.generate(messages, None, params)
-    except StageStopped:
+    except (StageStopped, UserError):
         raise
     except Exception as e:  # noqa: BLE001 - a backend bug fails this attempt, not the run
-        return Attempt(None, error=f"model error: {type(e).__name__}: {e}", seconds=time.monotonic() - t0)
+        error = f"{MODEL_ERROR}: {type(e).__name__}: {e}"
+        return Attempt(None, error=error, seconds=time.monotonic() - t0, transient=True)
     c = completions[0] if completions else None
     if c is None or c.error:
-        return Attempt(None, error=f"model error: {c.error if c else 'no completion'}", seconds=time.monotonic() - t0)
+        error = f"{MODEL_ERROR}: {c.error if c else 'no completion'}"
+        return Attempt(None, error=error, seconds=time.monotonic() - t0, transient=True)
     return Attempt(c.text, seconds=time.monotonic() - t0)
+
+
+@dataclass
+class Solved:
+    """An attempt and its verdict. A failed attempt's result is an ``error`` verdict whose details carry
+    ``reason`` and ``transient`` (whether running it again may cure it)."""
+
+    attempt: Attempt
+    result: Any  # trajkit.verify.Result
+
+
+async def solve(
+    task: dict[str, Any],
+    backend: Backend,
+    env: ToolEnv | None,
+    params: SamplingParams,
+    limits: AgentLimits,
+    *,
+    sample_index: int,
+    seed: int | None,
+    system_prompt: str | None = None,
+    rollout: RolloutFn | None = None,
+    sandbox: Any = None,
+) -> Solved:
+    """One attempt at a task (``attempt``), judged by the task's verifier (``trajkit.verify.verify``,
+    in ``sandbox``, off the event loop)."""
+    import asyncio
+
+    from trajkit.verify import Result, verify
+
+    a = await attempt(
+        task,
+        backend,
+        env,
+        params,
+        limits,
+        sample_index=sample_index,
+        seed=seed,
+        system_prompt=system_prompt,
+        rollout=rollout,
+    )
+    if a.error is not None:
+        result = Result.error(a.error, transient=a.transient)
+        result.runtime_s = round(a.seconds, 4)
+    else:
+        result = await asyncio.to_thread(verify, task["verifier"], a.completion or "", a.context, sandbox)
+    return Solved(a, result)

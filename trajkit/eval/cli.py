@@ -12,15 +12,20 @@ from typing import Annotated, Any
 import typer
 
 from trajkit.clikit import (
+    Backend,
+    BaseUrl,
     BudgetCost,
     BudgetTokens,
+    Concurrency,
     ConfigFile,
     Fresh,
     Name,
     Overrides,
     Rank,
     RunDir,
+    Seed,
     WorldSize,
+    model_spec,
     run_command,
 )
 
@@ -30,18 +35,15 @@ Models = Annotated[
     list[str] | None,
     typer.Option("--model", "-m", help="Model (local directory, Hub id or served name); repeat to compare models."),
 ]
-Backend = Annotated[str | None, typer.Option("--backend", help="transformers, openai or vllm (for every --model).")]
-BaseUrl = Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible endpoint (backend openai).")]
 Split = Annotated[str | None, typer.Option(help="train or held_out (default: held_out).")]
 Limit = Annotated[int | None, typer.Option(help="Evaluate only the first N items.")]
-Concurrency = Annotated[int | None, typer.Option(help="Requests in flight.")]
 
 
 def _models(models: list[str] | None, backend: str | None, base_url: str | None) -> list[dict[str, Any]] | None:
+    """The ``models:`` list: every --model with the same --backend and --base-url."""
     if not models:
         return None
-    extra = {k: v for k, v in (("backend", backend), ("base_url", base_url)) if v is not None}
-    return [{"model": m, **extra} for m in models]
+    return [model_spec(m, backend, base_url) for m in models]
 
 
 @app.command()
@@ -57,6 +59,10 @@ def passk(
     ] = None,
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature (default 0.8).")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Tokens per completion (default 1024).")] = None,
+    seed: Seed = None,
+    sandbox: Annotated[
+        str | None, typer.Option("--sandbox", help="Where code is verified: local (default) or e2b.")
+    ] = None,
     limit: Limit = None,
     concurrency: Concurrency = None,
     config: ConfigFile = None,
@@ -78,6 +84,8 @@ def passk(
         "ks": ks,
         "temperature": temperature,
         "max_tokens": max_tokens,
+        "seed": seed,
+        "sandbox": sandbox,
         "limit": limit,
         "concurrency": concurrency,
     }
@@ -115,6 +123,7 @@ def tools(
     abstention: Annotated[
         bool | None, typer.Option("--abstention/--no-abstention", help="Score turns without calls too.")
     ] = None,
+    seed: Seed = None,
     limit: Limit = None,
     concurrency: Concurrency = None,
     config: ConfigFile = None,
@@ -134,6 +143,7 @@ def tools(
         "split": split,
         "bfcl": bfcl,
         "abstention": abstention,
+        "seed": seed,
         "limit": limit,
         "concurrency": concurrency,
     }

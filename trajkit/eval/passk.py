@@ -1,13 +1,18 @@
 """The ``eval.passk`` stage: pass@k of one or more models on a split, per difficulty bucket.
 
-For each model and each task of the split, ``n`` attempts go through
-``envs.solve.attempt`` (tool tasks run the agent loop, others one chat
-completion: the same unit curation's pass@k tagging uses) and are judged by
-the task's verifier through ``verify``. pass@k is the unbiased estimator
-(``verify.pass_at_k``). An attempt that could not be judged (a model request
-or a server failed) is counted by reason and left out of ``samples``. One
-``eval_passk`` row per (model, task); the report per difficulty bucket (from
-the ``passk`` annotation) lands in the manifest and in
+The tasks are the split's tasks that another stage did not reject, with a
+question and a verifier (skipped ones are counted). For each model and task,
+``n`` attempts go through ``envs.solve.solve`` (tool tasks run the agent loop,
+others one chat completion, judged by the task's verifier: the same unit
+curation's pass@k tagging runs), attempt i seeded
+``envs.solve.attempt_seed(seed, task, model, i)``. pass@k is the unbiased
+estimator (``verify.pass_at_k``). An attempt that could not be judged (a model
+request or a server failed, a verifier error) is counted by reason and left
+out of ``samples``; such a row is redone when the stage runs again (a resume:
+this rank's rows with fewer judged samples than ``n`` are dropped first), as
+every stage retries its transient failures. One ``eval_passk`` row per (model,
+task), flushed every ``flush_rows`` rows; the report per difficulty bucket
+(from the ``passk`` annotation) lands in the manifest and in
 ``RUN/reports/<stage>.parquet``.
 """
 
@@ -25,6 +30,7 @@ from trajkit.eval.report import passk_report
 from trajkit.models.base import ModelSpec
 from trajkit.runner import StageContext, StageSpec
 from trajkit.store import Store
+from trajkit.verify.backends import SANDBOX_HELP, SandboxKind
 
 
 class EvalPasskConfig(StageConfig):
@@ -35,7 +41,7 @@ class EvalPasskConfig(StageConfig):
     temperature: float = 0.8
     top_p: float = 1.0
     max_tokens: int = 1024
-    seed: int = Field(0, description="Attempt i uses seed + i.")
+    seed: int = Field(0, description="Base seed; attempt i at a task derives its seed from it, the task, model and i.")
     system_prompt: str | None = None
     max_turns: int = Field(8, description="Tool tasks: model calls per episode.")
     tool_timeout_s: float = Field(30.0, description="Tool tasks: per tool call.")
@@ -43,6 +49,11 @@ class EvalPasskConfig(StageConfig):
     servers_config: str | None = Field(None, description="mcpServers file with env values for the run's servers.")
     limit: int | None = Field(None, ge=1, description="Evaluate only the first N tasks (by task id).")
     concurrency: int = Field(16, ge=1, json_schema_extra={"hash": False}, description="Attempts in flight.")
+    sandbox: SandboxKind = Field("local", json_schema_extra={"hash": False}, description=SANDBOX_HELP)
+    workers: int | None = Field(
+        None, ge=1, json_schema_extra={"hash": False}, description="Sandbox workers (default: CPUs)."
+    )
+    flush_rows: int = Field(16, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
 
     @field_validator("ks")
     @classmethod
@@ -69,24 +80,56 @@ def eval_id(spec: ModelSpec, task_id: str, cfg: EvalPasskConfig) -> str:
     )
 
 
-def load_tasks(store: Store, split: str | None, limit: int | None) -> list[dict[str, Any]]:
-    """The split's tasks with their difficulty (from the passk annotation), by task id."""
+def load_tasks(store: Store, split: str | None, limit: int | None, counts: Any = None) -> list[dict[str, Any]]:
+    """The split's tasks with their difficulty (from the passk annotation), by task id: those no stage
+    rejected, with a question and a verifier (the others are counted in ``counts`` as ``skipped.<why>``)."""
     where = "WHERE split = ?" if split else ""
-    query = f"SELECT task_id, question, server_ids, verifier, metadata, difficulty FROM tasks {where} ORDER BY task_id"
+    query = (
+        "SELECT task_id, question, server_ids, verifier, metadata, difficulty, reject_reason "
+        f"FROM tasks {where} ORDER BY task_id"
+    )
     con = store.duckdb()
     try:
-        rel = con.sql(query + (f" LIMIT {int(limit)}" if limit else ""), params=[split] if split else None)
-        rows = rel.to_arrow_table().to_pylist()
+        rows = con.sql(query, params=[split] if split else None).to_arrow_table().to_pylist()
     finally:
         con.close()
+    out = []
+    for row in rows:
+        why = (
+            "rejected"
+            if row.pop("reject_reason") is not None
+            else "no_question"
+            if not row["question"]
+            else "no_verifier"
+            if (row["verifier"] or {}).get("kind") in (None, "", "none")
+            else None
+        )
+        if why is not None:
+            if counts is not None:
+                counts[f"skipped.{why}"] += 1
+            continue
+        out.append(row)
+    what = f"split {split!r}" if split else "the run"
     if not rows:
-        what = f"split {split!r}" if split else "the run"
         raise UserError(f"no tasks in {what} of {store.root}" + ("; run `trajkit curate split` first" if split else ""))
-    return rows
+    if not out:
+        raise UserError(f"no task of {what} in {store.root} can be evaluated (rejected, or no question or verifier)")
+    return out[:limit] if limit else out
+
+
+def retry_unjudged(ctx: StageContext, n: int) -> int:
+    """Drop this rank's rows with fewer judged attempts than ``n``, so their units run again."""
+    data = ctx.store.read("eval_passk", ["eval_id", "samples"], stage=ctx.name).to_pylist()
+    again = {r["eval_id"] for r in data if r["samples"] < n and ctx.mine(r["eval_id"])}
+    return ctx.store.drop_rows("eval_passk", ctx.name, again)
 
 
 def run_eval_passk(ctx: StageContext, cfg: EvalPasskConfig) -> dict[str, Any]:
-    tasks = load_tasks(ctx.store, cfg.split, cfg.limit)
+    from trajkit.verify import check_custom_verifiers
+
+    tasks = load_tasks(ctx.store, cfg.split, cfg.limit, ctx.counts)
+    check_custom_verifiers(t["verifier"] for t in tasks)
+    ctx.counts["retried"] += retry_unjudged(ctx, cfg.n)
     done = ctx.done("eval_passk")
     todo = [
         (m, t) for m in cfg.models for t in tasks if (i := eval_id(m, t["task_id"], cfg)) not in done and ctx.mine(i)
@@ -107,23 +150,27 @@ async def _evaluate(ctx: StageContext, cfg: EvalPasskConfig, todo: list[tuple[Mo
     from trajkit.envs.solve import is_tool_task
     from trajkit.models import make_backend
     from trajkit.models.base import SamplingParams
+    from trajkit.verify import make_sandbox
 
     params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed)
     limits = AgentLimits(
         max_turns=cfg.max_turns, tool_timeout_s=cfg.tool_timeout_s, max_tool_output_chars=cfg.max_tool_output_chars
     )
-    backends = {m.model: make_backend(m, ctx.usage, ctx.store.root / "_cache") for m in cfg.models}
     env = None
     if any(is_tool_task(t) for _, t in todo):
         env = ToolEnv(ctx.store.rows("servers"), config=cfg.servers_config)
+    backends = {m.model: make_backend(m, ctx.usage, ctx.store.root / "_cache") for m in cfg.models}
     gate = asyncio.Semaphore(cfg.concurrency)
+    wrote = ctx.flush_every(cfg.flush_rows, ("eval_passk",))
     try:
-        with ctx.progress(len(todo), "tasks") as advance:
+        with make_sandbox(cfg.sandbox, cfg.workers) as sandbox, ctx.progress(len(todo), "tasks") as advance:
             units = [
-                _unit(ctx, cfg, spec, task, backends[spec.model], env, params, limits, gate) for spec, task in todo
+                _unit(ctx, cfg, spec, task, backends[spec.model], env, params, limits, gate, sandbox)
+                for spec, task in todo
             ]
             for finished in asyncio.as_completed(units):
                 ctx.write("eval_passk", await finished)
+                wrote(1)
                 advance(1)
     finally:
         if env is not None:
@@ -142,30 +189,34 @@ async def _unit(
     params: Any,
     limits: Any,
     gate: asyncio.Semaphore,
+    sandbox: Any,
 ) -> dict[str, Any]:
     """All attempts of one model at one task, judged: one eval_passk row."""
-    from trajkit.envs.solve import attempt
-    from trajkit.verify import pass_at_k, verify
+    from trajkit.envs.solve import attempt_seed, solve
+    from trajkit.verify import pass_at_k
 
-    async def one(i: int) -> tuple[str | None, bool]:
+    async def one(i: int) -> Any:
         async with gate:
-            a = await attempt(
-                task, backend, env, params, limits, sample_index=i, seed=cfg.seed + i, system_prompt=cfg.system_prompt
+            seed = attempt_seed(cfg.seed, task["task_id"], spec.model, i)
+            return await solve(
+                task,
+                backend,
+                env,
+                params,
+                limits,
+                sample_index=i,
+                seed=seed,
+                system_prompt=cfg.system_prompt,
+                sandbox=sandbox,
             )
-        if a.error:
-            return a.error, False
-        if a.completion is None:
-            return None, False
-        result = await asyncio.to_thread(verify, task["verifier"], a.completion, a.context)
-        if result.verdict == "error":
-            return f"verifier error: {result.details.get('reason', '')}", False
-        return None, result.verdict == "pass"
 
-    outcomes = await asyncio.gather(*(one(i) for i in range(cfg.n)))
-    judged = [ok for err, ok in outcomes if err is None]
-    for err, _ in outcomes:
-        if err is not None:
-            ctx.counts[f"unjudged.{err.split(':')[0][:60]}"] += 1
+    results = [s.result for s in await asyncio.gather(*(one(i) for i in range(cfg.n)))]
+    judged = [r.verdict == "pass" for r in results if r.verdict != "error"]
+    for r in results:
+        if r.verdict == "error":
+            reason = r.details.get("reason") or ""
+            why = reason.split(":")[0] if "transient" in r.details else "verifier error"  # attempt faults say which
+            ctx.counts[f"unjudged.{why[:60]}"] += 1
     samples, correct = len(judged), sum(judged)
     ctx.counts["attempts"] += cfg.n
     return {

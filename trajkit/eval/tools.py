@@ -8,9 +8,12 @@ without tool calls (the final answer) check abstention. BFCL: the entries of
 the given categories from the ``bfcl-eval`` wheel, scored the same way, with
 BFCL's own ``ast_checker`` run on the same predictions for comparison.
 
-One ``eval_tools`` row per (model, turn); a failed model request is a row
-with ``correct`` null and the reason. The breakdown per server and per tool
-lands in the manifest.
+One ``eval_tools`` row per (model, turn), flushed every ``flush_rows`` rows;
+a failed model request (a transient failure) is a row with ``correct`` null
+and the reason ``model_error: ...``, and the next run of the stage (a resume)
+drops this rank's rows of those and asks again, as every stage retries its
+transient failures. The breakdown per server and per tool lands in the
+manifest.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pydantic import Field, model_validator
 
 from trajkit import schema as S
 from trajkit.config import StageConfig
-from trajkit.errors import UserError
+from trajkit.errors import StageStopped, UserError
 from trajkit.eval import bfcl
 from trajkit.eval.report import tools_report
 from trajkit.eval.toolcall import Call, Expected, Verdict, expected_from_reference, parse_arguments, score_calls
@@ -34,6 +37,7 @@ from trajkit.runner import StageContext, StageSpec
 from trajkit.store import Store
 
 DETAIL_CHARS = 300
+MODEL_ERROR = "model_error"  # the reason prefix of a turn whose model request failed: retried on resume
 
 
 class EvalToolsConfig(StageConfig):
@@ -49,8 +53,9 @@ class EvalToolsConfig(StageConfig):
     temperature: float = 0.0
     top_p: float = 1.0
     max_tokens: int = 512
-    seed: int = 0
+    seed: int = Field(0, description="Sampling seed of every request (one request per replayed turn).")
     concurrency: int = Field(16, ge=1, json_schema_extra={"hash": False}, description="Requests in flight.")
+    flush_rows: int = Field(64, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
 
     @model_validator(mode="after")
     def _check(self) -> EvalToolsConfig:
@@ -212,8 +217,16 @@ def _recover(raw: str) -> Call | None:
     return Call(fn["name"], args) if isinstance(args, dict) else None
 
 
+def retry_model_errors(ctx: StageContext) -> int:
+    """Drop this rank's rows whose model request failed, so those turns are asked again."""
+    data = ctx.store.read("eval_tools", ["eval_id", "reason"], stage=ctx.name).to_pylist()
+    again = {r["eval_id"] for r in data if (r["reason"] or "").startswith(MODEL_ERROR) and ctx.mine(r["eval_id"])}
+    return ctx.store.drop_rows("eval_tools", ctx.name, again)
+
+
 def run_eval_tools(ctx: StageContext, cfg: EvalToolsConfig) -> dict[str, Any]:
     turns = bfcl_turns(cfg) if cfg.bfcl else trajectory_turns(ctx.store, cfg, ctx.counts)
+    ctx.counts["retried"] += retry_model_errors(ctx)
     done = ctx.done("eval_tools")
     todo = [(m, t) for m in cfg.models for t in turns if (i := eval_id(m, t, cfg)) not in done and ctx.mine(i)]
     ctx.log(f"{len(turns)} turn(s) x {len(cfg.models)} model(s), {len(todo)} to evaluate")
@@ -246,6 +259,8 @@ async def _evaluate(ctx: StageContext, cfg: EvalToolsConfig, todo: list[tuple[Mo
             try:
                 completions = await backends[spec.model].generate(t.messages, t.tools or None, params)
                 c = completions[0] if completions else Completion(text="", error="no completion")
+            except (StageStopped, UserError):  # a budget cap or a bad config stops the stage
+                raise
             except Exception as e:  # noqa: BLE001 - a backend fault is this turn's row, not the run's end
                 c = Completion(text="", finish_reason="error", error=f"{type(e).__name__}: {e}")
         row = {
@@ -257,8 +272,8 @@ async def _evaluate(ctx: StageContext, cfg: EvalToolsConfig, todo: list[tuple[Mo
             "expected": t.expected_json,
         }
         if c.error:
-            ctx.counts["model_error"] += 1
-            return {**row, "predicted": None, "reason": f"model_error: {c.error}"[:DETAIL_CHARS]}
+            ctx.counts[MODEL_ERROR] += 1
+            return {**row, "predicted": None, "reason": f"{MODEL_ERROR}: {c.error}"[:DETAIL_CHARS]}
         calls, malformed, stored = read_calls(c)
         verdict = t.score(calls, malformed)
         ctx.counts["correct" if verdict.correct else "wrong"] += 1
@@ -276,10 +291,12 @@ async def _evaluate(ctx: StageContext, cfg: EvalToolsConfig, todo: list[tuple[Mo
             "reason": reason,
         }
 
+    wrote = ctx.flush_every(cfg.flush_rows, ("eval_tools",))
     try:
         with ctx.progress(len(todo), "turns") as advance:
             for finished in asyncio.as_completed([one(spec, t) for spec, t in todo]):
                 ctx.write("eval_tools", await finished)
+                wrote(1)
                 advance(1)
     finally:
         for backend in backends.values():

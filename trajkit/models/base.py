@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from trajkit.config import StageConfig
+from trajkit.schema import seed_for
 
 Message = dict[str, Any]  # {"role", "content", "tool_calls"?, "tool_call_id"?, "name"?, "reasoning_content"?}
 ToolSchema = dict[str, Any]  # {"type": "function", "function": {"name", "description", "parameters"}}
@@ -36,6 +37,16 @@ class SamplingParams:
 
 
 DEFAULT_PARAMS = SamplingParams()
+
+
+def sample_seed(seed: int | None, index: int) -> int | None:
+    """The seed of sample ``index`` of a request seeded with ``seed`` (None without a request seed).
+
+    Every local backend (transformers, vllm) seeds sample j of an ``n``-sample
+    request this one way, ``schema.seed_for(seed, j)``, so a sample does not
+    depend on how many others were asked for with it.
+    """
+    return None if seed is None else seed_for(seed, index)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Conversations in the three shapes trajkit meets them.
 
 trajkit stores messages with flat tool calls (``{"id", "name", "arguments"}``,
-arguments as JSON text); OpenAI endpoints want them nested under
+arguments as JSON text; ``stored_message``); OpenAI endpoints want them nested under
 ``function`` with ``type``; Hugging Face chat templates want them nested with
 the arguments as an object (so ``tojson`` renders them like the model wrote
 them). Stages may pass either flat or nested calls.
@@ -24,6 +24,14 @@ def _flat_call(call: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(args, str):
         args = json.dumps(args if args is not None else {}, ensure_ascii=False)
     return {"id": call.get("id"), "name": fn.get("name"), "arguments": args}
+
+
+def stored_message(m: Message) -> Message:
+    """A message in the ``trajectories`` shape: all six keys (None where empty), tool calls flat with
+    JSON-text arguments (None without calls)."""
+    out = {k: m.get(k) for k in _FIELDS}
+    out["tool_calls"] = [_flat_call(tc) for tc in m["tool_calls"]] if m.get("tool_calls") else None
+    return out
 
 
 def canonical(messages: list[Message]) -> list[Message]:

@@ -21,13 +21,14 @@ needed; and a request for ``n`` samples should prefill its prompt once.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from trajkit.models.base import sample_seed
 
 _M32 = 0xFFFFFFFF
 _MUL = 0x45D9F3B
@@ -54,10 +55,10 @@ class RowOutput:
 
 
 def row_seed(seed: int | None, index: int) -> int:
-    """The 64-bit seed of sample ``index`` of a request (a fresh random one without a request seed)."""
+    """The seed of sample ``index`` of a request: ``base.sample_seed`` (without a request seed, a random 64-bit one)."""
     if seed is None:
         return secrets.randbits(64)
-    return int.from_bytes(hashlib.sha256(f"{seed}:{index}".encode()).digest()[:8], "little")
+    return sample_seed(seed, index)
 
 
 def _mix32_int(x: int) -> int:

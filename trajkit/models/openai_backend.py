@@ -7,7 +7,8 @@ errors, and a timeout per request. The API key and extra headers are read from
 the environment variables the spec names; they go into request headers only,
 never into errors, logs, manifests or cache keys. A request that still fails
 after the retries comes back as completions with ``error`` set: data, not an
-exception.
+exception. So does a response that is not the shape the API promises (choices
+that are not objects, a null logprob, ...): ``malformed response: ...``.
 
 Tool calls come from the response's ``tool_calls`` and, for servers that
 return raw text, from ``<tool_call>`` blocks in the content. Logprobs are read
@@ -96,10 +97,14 @@ class OpenAIBackend(Backend):
             want = params.n - len(out)
             seed = None if params.seed is None else params.seed + len(out)
             data = await self._post(self._body(messages, tools, params, want, seed))
-            got = self._completions(data, tools) if isinstance(data, dict) else []
+            if isinstance(data, str):
+                return out + failed(want, data)
+            try:
+                got = self._completions(data, tools)
+            except (TypeError, ValueError, AttributeError, KeyError, IndexError) as e:  # Malformed included
+                return out + failed(want, f"malformed response: {e}"[:500])
             if not got:
-                error = data if isinstance(data, str) else "the response has no choices"
-                return out + failed(want, error)
+                return out + failed(want, "the response has no choices")
             out.extend(got[:want])
         return out
 
@@ -149,8 +154,10 @@ class OpenAIBackend(Backend):
                     if response.status_code == 200:
                         try:
                             data = response.json()
-                        except json.JSONDecodeError:
-                            return "the response is not JSON"
+                        except (json.JSONDecodeError, UnicodeDecodeError):
+                            return "malformed response: not JSON"
+                        if not isinstance(data, dict):
+                            return f"malformed response: a JSON {type(data).__name__}, not an object"
                         if self._tokens:
                             used = (data.get("usage") or {}).get("total_tokens")
                             if isinstance(used, (int, float)):
@@ -168,23 +175,36 @@ class OpenAIBackend(Backend):
         return f"{problem} (gave up after {self.spec.max_retries + 1} attempts)"
 
     def _completions(self, data: dict[str, Any], tools: list[ToolSchema] | None) -> list[Completion]:
-        choices = sorted(data.get("choices") or [], key=lambda c: c.get("index", 0))
+        """The response's choices as completions; raises (``Malformed``, or a type error) on a response
+        that is not the API's shape."""
+        choices = data.get("choices") or []
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            raise Malformed("'choices' is not a list of objects")
+        choices = sorted(choices, key=lambda c: int(c.get("index") or 0))
         usage = data.get("usage") or {}
+        if not isinstance(usage, dict):
+            raise Malformed("'usage' is not an object")
         prompt_tokens = int(usage.get("prompt_tokens") or 0)
         total_completion = int(usage.get("completion_tokens") or 0)
-        prompt_ids = data.get("prompt_token_ids")
+        prompt_ids = _token_ids(data.get("prompt_token_ids"), "prompt_token_ids")
         out = []
         for i, choice in enumerate(choices):
             msg = choice.get("message") or {}
+            if not isinstance(msg, dict):
+                raise Malformed(f"choice {i}: 'message' is not an object")
             content = msg.get("content") or ""
+            if not isinstance(content, str):
+                raise Malformed(f"choice {i}: 'content' is not text")
             reasoning = msg.get("reasoning_content") or msg.get("reasoning")
+            if not isinstance(reasoning, (str, type(None))) or not isinstance(msg.get("tool_calls") or [], list):
+                raise Malformed(f"choice {i}: 'reasoning_content' is not text or 'tool_calls' is not a list")
             if reasoning is None:
                 reasoning, content = split_reasoning(content)
             calls, errors = parse_openai_tool_calls(msg.get("tool_calls"), tools)
             content, text_calls, text_errors = parse_tool_calls(content, tools)
             calls, errors = calls + text_calls, errors + text_errors
-            logprobs = _logprobs(choice.get("logprobs"))
-            token_ids = choice.get("token_ids")
+            logprobs = _logprobs(choice.get("logprobs"), i)
+            token_ids = _token_ids(choice.get("token_ids"), f"choice {i}: token_ids")
             count = len(token_ids) if token_ids else len(logprobs) if logprobs else None
             if count is None:  # only a total for all choices: share it out
                 count = total_completion // len(choices) + (i < total_completion % len(choices))
@@ -208,10 +228,34 @@ class OpenAIBackend(Backend):
         return out
 
 
-def _logprobs(block: Any) -> list[float] | None:
-    if not isinstance(block, dict) or not isinstance(block.get("content"), list):
+class Malformed(ValueError):
+    """A response that is not the shape the chat completions API promises."""
+
+
+def _logprobs(block: Any, choice: int) -> list[float] | None:
+    """The logprobs of the sampled tokens, None when the server sent none; a token entry without a
+    numeric logprob is malformed (never read as a default)."""
+    if block is None:
         return None
-    return [float(t["logprob"]) for t in block["content"] if isinstance(t, dict) and "logprob" in t]
+    if not isinstance(block, dict) or not isinstance(block.get("content") or [], list):
+        raise Malformed(f"choice {choice}: 'logprobs' is not an object with a 'content' list")
+    if block.get("content") is None:
+        return None
+    out = []
+    for k, t in enumerate(block["content"]):
+        value = t.get("logprob") if isinstance(t, dict) else None
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise Malformed(f"choice {choice}: token {k} has logprob {value!r}")
+        out.append(float(value))
+    return out
+
+
+def _token_ids(value: Any, what: str) -> list[int] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        raise Malformed(f"{what} is not a list of integers")
+    return value
 
 
 def _error_message(response: Any) -> str:

@@ -4,9 +4,10 @@ For tests, benchmarks and the demo: the ``openai`` backend talks to it over
 real HTTP, exactly as to ``vllm serve``. ``script(messages, tools, body)``
 returns the assistant message (a string, or ``{"content", "tool_calls",
 "reasoning_content"}``, optionally with ``logprobs``, ``token_ids`` and
-``prompt_token_ids`` that the response then carries, as vLLM's does); ``faults`` injects 500s, 429s with ``Retry-After`` and
-stalls by request index (or through a function of the index, e.g.
-``faults_at_rate``). Every request is recorded (path, headers, body) so tests
+``prompt_token_ids`` that the response then carries, as vLLM's does); ``faults``
+injects 500s, 429s with ``Retry-After``, stalls and malformed 200 bodies by
+request index (or through a function of the index, e.g. ``faults_at_rate``).
+Every request is recorded (path, headers, body) so tests
 can assert exactly what was sent. Requests are served concurrently.
 
     with ScriptedServer(lambda messages, tools, body: "hi") as server:
@@ -39,6 +40,7 @@ class Fault:
     status: int = 500
     retry_after: float | None = None
     stall_s: float = 0.0
+    body: Any = None  # with status 200: sent as the response instead of an answer (JSON, or raw bytes)
 
     @classmethod
     def error(cls, status: int = 500) -> Fault:
@@ -52,6 +54,11 @@ class Fault:
     def stall(cls, seconds: float) -> Fault:
         """Hold the request for ``seconds`` (past the client's timeout), then answer normally."""
         return cls(status=200, stall_s=seconds)
+
+    @classmethod
+    def garbage(cls, body: Any) -> Fault:
+        """Answer 200 with ``body`` (any JSON value, or raw bytes) instead of a chat completion."""
+        return cls(status=200, body=body)
 
 
 Faults = Mapping[int, Fault] | Callable[[int], "Fault | None"]
@@ -214,7 +221,7 @@ class _Handler(BaseHTTPRequestHandler):
         return
 
     def _send(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode()
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -266,6 +273,9 @@ class _Handler(BaseHTTPRequestHandler):
         if fault is not None and fault.status != 200:
             headers = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else {}
             self._send(fault.status, {"error": {"message": f"injected fault {fault.status}"}}, headers)
+            return
+        if fault is not None and fault.body is not None:
+            self._send(200, fault.body)
             return
         try:
             payload = owner._complete(body, index)

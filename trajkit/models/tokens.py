@@ -4,7 +4,10 @@ Each turn's prompt is the model's chat template re-rendering the whole
 conversation so far; each completion is what the model sampled. ``TokenTrace``
 stitches them together: the part of a prompt beyond the trace is prompt or
 tool output (mask 0), the sampled tokens are the model's (mask 1, with their
-logprobs). SFT trains on exactly these tokens.
+logprobs; ``logprobs`` is aligned with ``token_ids``, 0.0 where the mask is 0).
+A backend turn without the logprobs of its sampled tokens makes the whole
+trace's logprobs unknown: ``stored_logprobs()`` is then None, never a made-up
+value. SFT trains on exactly these tokens.
 
 A template that re-renders earlier turns differently from how they were
 sampled (Qwen3's template drops the reasoning of earlier turns; a re-encoded
@@ -12,7 +15,7 @@ text can split into other tokens than the sampled ones) breaks the prefix
 property. The trace records the first such mismatch and keeps going.
 ``compare_with_template`` reports where a trace and the chat template that
 training will use (TRL's prefix-preserving training template for Qwen3)
-disagree.
+disagree; the SFT stage trains on the trace only where they agree.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ class TokenTrace:
     mismatch: str | None = None  # the first place a new prompt did not extend the trace
     mismatches: int = 0
     turns: int = 0
+    turns_without_logprobs: int = 0  # sampled turns whose backend gave no (or too few) logprobs
 
     def add(self, completion: Completion) -> None:
         """Append a turn: the new part of its prompt (mask 0), then its sampled tokens (mask 1)."""
@@ -62,7 +66,14 @@ class TokenTrace:
             )
             new = self._resync(prompt, at)
         self._extend(new, 0, None)
-        self._extend(list(sampled), 1, completion.logprobs)
+        sampled = list(sampled)
+        if completion.logprobs is None or len(completion.logprobs) != len(sampled):
+            self.turns_without_logprobs += 1
+        self._extend(sampled, 1, completion.logprobs)
+
+    def stored_logprobs(self) -> list[float] | None:
+        """The ``logprobs`` column: aligned with ``token_ids``, or None when a sampled turn had none."""
+        return None if self.turns_without_logprobs else list(self.logprobs)
 
     def _resync(self, prompt: list[int], at: int) -> list[int]:
         """After a mismatch, the prompt's new part: what follows the re-rendered last sampled token."""
@@ -74,9 +85,9 @@ class TokenTrace:
     def _extend(self, ids: list[int], mask: int, logprobs: list[float] | None) -> None:
         self.token_ids.extend(ids)
         self.loss_mask.extend([mask] * len(ids))
-        if logprobs is not None and len(logprobs) == len(ids):
+        if mask and logprobs is not None and len(logprobs) == len(ids):
             self.logprobs.extend(float(x) for x in logprobs)
-        else:
+        else:  # a prompt position, or a turn without logprobs (then stored_logprobs() is None)
             self.logprobs.extend([0.0] * len(ids))
 
     def _note(self, message: str) -> None:
@@ -94,6 +105,7 @@ class TemplateDiff:
     rendered_len: int
     stored_text: str  # a decoded window from the difference on
     rendered_text: str
+    trailing_only: bool = False  # the trace is the rendering but for trailing whitespace (a final newline)
 
     def __str__(self) -> str:
         return (
@@ -135,4 +147,10 @@ def compare_with_template(
         rendered_len=len(rendered),
         stored_text=tokenizer.decode(list(token_ids)[at : at + window]),
         rendered_text=tokenizer.decode(rendered[at : at + window]),
+        trailing_only=at == len(token_ids) and not tokenizer.decode(rendered[at:]).strip(),
     )
+
+
+def trace_matches(diff: TemplateDiff | None) -> bool:
+    """Whether ``compare_with_template`` found the trace to be what training renders (a final newline aside)."""
+    return diff is None or diff.trailing_only

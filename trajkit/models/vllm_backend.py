@@ -6,8 +6,10 @@ Concurrent calls are gathered into one ``LLM.generate`` call, run in a worker
 thread. Each call asks for the logprob of every sampled token
 (``logprobs=0``); the engine defaults to ``logprobs_mode="processed_logprobs"``
 (after temperature and top-p, like the transformers backend) unless
-``engine_args`` says otherwise. vLLM gives sample i of a seeded request the
-seed ``seed + i``.
+``engine_args`` says otherwise. A seeded request for ``n`` samples goes to the
+engine as ``n`` one-sample requests, sample j seeded ``base.sample_seed(seed, j)``
+as the transformers backend seeds it (vLLM itself would derive the seeds of
+one n-sample request its own way); the engine's prefix cache shares their prompt.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from trajkit.errors import UserError
-from trajkit.models.base import Backend, Completion, Message, ModelSpec, SamplingParams, ToolSchema
+from trajkit.models.base import Backend, Completion, Message, ModelSpec, SamplingParams, ToolSchema, sample_seed
 from trajkit.models.batching import Batcher
 from trajkit.models.chat import RenderError, decode_completion, failed, render_prompt
 
@@ -66,16 +68,22 @@ class VLLMBackend(Backend):
             self._load = asyncio.ensure_future(loop.run_in_executor(self._executor, self.llm))
         return asyncio.shield(self._load)
 
-    def sampling_params(self, params: SamplingParams) -> Any:
-        return self._vllm.SamplingParams(
-            n=params.n,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            max_tokens=params.max_tokens,
-            stop=list(params.stop) if params.stop else None,
-            seed=params.seed,
-            logprobs=0,
-        )
+    def sampling_params(self, params: SamplingParams) -> list[Any]:
+        """vLLM's sampling params for a request: one per sample when seeded (sample j seeded
+        ``sample_seed(seed, j)``), else one for all ``n``."""
+        seeds = [None] if params.seed is None else [sample_seed(params.seed, j) for j in range(params.n)]
+        return [
+            self._vllm.SamplingParams(
+                n=params.n if seed is None else 1,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                max_tokens=params.max_tokens,
+                stop=list(params.stop) if params.stop else None,
+                seed=seed,
+                logprobs=0,
+            )
+            for seed in seeds
+        ]
 
     async def _generate(
         self, messages: list[Message], tools: list[ToolSchema] | None, params: SamplingParams
@@ -87,11 +95,13 @@ class VLLMBackend(Backend):
         except RenderError as e:
             return failed(params.n, str(e))
         prompt = list(self._tokenizer.encode(text, add_special_tokens=False))
+        requests = [({"prompt_token_ids": prompt}, p) for p in self.sampling_params(params)]
         try:
-            result = await self.batcher.submit(({"prompt_token_ids": prompt}, self.sampling_params(params)))
+            results = await asyncio.gather(*(self.batcher.submit(r) for r in requests))
         except Exception as e:  # noqa: BLE001 - a failed engine call is data for this request
             return failed(params.n, f"{type(e).__name__}: {e}")
-        return [self._completion(prompt, out, tools) for out in sorted(result.outputs, key=lambda o: o.index)]
+        outputs = [out for result in results for out in sorted(result.outputs, key=lambda o: o.index)]
+        return [self._completion(prompt, out, tools) for out in outputs]
 
     def _completion(self, prompt: list[int], out: Any, tools: list[ToolSchema] | None) -> Completion:
         ids = list(out.token_ids)

@@ -8,15 +8,21 @@ from typing import Annotated
 import typer
 
 from trajkit.clikit import (
+    Backend,
+    BaseUrl,
     BudgetCost,
     BudgetTokens,
+    Concurrency,
     ConfigFile,
     Fresh,
+    ModelName,
     Name,
     Overrides,
     Rank,
     RunDir,
+    Seed,
     WorldSize,
+    model_spec,
     run_command,
 )
 
@@ -48,21 +54,9 @@ def harvest(
 
 
 # ---------------------------------------------------------------- tasks, rollouts, judge, filter, extend
-ModelName = Annotated[
-    str | None, typer.Option("--model", "-m", help="Model: a local directory, Hub id or served name.")
-]
-Backend = Annotated[str | None, typer.Option("--backend", help="transformers, openai or vllm.")]
-BaseUrl = Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible endpoint (backend openai).")]
-Concurrency = Annotated[int | None, typer.Option("--concurrency", help="Requests or episodes in flight.")]
-Seed = Annotated[int | None, typer.Option("--seed", help="Seed of sampling and draws.")]
 PromptsDir = Annotated[
     Path | None, typer.Option("--prompts-dir", help="Directory of prompt files overriding examples/prompts/.")
 ]
-
-
-def _model(model: str | None, backend: str | None, base_url: str | None) -> dict | None:
-    spec = {k: v for k, v in {"model": model, "backend": backend, "base_url": base_url}.items() if v is not None}
-    return spec or None
 
 
 def _path(p: Path | None) -> str | None:
@@ -97,7 +91,7 @@ def tasks(
 ) -> None:
     """Synthesize tool-use tasks from the `servers` table, with direct or verbalized sampling."""
     options = {
-        "model": _model(model, backend, base_url),
+        "model": model_spec(model, backend, base_url),
         "method": method,
         "k": k,
         "m": m,
@@ -142,7 +136,7 @@ def rollouts(
 ) -> None:
     """Run the agent loop over tasks against the harvested MCP servers; write `trajectories`."""
     options = {
-        "model": _model(model, backend, base_url),
+        "model": model_spec(model, backend, base_url),
         "rollouts_per_task": n,
         "target": target,
         "where": where,
@@ -165,6 +159,7 @@ def judge(
     base_url: BaseUrl = None,
     target: Annotated[list[str] | None, typer.Option(help="tasks and/or trajectories; repeatable.")] = None,
     prompts_dir: PromptsDir = None,
+    seed: Seed = None,
     concurrency: Concurrency = None,
     budget_tokens: BudgetTokens = None,
     budget_cost: BudgetCost = None,
@@ -177,9 +172,10 @@ def judge(
 ) -> None:
     """LLM-judge tasks (Toucan's six dimensions) and trajectories (completeness, conciseness, tool accuracy)."""
     options = {
-        "model": _model(model, backend, base_url),
+        "model": model_spec(model, backend, base_url),
         "targets": target,
         "prompts_dir": _path(prompts_dir),
+        "seed": seed,
         "concurrency": concurrency,
     }
     run_command(
@@ -243,8 +239,8 @@ def extend(
 ) -> None:
     """Extend conversations: a user simulator writes a follow-up, the agent loop continues."""
     options = {
-        "model": _model(model, backend, base_url),
-        "user_model": _model(user_model, user_backend, user_base_url),
+        "model": model_spec(model, backend, base_url),
+        "user_model": model_spec(user_model, user_backend, user_base_url),
         "rounds": rounds,
         "where": where,
         "servers_config": _path(servers_config),

@@ -6,7 +6,11 @@ the next user message; ``run_episode`` continues from the parent's messages
 with it, and the new row's ``parent_id`` is the parent's ``traj_id``. With
 ``rounds`` > 1, each round extends the previous round's completed rows. A
 simulator that ends the conversation, writes nothing or fails gives a
-``failed`` row with the reason, so the attempt is recorded and not repeated.
+``failed`` row with the reason, so the attempt is recorded and not repeated —
+unless it failed transiently (the simulator's or the agent's model request
+failed, a server timed out): the next run of the stage (a resume) drops this
+rank's rows of those and extends them again, as every stage retries its
+transient failures.
 
 The follow-up has no outcome check of its own: the new row carries no
 ``end_state``. Stateful servers start fresh for the continuation (the parent's
@@ -33,6 +37,7 @@ from trajkit.synth.transcripts import conversation_text, tool_listing
 from trajkit.synth.work import bounded
 
 END = "<END_CONVERSATION>"
+SIMULATOR_FAILED = "user simulator request failed"  # the reason of a follow-up whose request failed: retried
 DEFAULT_WHERE = "status = 'completed' AND reject_reason IS NULL"
 
 
@@ -83,11 +88,28 @@ def run_extend(ctx: StageContext, cfg: ExtendConfig) -> dict[str, Any]:
     if not servers:
         raise UserError(f"no servers in {ctx.store.root}: run `trajkit synth harvest` first")
     prompt = load_prompt("user_simulator.md", cfg.prompts_dir, ("CONVERSATION",))
+    ctx.counts["resumed.retried_transient"] += retry_transient(ctx)
     chosen = set(ctx.store.sql(f"SELECT traj_id FROM trajectories WHERE ({cfg.where})").column(0).to_pylist())
     chosen -= ctx.store.ids("trajectories", stage=ctx.name)  # never this stage's own rows: those are later rounds
     roots = sorted((r for r in ctx.store.rows("trajectories") if r["traj_id"] in chosen), key=lambda r: r["traj_id"])
     total = asyncio.run(_extend(ctx, cfg, rollout, servers, prompt, [r for r in roots if ctx.mine(r["traj_id"])]))
     return {"extended": total, "rounds": cfg.rounds}
+
+
+def retry_transient(ctx: StageContext) -> int:
+    """Drop this rank's extensions that failed transiently, so they run again."""
+    from trajkit.envs.agent import is_transient
+
+    columns = ["traj_id", "parent_id", "status", "reason"]
+    own = {r["traj_id"]: r for r in ctx.store.rows("trajectories", columns, stage=ctx.name)}
+    again = {
+        tid
+        for tid, r in own.items()
+        if r["status"] == "failed"
+        and ((r["reason"] or "").startswith(SIMULATOR_FAILED) or is_transient(r["reason"]))
+        and ctx.mine(_root(r, own))
+    }
+    return ctx.store.drop_rows("trajectories", ctx.name, again)
 
 
 def parents_for_round(own: list[dict[str, Any]], roots: list[dict[str, Any]], round_: int) -> list[dict[str, Any]]:
@@ -147,7 +169,7 @@ async def _extend(
     async def one(item: tuple[dict[str, Any], int]) -> dict[str, Any]:
         parent, round_ = item
         task = tasks.get(parent["task_id"]) or {"task_id": parent["task_id"], "server_ids": None}
-        seed = int(S.content_id(cfg.seed, parent["traj_id"], round_)[:8], 16)
+        seed = S.seed_for(cfg.seed, parent["traj_id"], round_)
         try:
             rows = select_servers(servers, task.get("server_ids"))
             tools = tool_listing(rows, tool_routes(servers, task.get("server_ids")))
@@ -158,7 +180,7 @@ async def _extend(
         )
         user_params = SamplingParams(n=1, temperature=cfg.user_temperature, max_tokens=cfg.user_max_tokens, seed=seed)
         [c] = await user.generate([{"role": "user", "content": text}], None, user_params)
-        message, why = (None, f"user simulator request failed: {c.error}"[:500]) if c.error else follow_up(c.text)
+        message, why = (None, f"{SIMULATOR_FAILED}: {c.error}"[:500]) if c.error else follow_up(c.text)
         if message is None:
             return _declined(parent, agent, params, seed, why)
         continued = {**task, "question": message, "verifier": None}

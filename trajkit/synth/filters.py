@@ -6,7 +6,9 @@ is rejected as ``status_<status>``. Thresholds on the judge's scores
 (``trajectory_quality``, and the task's ``task_quality``) apply where a score
 exists; a null score fails a threshold only with ``require_scores``. Custom
 filters are dotted paths to ``fn(trajectory: dict) -> str | None`` (a reason
-to reject, or None). Every failing check writes a ``rejected`` row; nothing is
+to reject, or None); one that raises, or returns anything else, is a bug in
+user code: a UserError naming the filter and the trajectory (exit 2), as in
+``curate.filter``. Every failing check writes a ``rejected`` row; nothing is
 deleted.
 """
 
@@ -18,6 +20,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from trajkit.config import StageConfig
+from trajkit.errors import UserError
 from trajkit.runner import StageContext, StageSpec
 from trajkit.synth import rules
 
@@ -29,7 +32,7 @@ THRESHOLDS = {
 }
 
 
-class FilterConfig(StageConfig):
+class TrajectoryFilterConfig(StageConfig):
     """Config of ``synth.filter``."""
 
     rules: list[str] = Field(default_factory=lambda: list(rules.RULES), description="Rule filters to apply.")
@@ -53,12 +56,15 @@ class FilterConfig(StageConfig):
         return value
 
 
-def run_filter(ctx: StageContext, cfg: FilterConfig) -> dict[str, Any]:
+def run_filter(ctx: StageContext, cfg: TrajectoryFilterConfig) -> dict[str, Any]:
     from trajkit.pipeline import load_object
 
     custom: list[tuple[str, Callable[[dict[str, Any]], str | None]]] = [
         (path, load_object(path, "custom filter")) for path in cfg.custom
     ]
+    for path, fn in custom:
+        if not callable(fn):
+            raise UserError(f"custom filter {path!r} is not callable")
     scores = _scores(ctx, cfg)
     ctx.writer("rejected", rows_per_shard=cfg.flush_rows)
     trajs = sorted(ctx.store.rows("trajectories"), key=lambda r: r["traj_id"])
@@ -78,7 +84,7 @@ def run_filter(ctx: StageContext, cfg: FilterConfig) -> dict[str, Any]:
 
 def check(
     row: dict[str, Any],
-    cfg: FilterConfig,
+    cfg: TrajectoryFilterConfig,
     scores: dict[str, dict[str, dict[str, Any]]],
     custom: list[tuple[str, Callable[[dict[str, Any]], str | None]]] = (),
 ) -> list[tuple[str, str | None]]:
@@ -101,15 +107,18 @@ def check(
     for path, fn in custom:
         try:
             reason = fn(row)
-        except Exception as e:  # noqa: BLE001 - a broken user filter is a reason on the row, not a crash
-            out.append(("custom_filter_error", f"{path}: {type(e).__name__}: {e}"[:300]))
-            continue
+        except Exception as e:  # noqa: BLE001 - a bug in a user's filter: stop with one clear line
+            raise UserError(f"filter {path} failed on trajectory {row['traj_id']}: {type(e).__name__}: {e}") from None
+        if reason is not None and (not isinstance(reason, str) or not reason):
+            raise UserError(
+                f"filter {path} returned {reason!r} for trajectory {row['traj_id']}; expected None or a reason string"
+            )
         if reason:
-            out.append((str(reason), path))
+            out.append((reason, path))
     return out
 
 
-def _scores(ctx: StageContext, cfg: FilterConfig) -> dict[str, dict[str, dict[str, Any]]]:
+def _scores(ctx: StageContext, cfg: TrajectoryFilterConfig) -> dict[str, dict[str, dict[str, Any]]]:
     needed = {table for option, (table, _) in THRESHOLDS.items() if getattr(cfg, option) is not None}
     out = {}
     for table in needed:
@@ -120,7 +129,7 @@ def _scores(ctx: StageContext, cfg: FilterConfig) -> dict[str, dict[str, dict[st
 
 FILTER = StageSpec(
     "synth.filter",
-    FilterConfig,
+    TrajectoryFilterConfig,
     run_filter,
     inputs=("trajectories", "trajectory_quality", "task_quality"),
     outputs=("rejected",),

@@ -1,10 +1,17 @@
 """``synth.harvest``: start every configured MCP server, list its tools, write the ``servers`` table.
 
 One row per entry of the ``mcpServers`` file (``server_id`` = content id of the
-name, command, args, url and env variable names; never env values). A server
-that fails to start, hangs on ``initialize`` or lists invalid tools is a row
-with status ``failed`` and the reason; the others have status ``ok``. A rerun
-skips servers already written (``--fresh`` harvests all again).
+name, command, args, url and env variable names; never env values), written as
+each server is done. A server that fails to start, hangs on ``initialize`` or
+lists invalid tools is a row with status ``failed`` and the reason; the others
+have status ``ok``. Every ``${VAR}`` of the file's env and headers is read
+before any server starts: a missing one is a user error (exit 2).
+
+A rerun skips servers already written (``--fresh`` harvests all again), except
+transient failures — a server whose start or listing timed out
+(``envs.agent.is_transient``): the next run of the stage (a resume) drops this
+rank's rows of those and harvests them again, as every stage retries its
+transient failures.
 """
 
 from __future__ import annotations
@@ -29,32 +36,59 @@ class HarvestConfig(StageConfig):
     concurrency: int = Field(4, ge=1, json_schema_extra={"hash": False}, description="Servers harvested at once.")
 
 
+def retry_timed_out(ctx: StageContext) -> int:
+    """Drop this rank's rows of servers whose harvest timed out, so they are harvested again."""
+    from trajkit.envs.agent import is_transient
+
+    data = ctx.store.read("servers", ["server_id", "status", "reason"], stage=ctx.name).to_pylist()
+    again = {
+        r["server_id"]
+        for r in data
+        if r["status"] == "failed" and is_transient(r["reason"]) and ctx.mine(r["server_id"])
+    }
+    ctx.store.drop_rows("servers", ctx.name, again)
+    return len(again)
+
+
 def run_harvest(ctx: StageContext, cfg: HarvestConfig) -> dict[str, Any]:
-    from trajkit.envs.config import load_servers_config
+    from trajkit.envs.config import check_environment, load_servers_config
     from trajkit.envs.discovery import discover
 
     servers = load_servers_config(cfg.servers)
+    for name, server in servers.items():
+        check_environment(name, server)
+    retried = retry_timed_out(ctx)
+    if retried:
+        ctx.log(f"harvesting again {retried} server(s) that timed out")
     done = ctx.done("servers")
     todo = {n: c for n, c in servers.items() if c.server_id(n) not in done and ctx.mine(c.server_id(n))}
     with ctx.progress(len(todo), "servers") as advance:
-        rows = asyncio.run(
+
+        def write(row: dict[str, Any]) -> None:
+            ctx.write("servers", row)
+            ctx.flush()  # a server is slow to harvest: keep each one as it is done
+            if row["status"] == "failed":
+                ctx.log(f"server {row['name']!r} failed: {row['reason']}")
+            advance(1)
+
+        asyncio.run(
             discover(
                 todo,
                 concurrency=cfg.concurrency,
                 startup_timeout_s=cfg.startup_timeout_s,
                 list_timeout_s=cfg.list_timeout_s,
-                on_row=lambda row: advance(1),
+                on_row=write,
             )
         )
-    for row in rows:
-        ctx.write("servers", row)
-        ctx.counts[f"status.{row['status']}"] += 1
-        if row["status"] == "failed":
-            ctx.log(f"server {row['name']!r} failed: {row['reason']}")
+    import pyarrow.parquet as pq
+
+    shards = ctx.store.shards("servers", ctx.name, rank=ctx.rank)
+    rows = [r for p in shards for r in pq.read_table(p, columns=["status", "num_tools"]).to_pylist()]
     return {
         "servers_ok": sum(r["status"] == "ok" for r in rows),
         "servers_failed": sum(r["status"] == "failed" for r in rows),
         "tools": sum(r["num_tools"] or 0 for r in rows),
+        "retried": retried,
     }
 
 

@@ -6,7 +6,10 @@ completeness and conciseness in ``trajectory_quality``, plus the share of the
 task's target tools the agent used and whether it used them in order. The
 prompts are ``judge_task.md`` and ``judge_trajectory.md`` (override with
 ``prompts_dir``). A judgment that cannot be read keeps null scores, the judge's
-raw text and the reason: never a default score.
+raw text and the reason: never a default score. A judge request that failed
+(``judge request failed: ...``, a transient failure) is written the same way,
+and the next run of the stage (a resume) drops this rank's rows of those and
+asks again, as every stage retries its transient failures.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from trajkit import schema as S
 from trajkit.config import StageConfig
 from trajkit.models.base import ModelSpec, SamplingParams
 from trajkit.runner import StageContext, StageSpec
@@ -25,6 +29,8 @@ from trajkit.synth.ratings import TASK_DIMENSIONS, TRAJECTORY_DIMENSIONS, mean_s
 from trajkit.synth.tool_accuracy import tool_accuracy
 from trajkit.synth.transcripts import conversation_text, tool_listing
 from trajkit.synth.work import bounded
+
+REQUEST_FAILED = "judge request failed"  # the judge_reason of a failed judge request: retried on resume
 
 
 class JudgeConfig(StageConfig):
@@ -45,8 +51,20 @@ class JudgeConfig(StageConfig):
     flush_rows: int = Field(256, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
 
 
+def retry_failed_requests(ctx: StageContext) -> int:
+    """Drop this rank's judgments whose request failed, so they are asked again."""
+    dropped = 0
+    for table in ("task_quality", "trajectory_quality"):
+        key = S.table(table).key
+        data = ctx.store.read(table, [key, "judge_reason"], stage=ctx.name).to_pylist()
+        again = {r[key] for r in data if (r["judge_reason"] or "").startswith(REQUEST_FAILED) and ctx.mine(r[key])}
+        dropped += ctx.store.drop_rows(table, ctx.name, again)
+    return dropped
+
+
 def run_judge(ctx: StageContext, cfg: JudgeConfig) -> dict[str, Any]:
     store = ctx.store
+    ctx.counts["retried"] += retry_failed_requests(ctx)
     tasks = {t["task_id"]: t for t in store.rows("tasks") if t["question"]}
     items: list[tuple[str, dict[str, Any]]] = []
     if "tasks" in cfg.targets:
@@ -78,7 +96,7 @@ async def _judge_all(
 
     async def ask(prompt: str) -> tuple[str | None, str | None]:
         [c] = await backend.generate([{"role": "user", "content": prompt}], None, params)
-        return (None, f"judge request failed: {c.error}"[:500]) if c.error else (c.text, None)
+        return (None, f"{REQUEST_FAILED}: {c.error}"[:500]) if c.error else (c.text, None)
 
     async def judge(item: tuple[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
         kind, row = item

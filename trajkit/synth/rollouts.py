@@ -10,7 +10,11 @@ are accepted (completed and passing the ``accept_rules``), then cancels the
 rest and records them as ``aborted`` ("target reached"). A resumed stage that
 has not reached its target re-runs its aborted rows; one that has is done.
 With ``--world-size``, each rank owns a hash share of the (task, rollout index)
-pairs and aims for its share of the target.
+pairs and aims for its share of the target. An episode that failed
+transiently (a model request that failed, a server that timed out:
+``envs.agent.is_transient``) is a ``failed`` row with its reason, and the next
+run of the stage (a resume) drops this rank's rows of those and runs them
+again, as every stage retries its transient failures; other faults stay.
 """
 
 from __future__ import annotations
@@ -79,7 +83,8 @@ def accepted(row: dict[str, Any], accept_rules: list[str]) -> bool:
 
 
 def episode_seed(seed: int, task_id: str, rollout_index: int) -> int:
-    return int(S.content_id(seed, task_id, rollout_index)[:8], 16)
+    """The sampling seed of one episode: fixed by the base seed, the task and the rollout index."""
+    return S.seed_for(seed, task_id, rollout_index)
 
 
 def select_tasks(ctx: StageContext, where: str | None, include_rejected: bool) -> list[dict[str, Any]]:
@@ -103,7 +108,14 @@ def run_rollouts(ctx: StageContext, cfg: RolloutsConfig) -> dict[str, Any]:
         raise UserError(f"no servers in {ctx.store.root}: run `trajkit synth harvest` first")
     tasks = select_tasks(ctx, cfg.where, cfg.include_rejected_tasks)
     goal = _share(cfg.target, ctx.rank, ctx.world_size) if cfg.target is not None else None
+    from trajkit.envs.agent import is_transient
+
     mine = [r for r in ctx.store.rows("trajectories", stage=ctx.name) if r["parent_id"] is None]
+    failed = {r["traj_id"] for r in mine if r["status"] == "failed" and is_transient(r["reason"]) and _owned(ctx, r)}
+    if failed:
+        ctx.store.drop_rows("trajectories", ctx.name, failed)
+        ctx.counts["resumed.retried_transient"] += len(failed)
+        mine = [r for r in mine if r["traj_id"] not in failed]
     have = sum(accepted(r, cfg.accept_rules) for r in mine if _owned(ctx, r))
     if goal is not None and have < goal:
         # like ctx.retry_aborted, but only this rank's rows: another rank's aborted rows are its own

@@ -11,7 +11,13 @@ check) also get a ``rejected`` row with the reason.
 
 Ids come from inputs only: a request's id hashes its mode, servers, tools,
 method, k, seed and index; a task's id hashes the request id and the
-candidate's index. A resumed run skips the requests whose rows exist.
+candidate's index; the sampling seed of a request's turn t is
+``schema.seed_for(request_id, t)``. A resumed run skips the requests whose
+rows exist, except transient failures: a request whose model call failed
+(``generation_error``) is written with that reason, and the next run of the
+stage (a resume) drops this rank's rows of such requests, with their
+``rejected`` rows, and asks again — as every stage retries its transient
+failures. Unparseable output and refusals are the model's answer and stay.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from trajkit.synth.work import bounded
 
 Mode = Literal["single_tool", "multi_tool", "multi_server"]
 PROMPT_FILES = {m: f"task_{m}.md" for m in sampling_.MODES}
+GENERATION_ERROR = "generation_error"  # the reject reason of a request whose model call failed: retried
 
 
 class TasksConfig(StageConfig):
@@ -91,6 +98,35 @@ def task_id(request_id: str, candidate_index: int) -> str:
     return S.content_id(request_id, candidate_index)
 
 
+def turn_seed(request_id: str, turn: int) -> int:
+    """The sampling seed of a request's turn (direct and VS requests have one turn, VS-Multi several)."""
+    return S.seed_for(request_id, turn)
+
+
+def retry_failed_requests(ctx: StageContext) -> int:
+    """Drop this rank's rows of requests whose generation failed, and their ``rejected`` rows, so they run again.
+
+    Reads this rank's own shards: the stage's rejects are flushed before its
+    tasks, so a reject whose task is missing was left by a kill between the two
+    and is dropped too (its request runs again and rejects afresh).
+    """
+    import pyarrow.parquet as pq
+
+    def mine(table: str, columns: list[str]) -> list[dict[str, Any]]:
+        shards = ctx.store.shards(table, ctx.name, rank=ctx.rank)
+        return [r for p in shards for r in pq.read_table(p, columns=columns).to_pylist()]
+
+    tasks = mine("tasks", ["task_id", "source_id"])
+    rejects = mine("rejected", ["reject_id", "row_id", "reason"])
+    failed = {r["row_id"] for r in rejects if r["reason"] == GENERATION_ERROR}
+    requests = {t["source_id"] for t in tasks if t["task_id"] in failed}
+    drop = {t["task_id"] for t in tasks if t["source_id"] in requests}
+    kept = {t["task_id"] for t in tasks} - drop
+    ctx.store.drop_rows("tasks", ctx.name, drop)  # tasks first: a kill here leaves rejects the next run drops
+    ctx.store.drop_rows("rejected", ctx.name, {r["reject_id"] for r in rejects if r["row_id"] not in kept})
+    return len(requests)
+
+
 def plan_requests(cfg: TasksConfig, servers: list[dict[str, Any]]) -> tuple[list[Request], dict[str, int]]:
     """Every request of the stage, in a fixed order, and per-mode counts of requests no server can serve."""
     weights = sampling_.server_weights(servers, cfg.sampling, cfg.alpha, cfg.weights)
@@ -120,6 +156,8 @@ def run_tasks(ctx: StageContext, cfg: TasksConfig) -> dict[str, Any]:
     requests, skipped = plan_requests(cfg, servers)
     for mode, n in skipped.items():
         ctx.counts[f"skipped.{mode}.no_eligible_servers"] += n
+    retried = retry_failed_requests(ctx)
+    ctx.counts["requests.retried"] += retried
     done = ctx.done("tasks")
     todo = [r for r in requests if ctx.mine(r.request_id) and task_id(r.request_id, 0) not in done]
     ctx.counts["requests.resumed_done"] += sum(1 for r in requests if ctx.mine(r.request_id)) - len(todo)
@@ -183,7 +221,6 @@ async def _request(
     """All candidates of one request as (row, reject reason, detail); faults become rows, never exceptions."""
     index = ToolIndex(routes)
     messages = [{"role": "user", "content": prompts.render(req, routes)}]
-    seed = int(req.request_id[:8], 16)
     params = {"temperature": cfg.temperature, "top_p": cfg.top_p, "max_tokens": cfg.max_tokens}
     out: list[tuple[dict[str, Any], str | None, str | None]] = []
 
@@ -203,7 +240,8 @@ async def _request(
         out.append((base, reject, why))
 
     if cfg.method == "direct":
-        completions = await backend.generate(messages, None, SamplingParams(n=cfg.k, seed=seed, **params))
+        sampling = SamplingParams(n=cfg.k, seed=turn_seed(req.request_id, 0), **params)
+        completions = await backend.generate(messages, None, sampling)
         for c in completions:
             _add_completion(add, c, limit=1)
         return out
@@ -216,9 +254,10 @@ async def _request(
             break
         if turn:
             messages.append({"role": "user", "content": vs.continue_instructions(want, cfg.tail, cfg.prompts_dir)})
-        [c] = await backend.generate(messages, None, SamplingParams(n=1, seed=seed + turn, **params))
+        sampling = SamplingParams(n=1, seed=turn_seed(req.request_id, turn), **params)
+        [c] = await backend.generate(messages, None, sampling)
         if c.error:
-            add(None, None, "generation_error", c.error[:500], turn=turn)
+            add(None, None, GENERATION_ERROR, c.error[:500], turn=turn)
             break
         _add_completion(add, c, limit=want, turn=turn)
         messages.append({"role": "assistant", "content": c.text})
@@ -227,7 +266,7 @@ async def _request(
 
 def _add_completion(add: Any, c: Any, limit: int, **meta: Any) -> None:
     if c.error:
-        add(None, None, "generation_error", c.error[:500], **meta)
+        add(None, None, GENERATION_ERROR, c.error[:500], **meta)
         return
     meta = {**meta, "finish_reason": c.finish_reason}
     parsed = vs.parse_candidates(c.text)

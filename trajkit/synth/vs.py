@@ -210,7 +210,7 @@ def _items(obj: Any) -> list[Any]:
 def _from_tags(body: str) -> list[dict[str, Any]]:
     out = []
     for block in _RESPONSE.findall(body):
-        fields = {name.lower(): _tag_value(value) for name, value in _TAG.findall(block)}
+        fields = {name.lower(): _tag_value(value, name.lower()) for name, value in _TAG.findall(block)}
         text = fields.get("text")
         if isinstance(text, dict):  # <text>{"question": ...}</text>: the candidate is the JSON inside
             fields = {**text, **{k: v for k, v in fields.items() if k != "text"}}
@@ -219,8 +219,10 @@ def _from_tags(body: str) -> list[dict[str, Any]]:
     return out
 
 
-def _tag_value(raw: str) -> Any:
+def _tag_value(raw: str, name: str = "") -> Any:
     value = raw.strip()
+    if name == "question":  # text, even when it looks like JSON ("[]", "{x}")
+        return value
     children = _TAG.findall(value)
     if children and len({name for name, _ in children}) == 1 and not _TAG.sub("", value).strip():
         return [v.strip() for _, v in children]  # <target_tools><tool>a</tool><tool>b</tool></target_tools>

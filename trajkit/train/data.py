@@ -2,10 +2,10 @@
 
 ``task_rows`` joins ``tasks`` with its annotations (``passk``, ``splits``,
 ``curriculum``; for an annotation written by several stages the row of the stage
-that finished last wins, as in the store's SQL views), drops rejected tasks and
-applies a stage's data filter. ``grpo_rows`` turns tasks into the rows of the
-GRPO dataset: a conversational ``prompt`` plus the columns the rewards read.
-``sft_rows`` turns accepted trajectories into SFT examples.
+that finished last wins: ``Store.latest``, as in the store's SQL views), drops
+rejected tasks and applies a stage's data filter. ``grpo_rows`` turns tasks into
+the rows of the GRPO dataset: a conversational ``prompt`` plus the columns the
+rewards read. ``sft_rows`` turns accepted trajectories into SFT examples.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from pydantic import Field
 
 from trajkit import schema as S
 from trajkit.config import StageConfig
+from trajkit.envs.agent import TOKEN_TRACE
 from trajkit.envs.solve import is_tool_task, task_prompt
 from trajkit.errors import UserError
 from trajkit.export import openai_tools
 from trajkit.models.chat import to_template
-from trajkit.store import SHARD_RE, Store
+from trajkit.store import Store
 
 NO_TOOLS = "none"  # the environment of tasks that offer no tools
 ALL_SERVERS = "all"  # a tool_outcome task that names no servers is offered every server, as in rollouts
@@ -40,18 +41,9 @@ class DataFilter(StageConfig):
 
 
 def latest(store: Store, table: str) -> dict[str, dict[str, Any]]:
-    """Rows of a table by key; where several stages wrote a key, the stage that finished last wins."""
+    """Rows of a table by key, one per key (``Store.latest``: the stage that finished last wins)."""
     key = S.table(table).key
-    finished = {m["stage"]: m.get("finished_at", "") for m in store.manifests()}
-    stages = sorted(
-        {m["stage"] if (m := SHARD_RE.match(p.name)) else "" for p in store.shards(table)},
-        key=lambda st: (st in finished, finished.get(st, ""), st),
-    )
-    out: dict[str, dict[str, Any]] = {}
-    for stage in stages:
-        for row in store.read(table, stage=stage).to_pylist():
-            out[row[key]] = row
-    return out
+    return {row[key]: row for row in store.latest(table).to_pylist()}
 
 
 def task_rows(store: Store, data: DataFilter) -> list[dict[str, Any]]:
@@ -129,35 +121,35 @@ def grpo_rows(tasks: list[dict[str, Any]], system_prompt: str | None = None) -> 
     return rows
 
 
-def sft_rows(
-    store: Store, statuses: tuple[str, ...] = ("completed",), limit: int | None = None, use_tokens: bool = True
-) -> list[dict[str, Any]]:
-    """Accepted trajectories as SFT examples.
+def sft_rows(store: Store, statuses: tuple[str, ...] = ("completed",), use_tokens: bool = True) -> list[dict[str, Any]]:
+    """Accepted trajectories as SFT examples, by trajectory id.
 
-    A trajectory with ``token_ids`` and a same-length ``loss_mask`` becomes
-    ``{"input_ids", "assistant_masks"}`` (the exact generated tokens, tool output
-    masked); otherwise ``{"messages", "tools"}`` (messages shaped for the chat
-    template as synthesis rendered them, OpenAI tool schemas) for assistant-only
-    loss (always, with ``use_tokens=False``). Rejected trajectories and
-    trajectories of rejected tasks are skipped.
+    Each has ``messages`` (shaped for the chat template as synthesis rendered
+    them) and ``tools`` (OpenAI schemas), for assistant-only loss. With
+    ``use_tokens``, a trajectory whose ``token_ids`` and same-length
+    ``loss_mask`` were stored also has ``input_ids`` and ``assistant_masks``:
+    the exact generated tokens, tool output masked — unless its trace is known
+    not to match (a ``token trace: ...`` reason), which sets
+    ``trace_mismatch`` (the SFT stage then trains on its messages). Rejected
+    trajectories and trajectories of rejected tasks are skipped.
     """
     rejected, rejected_tasks = store.rejected("trajectories"), store.rejected("tasks")
-    columns = ["traj_id", "task_id", "status", "messages", "tools", "token_ids", "loss_mask"]
+    columns = ["traj_id", "task_id", "status", "reason", "messages", "tools", "token_ids", "loss_mask"]
     out = []
     for row in sorted(store.rows("trajectories", columns), key=lambda r: r["traj_id"]):
         if row["status"] not in statuses or row["traj_id"] in rejected or row["task_id"] in rejected_tasks:
             continue
+        example: dict[str, Any] = {
+            "traj_id": row["traj_id"],
+            "messages": to_template(row["messages"] or []),
+            "tools": openai_tools(row.get("tools")),
+        }
         ids, mask = row.get("token_ids"), row.get("loss_mask")
         if use_tokens and ids and mask and len(ids) == len(mask) and any(mask):
-            out.append({"traj_id": row["traj_id"], "input_ids": list(ids), "assistant_masks": [int(m) for m in mask]})
-        elif row.get("messages"):
-            out.append(
-                {
-                    "traj_id": row["traj_id"],
-                    "messages": to_template(row["messages"]),
-                    "tools": openai_tools(row.get("tools")),
-                }
-            )
-        if limit is not None and len(out) >= limit:
-            break
+            if (row.get("reason") or "").startswith(TOKEN_TRACE):
+                example["trace_mismatch"] = row["reason"]
+            else:
+                example.update(input_ids=list(ids), assistant_masks=[int(m) for m in mask])
+        if example["messages"] or "input_ids" in example:
+            out.append(example)
     return out

@@ -29,6 +29,7 @@ from trajkit.errors import UserError
 from trajkit.runner import StageContext, StageSpec
 from trajkit.train.data import NO_TOOLS, DataFilter, grpo_rows, task_rows
 from trajkit.train.rewards import Conciseness, RewardSpec
+from trajkit.verify.backends import SANDBOX_HELP, SandboxKind
 
 TRAJKIT_GRPO: dict[str, Any] = {"loss_type": "dapo", "epsilon_high": 0.28, "beta": 0.0}
 SANDBOXED_KINDS = frozenset({"unit_tests", "stdio", "math"})  # the kinds trajkit.verify runs in the sandbox
@@ -54,6 +55,10 @@ class GRPOStageConfig(StageConfig):
     rewards: list[RewardSpec] = Field(default_factory=lambda: list(DEFAULT_REWARDS))
     conciseness: Conciseness = Field(default_factory=Conciseness)
     tools: bool = Field(True, description="Offer each task's MCP servers as tools (multi-turn GRPO).")
+    servers_config: str | None = Field(
+        None, description="The mcpServers file, for the env values, headers and cwd of the run's servers."
+    )
+    sandbox: SandboxKind = Field("local", json_schema_extra={"hash": False}, description=SANDBOX_HELP)
     tool_timeout_s: float = Field(30.0, gt=0, description="Per tool call, as in rollouts.")
     max_tool_output_chars: int = Field(4000, ge=1, description="Tool output beyond it is cut, as in rollouts.")
     system_prompt: str | None = Field(None, description="A system message put before each task's question.")
@@ -128,17 +133,17 @@ def vllm_problems() -> list[str]:
 
 
 @contextlib.contextmanager
-def sandbox_for(kinds: set[str]):
-    """A started verification sandbox when some task needs one (code verifiers), else None.
+def sandbox_for(kinds: set[str], kind: SandboxKind = "local"):
+    """A started verification sandbox (``make_sandbox``) when some task needs one (code verifiers), else None.
 
     Started first, before the model loads: its workers must fork before CUDA is initialized.
     """
     if not kinds & SANDBOXED_KINDS:
         yield None
         return
-    from trajkit.verify import Sandbox
+    from trajkit.verify import make_sandbox
 
-    with Sandbox() as sandbox:  # entering starts the workers
+    with make_sandbox(kind) as sandbox:
         yield sandbox
 
 
@@ -147,15 +152,18 @@ def run_grpo(ctx: StageContext, cfg: GRPOStageConfig) -> dict[str, Any]:
     problems = check_grpo_mapping(cfg.grpo)
     if problems:
         raise UserError(f"stage {ctx.name!r}: " + "; ".join(problems))
+    from trajkit.verify import check_custom_verifiers
+
     tasks = task_rows(ctx.store, cfg.data)
     rows = grpo_rows(tasks, cfg.system_prompt)
     if not rows:
         raise UserError(f"stage {ctx.name!r}: no tasks match the data filter {cfg.data.model_dump(exclude_none=True)}")
+    check_custom_verifiers({"kind": r["verifier_kind"], "spec": r["verifier_spec"]} for r in rows)
     ctx.counts["tasks"] = len(rows)
     per_prompt = {t["rollouts_per_prompt"] for t in tasks if t.get("rollouts_per_prompt")}
     num_generations = per_prompt.pop() if len(per_prompt) == 1 and "num_generations" not in cfg.grpo else None
     out_dir = Path(cfg.output_dir) if cfg.output_dir else ctx.store.root / "models" / ctx.name
-    with sandbox_for({r["verifier_kind"] for r in rows}) as sandbox:
+    with sandbox_for({r["verifier_kind"] for r in rows}, cfg.sandbox) as sandbox:
         return _train(ctx, cfg, rows, sandbox, out_dir, num_generations)
 
 
@@ -167,6 +175,9 @@ def _train(ctx: StageContext, cfg: GRPOStageConfig, rows: list[dict], sandbox: A
     from trajkit.train.rewards import build_rewards
     from trajkit.train.weights import load_model, load_tokenizer, save_weights
 
+    max_len = int(cfg.grpo.get("max_completion_length", 512))
+    funcs, weights = build_rewards(cfg.rewards, cfg.conciseness, max_len, sandbox=sandbox)  # user paths fail first
+    args = grpo_args(cfg, str(ctx.store.stage_dir(ctx.name) / "trainer"), weights, num_generations)
     stale = ctx.done("train_metrics")
     if stale and os.environ.get("RANK", "0") == "0":  # an interrupted attempt's rows: training restarts at step 0
         ctx.store.drop_rows("train_metrics", ctx.name, stale)
@@ -179,15 +190,18 @@ def _train(ctx: StageContext, cfg: GRPOStageConfig, rows: list[dict], sandbox: A
             ctx.store,
             {r["environment"] for r in rows},
             tokenizer,
+            config=cfg.servers_config,
             timeout_s=cfg.tool_timeout_s,
             max_chars=cfg.max_tool_output_chars,
         )
     for r in rows:
         r["tools_json"] = json.dumps(tools.schemas[r["environment"]] if tools else [])
-    max_len = int(cfg.grpo.get("max_completion_length", 512))
-    funcs, weights = build_rewards(cfg.rewards, cfg.conciseness, max_len, sandbox=sandbox)
-    args = grpo_args(cfg, str(ctx.store.stage_dir(ctx.name) / "trainer"), weights, num_generations)
-    model = load_model(cfg.model, cfg.dtype)
+    try:
+        model = load_model(cfg.model, cfg.dtype)
+    except BaseException:
+        if tools:
+            tools.close()
+        raise
     metric_rows: list[dict] = []
     try:
         trainer = GRPOTrainer(
@@ -216,7 +230,7 @@ def _train(ctx: StageContext, cfg: GRPOStageConfig, rows: list[dict], sandbox: A
         acc.wait_for_everyone()
     finally:
         if tools:
-            tools.close([env for pool in trainer._environment_pool.values() for env in pool])
+            tools.close()  # every environment its factories made, then the servers
     if not trainer.accelerator.is_main_process:
         return {}
     ctx.write("train_metrics", metric_rows)

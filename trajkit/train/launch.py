@@ -55,13 +55,23 @@ def run_on_every_rank(store: Any, spec: Any, cfg: Any, name: str, fresh: bool = 
     """Run a training stage in this process, whatever its rank (training is collective).
 
     Rank 0 runs it as a trajkit stage (config check, resume, manifest); the other
-    ranks train alongside without writing the store, and skip a stage whose
-    manifest exists, as rank 0 does.
+    ranks train alongside without writing the store. Every rank decides from the
+    same files before training: a config that differs from the stage's recorded
+    one fails on every rank (a UserError, as on rank 0), and a stage whose
+    manifest exists is skipped on every rank, so no rank waits in a collective
+    for one that left.
     """
+    from trajkit.config import config_hash
     from trajkit.runner import StageContext, run_stage
 
     if int(os.environ.get("RANK", "0")) == 0:
         return run_stage(store, spec, cfg, name=name, fresh=fresh)
+    previous = store.stage_config(name)
+    if not fresh and previous is not None and previous["config_hash"] != config_hash(cfg):
+        raise UserError(
+            f"stage {name!r} in {store.root} was run with a different config "
+            f"({previous['config_hash']} != {config_hash(cfg)}); pass --fresh to start it over"
+        )
     if fresh or store.manifest(name) is None:
         spec.run(StageContext(store, name, spec.kind, quiet=True), cfg)
     return None

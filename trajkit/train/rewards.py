@@ -7,7 +7,9 @@ dataset ``trajkit.train.data.grpo_rows`` builds (``verifier_kind``,
 bound with ``functools.partial``.
 
 * ``correctness_reward`` — the task's verifier (``trajkit.verify.verify``, the one
-  that tagged difficulty), with a conciseness bonus paid only on a pass:
+  that tagged difficulty), None where the verdict is ``error`` (the sandbox or
+  the verifier failed: no evidence either way; logged as ``verify_error``, the
+  share of judged completions), with a conciseness bonus paid only on a pass:
   ``R = R_correct * (1 + alpha * c * (s + d))``, ``c`` in [0, 1] a conciseness
   score (length-based, a judge model's rating, or a dotted-path scorer), ``s`` an
   annealing coefficient from ``trainer_state``, ``d`` from the difficulty bucket.
@@ -108,7 +110,8 @@ def correctness_reward(
     difficulty_bonus: dict[str, float] | None = None,
     **_: Any,
 ) -> list[float | None]:
-    """The task's verifier score, times the conciseness bonus where the verdict is a pass."""
+    """The task's verifier score, times the conciseness bonus where the verdict is a pass; None where the
+    verifier could not judge (an ``error`` verdict) or the task has none."""
     from trajkit.verify import verify_many
 
     n = len(completions)
@@ -130,6 +133,10 @@ def correctness_reward(
     results: list[Any] = [None] * n
     for i, result in zip(todo, verify_many(items, sandbox=sandbox)):
         results[i] = result
+    errors = [r is not None and r.verdict == "error" for r in results]
+    if log_metric is not None and todo:
+        log_metric("verify_error", sum(errors) / len(todo))
+    results = [None if failed else r for r, failed in zip(results, errors)]  # an error judged nothing
     passed = [r is not None and r.verdict == "pass" for r in results]
     scored = [r for r in results if r is not None]
     if log_metric is not None and scored:
@@ -169,7 +176,10 @@ def correctness_reward(
 def _load_scorer(path: str) -> Callable[..., list[float]]:
     from trajkit.pipeline import load_object
 
-    return load_object(path, "conciseness scorer")
+    scorer = load_object(path, "conciseness scorer")
+    if not callable(scorer):
+        raise UserError(f"conciseness scorer {path!r} is not callable")
+    return scorer
 
 
 def format_reward(prompts: list, completions: list, **_: Any) -> list[float | None]:
@@ -245,6 +255,8 @@ def build_rewards(
                 from trajkit.train.judge import JudgeConciseness
 
                 scorer = JudgeConciseness(conciseness.judge)
+            elif scorer != "length":
+                scorer = _load_scorer(scorer)  # a path that does not import fails now, not mid-training
             defaults = {
                 "alpha": conciseness.alpha,
                 "scorer": scorer,

@@ -1,8 +1,14 @@
 """SFT on accepted trajectories with TRL's SFTTrainer; weights to ``RUN/models/<stage>/`` (default ``sft``).
 
 A trajectory that stored ``token_ids`` and ``loss_mask`` trains on exactly those
-tokens (what the model generated; prompt and tool output masked). Otherwise its
-``messages`` and ``tools`` are rendered with TRL's training chat template for
+tokens (what the model generated; prompt and tool output masked) when they are
+what training would render for its messages: each trace is compared with TRL's
+training chat template rendering its ``messages`` (``models.tokens.
+compare_with_template``; a final newline aside), and a trace that differs, or
+that the agent loop already found inconsistent (a ``token trace: ...``
+reason), trains on its messages instead (``examples.trace_mismatch`` in the
+manifest). A trajectory with tokens and no messages trains on its tokens as
+stored. Messages and tools are rendered with TRL's training chat template for
 the model (``get_training_chat_template``: prefix-preserving, ``{% generation %}``
 markers around assistant turns), so only assistant tokens carry loss. trajkit
 renders them itself, with tool-call arguments as objects exactly as synthesis
@@ -54,11 +60,37 @@ def sft_args(cfg: SFTStageConfig, output_dir: str) -> Any:
         raise UserError(f"invalid sft: mapping: {str(e).splitlines()[0]}") from None
 
 
+def check_traces(tokenizer: Any, rows: list[dict[str, Any]], counts: Any) -> list[dict[str, Any]]:
+    """Keep a row's tokens only where they are what the training template renders for its messages;
+    the others fall back to messages (counted as ``examples.trace_mismatch``)."""
+    from trajkit.models.tokens import compare_with_template, trace_matches, training_chat_template
+
+    template = training_chat_template(tokenizer)
+    out = []
+    for row in rows:
+        mismatch = row.pop("trace_mismatch", None) is not None
+        if "input_ids" in row and row["messages"] and not mismatch:
+            diff = compare_with_template(row["input_ids"], row["messages"], tokenizer, row["tools"], template)
+            mismatch = not trace_matches(diff)
+            if mismatch:
+                row = {k: v for k, v in row.items() if k not in ("input_ids", "assistant_masks")}
+        counts["examples.trace_mismatch"] += mismatch
+        out.append(row)
+    return out
+
+
 def render_messages(tokenizer: Any, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Messages rows -> ``input_ids`` + ``assistant_masks`` with TRL's training chat template."""
-    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+    from trl.chat_template_utils import has_generation_markers
 
-    template = None if has_generation_markers(tokenizer.chat_template) else get_training_chat_template(tokenizer)
+    from trajkit.models.tokens import training_chat_template
+
+    template = training_chat_template(tokenizer)
+    if any("input_ids" not in r for r in rows) and not has_generation_markers(template or ""):
+        raise UserError(
+            "the model's chat template marks no assistant turns ({% generation %}) and TRL has no training "
+            "template for it: SFT on messages cannot mask the loss (train on stored tokens: source tokens)"
+        )
     out = []
     for row in rows:
         if "input_ids" in row:
@@ -74,20 +106,17 @@ def render_messages(tokenizer: Any, rows: list[dict[str, Any]]) -> list[dict[str
         )
         if not any(enc["assistant_masks"]):
             continue  # no assistant turn to learn from
-        out.append({"traj_id": row["traj_id"], "input_ids": list(enc["input_ids"]), "assistant_masks": list(enc["assistant_masks"])})
+        out.append(
+            {"traj_id": row["traj_id"], "input_ids": list(enc["input_ids"]), "assistant_masks": list(enc["assistant_masks"])}
+        )
     return out
 
 
 def run_sft(ctx: StageContext, cfg: SFTStageConfig) -> dict[str, Any]:
     """Train, save full safetensors weights and the tokenizer, write per-step metrics."""
     rows = sft_rows(ctx.store, tuple(cfg.statuses), use_tokens=cfg.source != "messages")
-    if cfg.source == "tokens":
-        rows = [r for r in rows if "input_ids" in r]
-    rows = rows[: cfg.limit]
     if not rows:
         raise UserError(f"stage {ctx.name!r}: no accepted trajectories with statuses {cfg.statuses} (source {cfg.source})")
-    n_tokens = sum("input_ids" in r for r in rows)
-    ctx.counts.update({"examples.tokens": n_tokens, "examples.messages": len(rows) - n_tokens})
 
     from datasets import Dataset
     from trl import SFTTrainer
@@ -95,12 +124,20 @@ def run_sft(ctx: StageContext, cfg: SFTStageConfig) -> dict[str, Any]:
     from trajkit.train.metrics import make_callback, plot
     from trajkit.train.weights import load_model, load_tokenizer, save_weights
 
+    tokenizer = load_tokenizer(cfg.tokenizer or cfg.model)
+    tokenizer.padding_side = "right"
+    rows = check_traces(tokenizer, rows, ctx.counts)
+    if cfg.source == "tokens":
+        rows = [r for r in rows if "input_ids" in r]
+    rows = rows[: cfg.limit]
+    if not rows:
+        raise UserError(f"stage {ctx.name!r}: no trajectory has tokens that match its messages (source tokens)")
+    n_tokens = sum("input_ids" in r for r in rows)
+    ctx.counts.update({"examples.tokens": n_tokens, "examples.messages": len(rows) - n_tokens})
     is_main = os.environ.get("RANK", "0") == "0"
     stale = ctx.done("train_metrics")
     if stale and is_main:
         ctx.store.drop_rows("train_metrics", ctx.name, stale)
-    tokenizer = load_tokenizer(cfg.tokenizer or cfg.model)
-    tokenizer.padding_side = "right"
     rows = render_messages(tokenizer, rows)
     dataset = Dataset.from_list([{"input_ids": r["input_ids"], "assistant_masks": r["assistant_masks"]} for r in rows])
     args = sft_args(cfg, str(ctx.store.stage_dir(ctx.name) / "trainer"))

@@ -26,7 +26,7 @@ import functools
 import threading
 import types
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from trajkit.envs.agent import AgentLimits, outcome_probes
@@ -64,7 +64,11 @@ class ToolSessions:
 
     def __init__(self, servers: list[dict[str, Any]], **env_kwargs: Any):
         self._loop = _Loop()
-        self.env: ToolEnv = self._loop.run(self._make(servers, env_kwargs))
+        try:
+            self.env: ToolEnv = self._loop.run(self._make(servers, env_kwargs))
+        except BaseException:  # e.g. a server that needs its mcpServers file: no loop left behind
+            self._loop.stop()
+            raise
         atexit.register(self.close)
 
     @staticmethod
@@ -181,44 +185,63 @@ class _NoTools:
 
 @dataclass
 class Tools:
-    """What a GRPO stage needs for tools: TRL's factories, the schemas per environment, the sessions."""
+    """What a GRPO stage needs for tools: TRL's factories, the schemas per environment, the sessions, and
+    every environment the factories made (so ``close`` ends them without reading the trainer's internals)."""
 
     factories: dict[str, Callable[[], Any]]
     schemas: dict[str, list[dict]]
     sessions: ToolSessions
+    instances: list[Any] = field(default_factory=list)
 
-    def close(self, environments: list[Any] = ()) -> None:
-        """End the environments' episodes, then stop every server."""
-        for environment in environments:
+    def recording(self, cls: Callable[[], Any]) -> Callable[[], Any]:
+        """A factory that makes ``cls()`` and remembers it (TRL looks at the instance's type, not the factory's)."""
+
+        def make() -> Any:
+            environment = cls()
+            self.instances.append(environment)
+            return environment
+
+        return make
+
+    def close(self) -> None:
+        """End every environment's episode, then stop every server."""
+        for environment in self.instances:
             close_environment(environment)
+        self.instances.clear()
         self.sessions.close()
 
 
-def environment_factories(store: Store, names: set[str], tokenizer: Any, **settings: Any) -> Tools:
+def environment_factories(
+    store: Store, names: set[str], tokenizer: Any, config: str | None = None, **settings: Any
+) -> Tools:
     """TRL's ``environment_factory`` mapping, with the tool schemas of each environment.
 
     ``names`` are ``trajkit.train.data.environment_name`` values (server ids joined
-    by ``+``). Binds the schemas onto ``tokenizer`` (see ``bind_tool_schemas``).
+    by ``+``); ``config`` the mcpServers file (env values, headers, cwd) for the
+    run's servers. Binds the schemas onto ``tokenizer`` (see ``bind_tool_schemas``).
     """
     servers = store.rows("servers")
     if not servers:
         raise UserError(f"tasks use MCP servers but {store.root} has no servers table (run synth.harvest)")
-    sessions = ToolSessions(servers)
-    factories: dict[str, Callable[[], Any]] = {}
-    schemas: dict[str, list[dict]] = {}
-    for name in sorted(names):
-        if name == NO_TOOLS:
-            factories[name], schemas[name] = _NoTools, []
-            continue
-        ids = None if name == ALL_SERVERS else name.split("+")
-        try:
-            cls = environment_class(name, sessions, ids, **settings)
-        except KeyError as e:
-            raise UserError(f"tasks use a server missing from the servers table: {e.args[0]}") from None
-        factories[name] = cls
-        schemas[name] = [r.schema for r in sessions.env.routes(ids)]
+    sessions = ToolSessions(servers, config=config)
+    tools = Tools({}, {}, sessions)
+    try:
+        for name in sorted(names):
+            if name == NO_TOOLS:
+                tools.factories[name], tools.schemas[name] = tools.recording(_NoTools), []
+                continue
+            ids = None if name == ALL_SERVERS else name.split("+")
+            try:
+                cls = environment_class(name, sessions, ids, **settings)
+            except KeyError as e:
+                raise UserError(f"tasks use a server missing from the servers table: {e.args[0]}") from None
+            tools.factories[name] = tools.recording(cls)
+            tools.schemas[name] = [r.schema for r in sessions.env.routes(ids)]
+    except BaseException:
+        tools.close()
+        raise
     bind_tool_schemas(tokenizer)
-    return Tools(factories, schemas, sessions)
+    return tools
 
 
 def schemas_of(tools: list) -> list:

@@ -4,15 +4,18 @@
 task's verifier (unit tests, stdin/stdout cases, math answers, tool outcomes,
 a custom function, or a caller-supplied judge) and returns a ``Result``;
 ``verify_many`` does it for many in parallel. Code runs in ``Sandbox``, a pool
-of confined worker processes (docs/sandbox.md), or in ``E2BSandbox``.
+of confined worker processes (docs/sandbox.md), or in ``E2BSandbox``;
+``make_sandbox(kind, workers)`` picks one for a stage's ``sandbox:`` setting.
+``check_custom_verifiers`` imports the custom verifiers tasks name, up front.
 """
 
+from trajkit.verify.backends import SandboxKind, make_sandbox
 from trajkit.verify.e2b_backend import E2BSandbox
 from trajkit.verify.extract import extract_code, unit_test_program
 from trajkit.verify.metrics import difficulty, pass_at_k
 from trajkit.verify.result import Result, RunResult
 from trajkit.verify.sandbox import Sandbox, SandboxUnavailable, default_sandbox
-from trajkit.verify.verifiers import VERIFIERS, verify, verify_many
+from trajkit.verify.verifiers import VERIFIERS, check_custom_verifiers, verify, verify_many
 
 __all__ = [
     "VERIFIERS",
@@ -20,10 +23,13 @@ __all__ = [
     "Result",
     "RunResult",
     "Sandbox",
+    "SandboxKind",
     "SandboxUnavailable",
+    "check_custom_verifiers",
     "default_sandbox",
     "difficulty",
     "extract_code",
+    "make_sandbox",
     "pass_at_k",
     "unit_test_program",
     "verify",

@@ -24,10 +24,11 @@ import zlib
 from pathlib import Path
 from typing import Self
 
+from trajkit.errors import UserError
 from trajkit.verify.result import RunResult
 
 _HERE = Path(__file__).parent
-_SOURCES = ("worker.py", "harness.py", "isolation.py")
+_SOURCES = ("worker.py", "messages.py", "zygote.py", "outcome.py", "harness.py", "isolation.py")
 MAX_COMMAND_BYTES = 120_000  # one argv string to bash: Linux caps it at 128 KiB
 
 BOOTSTRAP = """
@@ -76,14 +77,14 @@ class E2BSandbox:
         self._sdk = None
 
     def start(self) -> E2BSandbox:
-        """Check that the SDK and a key are there; remote sandboxes start on first use."""
+        """Check that the SDK and a key are there (a UserError if not); remote sandboxes start on first use."""
         try:
             import e2b
         except ImportError:
-            raise RuntimeError("the e2b backend needs the e2b package: pip install 'trajkit[e2b]'") from None
+            raise UserError("the e2b sandbox needs the e2b extra: pip install 'trajkit[e2b]'") from None
         self.api_key = self.api_key or os.environ.get("E2B_API_KEY")
         if not self.api_key:
-            raise RuntimeError("the e2b backend needs an API key: set E2B_API_KEY")
+            raise UserError("the e2b sandbox needs an API key: set E2B_API_KEY")
         self._sdk = e2b
         return self
 

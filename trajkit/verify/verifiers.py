@@ -5,17 +5,21 @@ text or a dict}``. Kinds: ``unit_tests``, ``stdio``, ``math``,
 ``tool_outcome``, ``custom``, ``judge`` (spec formats in ``specs.py`` and
 docs/sandbox.md). Nothing here raises for a bad spec, an unknown kind or a
 crashing verifier: the result's verdict is ``error`` and ``details["reason"]``
-says why.
+says why. The one exception is the user's own mistake: a custom verifier whose
+dotted path does not import is a ``UserError`` (exit 2), and stages call
+``check_custom_verifiers`` on their tasks before any work, so it is reported
+once, up front.
 """
 
 from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from trajkit.errors import UserError
 from trajkit.verify.answers import math_answer, tool_outcome
 from trajkit.verify.code import stdio, unit_tests
 from trajkit.verify.result import Result
@@ -30,10 +34,32 @@ def custom(spec: CustomSpec, completion: str, context: dict, sandbox) -> Result:
     float must lie in [0, 1] and passes at ``pass_threshold`` (default 1.0); a
     bool scores 1 or 0; a Result is returned as it is.
     """
+    fn = _custom_function(spec.path)
+    return _as_result(fn(completion, spec.model_dump(), context), spec.pass_threshold, f"custom verifier {spec.path}")
+
+
+def _custom_function(path: str) -> Callable[..., Any]:
     from trajkit.pipeline import load_object
 
-    fn = load_object(spec.path, "custom verifier")
-    return _as_result(fn(completion, spec.model_dump(), context), spec.pass_threshold, f"custom verifier {spec.path}")
+    fn = load_object(path, "custom verifier")
+    if not callable(fn):
+        raise UserError(f"custom verifier {path!r} is not callable")
+    return fn
+
+
+def check_custom_verifiers(verifiers: Iterable[Any]) -> None:
+    """Import every distinct custom verifier that these verifiers name, once: a path that does not
+    resolve is a UserError before any work. (A spec that does not parse is that task's fault: its
+    samples get an ``error`` verdict.)"""
+    paths = set()
+    for v in verifiers:
+        if isinstance(v, dict) and v.get("kind") == "custom":
+            try:
+                paths.add(parse_spec("custom", v.get("spec")).path)
+            except SpecError:
+                continue
+    for path in sorted(paths):
+        _custom_function(path)
 
 
 def judge(spec: JudgeSpec, completion: str, context: dict, sandbox) -> Result:
@@ -77,7 +103,8 @@ _NEEDS_SANDBOX = {"unit_tests", "stdio", "math"}
 
 
 def verify(verifier: dict, completion: str, context: dict | None = None, sandbox: Sandbox | None = None) -> Result:
-    """Judge one completion with a task's verifier; never raises (faults become an ``error`` verdict).
+    """Judge one completion with a task's verifier; faults become an ``error`` verdict (a custom verifier
+    path that does not import raises UserError).
 
     ``sandbox`` runs code (the process-wide ``default_sandbox()`` when None);
     ``context`` carries what the kind needs beyond the completion
@@ -100,6 +127,8 @@ def verify(verifier: dict, completion: str, context: dict | None = None, sandbox
             result = VERIFIERS[kind](spec, completion or "", dict(context or {}), sandbox)
     except SpecError as exc:
         result = Result.error(str(exc))
+    except UserError:  # a custom verifier that does not import: the user's to fix, not this sample's verdict
+        raise
     except Exception as exc:  # noqa: BLE001 - a crashing verifier (or a user's) judges nothing, and says so
         tb = traceback.format_exc(limit=-5)[-4000:]
         result = Result.error(f"{kind} verifier failed: {type(exc).__name__}: {exc}", traceback=tb)

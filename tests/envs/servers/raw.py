@@ -1,7 +1,7 @@
 """A minimal MCP server speaking raw JSON-RPC over stdio, for tests: fast to start, and able to misbehave.
 
     python tests/envs/servers/raw.py [--hang-init] [--exit-init] [--junk-init] [--bad-tools] [--dup-tools]
-                                     [--pages N] [--no-readonly]
+                                     [--pages N] [--no-readonly] [--hang-init-while FILE]
 
 Tools: ``echo(text)``; ``sleep(seconds)`` returns the most calls it saw in flight
 at once; ``big(n)`` returns n characters; ``count()`` increments a per-process
@@ -95,6 +95,8 @@ def handle(msg: dict) -> None:
         return  # a notification
     if method == "initialize":
         if "--hang-init" in ARGS:
+            return
+        if "--hang-init-while" in ARGS and os.path.exists(sys.argv[sys.argv.index("--hang-init-while") + 1]):
             return
         if "--exit-init" in ARGS:
             print("refusing to initialize", file=sys.stderr, flush=True)

@@ -1,0 +1,222 @@
+"""The zygote: confines its own world once, then forks one confined child per program.
+
+PID 1 of the worker's PID namespace and a member of its cgroup (``worker.py``
+sets both up), it remounts the filesystem read-only, mounts a private /tmp and
+pre-imports modules (``setup``); per program it forks a *child* that sets
+rlimits, drops to the slot's uid with no capabilities and no new privileges,
+and runs the program through ``harness.execute`` (``run``). The zygote
+enforces the wall-time limit and the output cap (``outcome.watch``), then kills
+every process the program left behind before answering. Standard library only.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import gc
+import importlib
+import math
+import os
+import resource
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+import harness
+import isolation
+import outcome
+
+WORKER_MODULES = ("harness", "isolation", "outcome", "messages", "zygote")  # never visible to programs
+
+
+class Zygote:
+    """Serves run requests: one confined child per program, everything it left killed afterwards."""
+
+    def __init__(self, config: dict, cgroup: isolation.Cgroup | None, namespaces: bool, missing: dict, tmp: str):
+        self.config = config
+        self.cgroup = cgroup
+        self.namespaces = namespaces
+        self.missing = missing
+        self.uid: int | None = config.get("uid")
+        self.tmp = tmp  # /tmp in the mount namespace; else a private directory the supervisor removes
+
+    def setup(self) -> dict:
+        """Confine this process's world; returns the protections in force and those missing."""
+        if self.cgroup is not None:
+            self.cgroup.limit_processes(int(self.config.get("max_procs", 64)) + 1)  # + the zygote
+            self.cgroup.join()  # children are born in it: no per-program migration
+            _oom_score_adj(-1000)  # under memory pressure, the program dies, never the zygote
+        if self.namespaces:
+            needed = [sys.prefix, sys.base_prefix, *sys.path]
+            failed = isolation.confine_filesystem(self.uid, needed, self.config.get("hide", []))
+            if "/" in failed:
+                self.missing["mount_namespace"] = "could not remount / read-only"
+            isolation.sethostname("sandbox")
+        else:
+            isolation.prctl(isolation.PR_SET_CHILD_SUBREAPER, 1)
+        isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
+        self._fresh_tmp()
+        os.environ.update(HOME=self.tmp, TMPDIR=self.tmp)  # the rest was scrubbed by the caller
+        tempfile.tempdir = self.tmp
+        atexit._clear()  # programs run only their own exit handlers
+        for name in self.config.get("preload", ()):
+            self._preload(name)
+        gc.freeze()
+        os.chdir("/")
+        if self.uid is None and "uid" not in self.missing:
+            self.missing["uid"] = "disabled" if self.config.get("drop_privileges") is False else "not root"
+        return {"missing": self.missing, "uid": self.uid, "tmp": self.tmp, "cgroup": self.cgroup is not None}
+
+    def _fresh_tmp(self) -> None:
+        size = int(self.config.get("tmp_mb", 64))
+        if self.namespaces:
+            isolation.mount_private_tmpfs("/tmp", self.uid, size)
+            if os.path.isdir("/dev/shm"):
+                isolation.mount_private_tmpfs("/dev/shm", self.uid, size)
+            return
+        shutil.rmtree(self.tmp, onerror=force_remove)
+        os.mkdir(self.tmp, 0o700)
+        if self.uid is not None:
+            os.chown(self.tmp, self.uid, self.uid)
+
+    def close(self) -> None:
+        isolation.kill_everything(self.namespaces)
+
+    @staticmethod
+    def _preload(name: str) -> None:
+        if name in sys.modules:
+            return
+        with contextlib.suppress(Exception):  # the program's own import will then fail and say why
+            importlib.import_module(name)
+        gc.freeze()  # forked children then never touch (and copy) the zygote's objects when collecting
+
+    def run(self, request: dict) -> dict:
+        """Run one program; the answer says how it ended (the verdict) and what it printed."""
+        for name in request.get("preload", ()):
+            self._preload(name)
+        timeout = float(request.get("timeout_s", 10))
+        memory_mb = int(request.get("memory_mb", 1024))
+        max_procs = int(self.config.get("max_procs", 64))
+        oom_before = 0
+        if self.cgroup is not None:
+            try:
+                self.cgroup.limit_memory(memory_mb << 20)
+                oom_before = self.cgroup.oom_kills()
+            except OSError as exc:
+                return outcome.answer("error", reason=f"sandbox: cannot set cgroup limits: {exc}")
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        st_r, st_w = os.pipe()
+        stdin_fd = _stdin_fd(request.get("stdin"))
+        nonce = os.urandom(8).hex()
+        limits = _limits(timeout, memory_mb, max_procs, self.config, self.uid)
+        start = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            self._child(request["program"], stdin_fd, out_w, err_w, st_w, nonce, limits)
+        for fd in (out_w, err_w, st_w, stdin_fd):
+            os.close(fd)
+        try:
+            cap = int(self.config.get("max_output_bytes", 1 << 20))
+            watch = outcome.watch(pid, out_r, err_r, st_r, start + timeout, cap)
+        finally:
+            for fd in (out_r, err_r, st_r):
+                os.close(fd)
+        runtime = time.monotonic() - start
+        wait_status, cpu_s = None, 0.0
+        if watch["exited"]:
+            _, wait_status, usage = os.wait4(pid, 0)
+            cpu_s = usage.ru_utime + usage.ru_stime
+        isolation.kill_everything(self.namespaces)
+        oom = self.cgroup is not None and self.cgroup.oom_kills() > oom_before
+        try:
+            self._fresh_tmp()
+        except OSError as exc:
+            return outcome.answer("error", reason=f"sandbox: cannot reset the private /tmp: {exc}")
+        return outcome.classify(watch, wait_status, cpu_s, oom, nonce, timeout, memory_mb, runtime, limits)
+
+    def _child(self, program: str, stdin_fd: int, out_w: int, err_w: int, st_w: int, nonce: str, limits: dict):
+        status_fd = st_w
+        try:
+            os.setsid()
+            _oom_score_adj(1000)  # the first thing any out-of-memory killer takes
+            for fd, target in ((stdin_fd, 0), (out_w, 1), (err_w, 2), (st_w, 3)):
+                os.dup2(fd, target)
+            status_fd = 3
+            os.closerange(4, 1 << 16)
+            for name, value in limits.items():
+                resource.setrlimit(getattr(resource, name), (value, value))
+            os.chdir(self.tmp)
+            if self.uid is not None:
+                isolation.drop_privileges(self.uid)
+            else:
+                isolation.prctl(isolation.PR_SET_NO_NEW_PRIVS, 1)
+            isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
+            for name in WORKER_MODULES:
+                sys.modules.pop(name, None)
+        except BaseException as exc:  # noqa: BLE001 - never run a program that is not fully confined
+            outcome.emergency_status(status_fd, nonce, f"{type(exc).__name__}: {exc}")
+            os._exit(126)
+        harness.execute(program, 3, nonce)
+
+
+def _oom_score_adj(value: int) -> None:
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write(str(value))
+    except OSError:
+        pass  # some hosts forbid lowering it; a preference, not a protection
+
+
+def _limits(timeout: float, memory_mb: int, max_procs: int, config: dict, uid: int | None) -> dict:
+    """rlimits for one program; the address-space budget comes on top of what the zygote already maps."""
+    cpu = math.ceil(timeout) + 1
+    shared_uid = uid is None and os.geteuid() != 0  # the limit counts every process of the caller's user
+    nproc = _own_process_count() + max_procs if shared_uid else max_procs
+    return {
+        "RLIMIT_AS": _vm_size() + (memory_mb << 20),
+        "RLIMIT_CPU": cpu,
+        "RLIMIT_FSIZE": int(config.get("max_file_mb", 64)) << 20,
+        "RLIMIT_NOFILE": 1024,
+        "RLIMIT_NPROC": nproc,
+        "RLIMIT_CORE": 0,
+    }
+
+
+def _vm_size() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[0]) * resource.getpagesize()
+
+
+def _own_process_count() -> int:
+    """Tasks of this real uid on the host: RLIMIT_NPROC counts them all, not just the program's."""
+    uid, count = str(os.getuid()), 0
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and os.stat(f"/proc/{entry}").st_uid == int(uid):
+                count += len(os.listdir(f"/proc/{entry}/task"))
+        except OSError:
+            continue
+    return count
+
+
+def _stdin_fd(stdin: str | None) -> int:
+    if stdin is None:
+        return os.open(os.devnull, os.O_RDONLY)
+    fd = os.memfd_create("stdin", os.MFD_CLOEXEC)
+    data = stdin.encode()
+    while data:
+        data = data[os.write(fd, data) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def force_remove(function, path, _exc_info) -> None:
+    """rmtree error hook: a program may have left read-only directories behind."""
+    try:
+        os.chmod(os.path.dirname(path), 0o700)
+        function(path)
+    except FileNotFoundError:
+        pass
