@@ -142,3 +142,28 @@ def test_rerun_skips_and_a_second_copy_gives_the_same_ids(run_dir, tmp_path):
     shutil.copy(humaneval_path(), tmp_path / "copy.jsonl.gz")
     run(store, "curate.import", name="copy", preset="humaneval", path=str(tmp_path / "copy.jsonl.gz"))
     assert store.ids("tasks", stage="copy") == store.ids("tasks", stage="import")
+
+
+def test_a_custom_task_source_is_mapped_like_a_file(run_dir):
+    store = Store(run_dir)
+    run(
+        store,
+        "curate.import",
+        source_fn="tests.curate.task_sources:arithmetic",
+        source_params={"count": 2, "start": 5},
+        fields={"id": "id", "question": "problem", "answer": "answer"},
+        verifier="math",
+    )
+    rows = store.rows("tasks")
+    assert [r["source_id"] for r in rows] == ["sum-5", "sum-6"]
+    assert rows[0]["source"] == "arithmetic" and rows[0]["question"] == "What is 5 + 5?"
+    assert rows[0]["verifier"] == {"kind": "math", "spec": json.dumps({"answer": "10"})}
+
+
+@pytest.mark.parametrize(
+    "fn, message",
+    [("nowhere.at_all:fn", "cannot import task source"), ("tests.curate.task_sources:not_dicts", "not a dict"), ("tests.curate.task_sources:crashes", "source is down")],
+)
+def test_a_broken_task_source_is_a_user_error(run_dir, fn, message):
+    with pytest.raises(UserError, match=message):
+        run(Store(run_dir), "curate.import", source_fn=fn, fields={"question": "problem"})

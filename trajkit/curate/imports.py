@@ -2,6 +2,9 @@
 
 Presets read HumanEval and MBPP as published (JSONL, gzipped or not); any
 other JSONL/Parquet/``datasets`` directory is read through a field mapping.
+A custom task source (``source_fn: pkg.module:fn``, called as ``fn(**source_params)``
+and returning an iterable of dict records) replaces the file: its records are
+mapped exactly like a file's.
 Each task keeps its source id (``HumanEval/0``); its ``task_id`` is
 ``content_id(source, source_id)``, so importing the same file twice gives the
 same ids, and rows are written in file order, so a resumed import writes
@@ -58,11 +61,17 @@ class ImportConfig(StageConfig):
         default_factory=list, description="generic: columns copied into the task's metadata JSON."
     )
     limit: int | None = Field(None, ge=1, description="Import only the first N records.")
+    source_fn: str | None = Field(
+        None, description="Custom task source pkg.module:fn; fn(**source_params) returns an iterable of records."
+    )
+    source_params: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments of source_fn.")
 
     @model_validator(mode="after")
     def _check(self) -> ImportConfig:
-        if self.preset != "humaneval" and not self.path:
-            raise ValueError(f"preset {self.preset!r} needs a path")
+        if self.source_fn and self.path:
+            raise ValueError("give either path or source_fn, not both")
+        if self.preset != "humaneval" and not (self.path or self.source_fn):
+            raise ValueError(f"preset {self.preset!r} needs a path or a source_fn")
         if self.preset == "generic" and "question" not in self.fields:
             raise ValueError("a generic import needs fields.question (e.g. --map question=problem)")
         if self.preset != "generic" and (self.fields or self.verifier != "none" or self.metadata):
@@ -133,15 +142,37 @@ def generic_task(rec: dict[str, Any], where: str, ordinal: int, cfg: ImportConfi
     return source_id, {"question": question, "verifier": _verifier(cfg.verifier, spec), "metadata": meta}
 
 
+def custom_records(path: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """The records of a custom task source; anything but an iterable of dicts is a user error."""
+    from trajkit.pipeline import load_object
+
+    fn = load_object(path, "task source")
+    if not callable(fn):
+        raise UserError(f"task source {path!r} is not callable")
+    try:
+        records = list(fn(**params))
+    except Exception as e:  # noqa: BLE001 - a bug in user code is a user error, in one line
+        raise UserError(f"task source {path!r} failed: {type(e).__name__}: {e}") from None
+    bad = next((i for i, r in enumerate(records) if not isinstance(r, dict)), None)
+    if bad is not None:
+        raise UserError(f"task source {path!r}: record {bad + 1} is a {type(records[bad]).__name__}, not a dict")
+    return records
+
+
 def task_rows(cfg: ImportConfig) -> list[dict[str, Any]]:
-    """Every task row of the file, in file order; a repeated source id is a user error."""
-    path = Path(cfg.path) if cfg.path else humaneval_path()
-    source = cfg.source or (cfg.preset if cfg.preset != "generic" else path.name.split(".")[0])
+    """Every task row of the file (or custom source), in order; a repeated source id is a user error."""
+    if cfg.source_fn:
+        records, origin = custom_records(cfg.source_fn, cfg.source_params), cfg.source_fn
+        default_source = cfg.source_fn.replace(":", ".").rsplit(".", 1)[-1]
+    else:
+        path = Path(cfg.path) if cfg.path else humaneval_path()
+        records, origin, default_source = read_records(path), str(path), path.name.split(".")[0]
+    source = cfg.source or (cfg.preset if cfg.preset != "generic" else default_source)
     rows, seen = [], {}
-    for i, rec in enumerate(read_records(path)):
+    for i, rec in enumerate(records):
         if cfg.limit is not None and i >= cfg.limit:
             break
-        where = f"{path} record {i + 1}"
+        where = f"{origin} record {i + 1}"
         if cfg.preset == "humaneval":
             source_id, parts = humaneval_task(rec, where)
         elif cfg.preset == "mbpp":
