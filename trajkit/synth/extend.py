@@ -37,6 +37,7 @@ from trajkit.synth.transcripts import conversation_text, tool_listing
 from trajkit.synth.work import bounded
 
 END = "<END_CONVERSATION>"
+ENDED = "user simulator ended the conversation"  # an aborted extension's reason
 SIMULATOR_FAILED = "user simulator request failed"  # the reason of a follow-up whose request failed: retried
 DEFAULT_WHERE = "status = 'completed' AND reject_reason IS NULL"
 
@@ -74,7 +75,7 @@ def follow_up(text: str | None) -> tuple[str | None, str | None]:
         return None, "user simulator wrote nothing"
     body = re.sub(r"<(think|thinking)>.*?</\1>", "", text, flags=re.DOTALL | re.IGNORECASE)
     if END in body:
-        return None, "user simulator ended the conversation"
+        return None, ENDED
     m = re.search(r"<follow_up>(.*?)(?:</follow_up>|$)", body, re.DOTALL | re.IGNORECASE)
     message = (m[1] if m else body).strip().strip('"').strip()
     return (message, None) if message else (None, "user simulator wrote an empty follow-up")
@@ -233,7 +234,7 @@ def _declined(parent: dict[str, Any], agent: Any, params: SamplingParams, seed: 
             "max_tokens": params.max_tokens,
             "seed": seed,
         },
-        "status": "failed",
+        "status": "aborted" if why == ENDED else "failed",  # ended on purpose vs. no usable follow-up
         "reason": why,
     }
 

@@ -63,8 +63,12 @@ def supervise(config: dict) -> None:
         except OSError as exc:
             missing["cgroup"] = str(exc)
     namespaces = False
+    covered = _covered_by_private_mounts()
     if config.get("namespaces") is False:
         missing.update({k: "disabled" for k in ("pid_namespace", "net_namespace", "mount_namespace")})
+    elif covered:
+        why = f"the Python environment lives under {covered}, which the sandbox replaces with an empty one"
+        missing.update({k: why for k in ("pid_namespace", "net_namespace", "mount_namespace")})
     else:
         try:
             isolation.unshare(isolation.NAMESPACES)
@@ -95,6 +99,16 @@ def supervise(config: dict) -> None:
             cgroup.remove()
         if not namespaces:
             shutil.rmtree(tmp, onerror=force_remove)
+
+
+def _covered_by_private_mounts() -> str | None:
+    """/tmp or /dev/shm if this interpreter's files live there (programs get fresh, empty ones), else None."""
+    for place in (sys.prefix, sys.base_prefix, *sys.path):
+        path = os.path.realpath(place) if place else ""
+        for mount in ("/tmp", "/dev/shm"):
+            if path.startswith(mount + "/"):
+                return mount
+    return None
 
 
 def _serve(zygote: Zygote, request: dict) -> dict:
