@@ -61,7 +61,7 @@ def humaneval_run(run_dir) -> Store:
 
 
 def sample_seed(task_id: str, index: int) -> int:
-    return attempt_seed(0, task_id, "scripted", index)
+    return attempt_seed(0, task_id, index)
 
 
 def _expected_ids(store: Store) -> set[str]:

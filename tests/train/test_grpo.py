@@ -120,3 +120,14 @@ def test_two_stage_curriculum(curated_run, tiny_model_dir, tmp_path, monkeypatch
     again = CliRunner().invoke(app, ["train", "grpo", "--config", str(stages), "--run", str(curated_run)])
     assert again.exit_code == 0
     assert store.count("train_metrics") == 4 and len([e for e in events if e[0] == "load"]) == 2
+
+
+def test_a_stage_with_fewer_tasks_than_a_generation_batch_still_trains(curated_run, tiny_model_dir, tmp_path):
+    one = {"name": "one", "data": {"stage": "hard", "difficulty": ["hard"]}, "steps": 1, "grpo": {"num_generations": 4}}
+    stages = tmp_path / "one.yaml"
+    stages.write_text(yaml.safe_dump({**STAGES, "model": str(tiny_model_dir), "stages": [one]}))
+    result = CliRunner().invoke(app, ["train", "grpo", "--config", str(stages), "--run", str(curated_run)])
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    store = Store(curated_run)
+    assert store.manifest("grpo-one")["counts"]["tasks"] == 1  # math-1 alone; a batch of 8 holds 2 prompts
+    assert [r["step"] for r in store.rows("train_metrics")] == [1]

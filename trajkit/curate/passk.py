@@ -5,8 +5,9 @@ agent loop in a ``ToolEnv`` built from the run's ``servers`` table, with their
 trajectories written to ``trajectories``; other tasks are one chat
 completion), each judged by the task's verifier in the sandbox (``sandbox:``
 local or e2b). ``sample_id = content_id(task_id, model, index, seed)``, where
-the seed (``envs.solve.attempt_seed``) derives from the base seed, the task,
-the model and the index, so a rerun asks for the same samples.
+the seed (``envs.solve.attempt_seed``) derives from the base seed, the task
+and the index (not the model: models draw the same random numbers), so a rerun
+asks for the same samples.
 
 A killed run resumes per sample: an attempt's trajectory is written before
 its sample, and both tables are flushed together between attempts (every
@@ -48,7 +49,7 @@ class PassKConfig(StageConfig):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_tokens: int = Field(1024, ge=1)
     seed: int = Field(
-        0, description="Base seed; each sample's seed derives from it, the task, the model and the index."
+        0, description="Base seed; each sample's seed derives from it, the task and the index."
     )
     system_prompt: str | None = Field(None, description="System message of every attempt.")
     sources: list[str] | None = Field(None, description="Only tasks from these sources.")
@@ -133,7 +134,7 @@ def run_passk(ctx: StageContext, cfg: PassKConfig) -> dict[str, Any]:
         if not ctx.mine(task["task_id"]):
             continue
         for index in range(cfg.k):
-            seed = attempt_seed(cfg.seed, task["task_id"], cfg.model.model, index)
+            seed = attempt_seed(cfg.seed, task["task_id"], index)
             sid = content_id(task["task_id"], cfg.model.model, index, seed)
             if sid not in done:
                 work.append((sid, task, index, seed))

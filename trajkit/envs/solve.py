@@ -7,7 +7,7 @@ is one chat completion from a prompt built from the task. Faults are data
 (``Attempt.error``, with ``transient`` set for the faults a retry may cure),
 never exceptions. ``solve`` is an attempt judged by the task's verifier, as
 ``curate.passk`` and ``eval.passk`` both run it; ``attempt_seed`` is the seed of
-sample ``index`` of a task for a model.
+sample ``index`` of a task, whichever the model.
 """
 
 from __future__ import annotations
@@ -54,9 +54,10 @@ class Attempt:
     transient: bool = False
 
 
-def attempt_seed(base: int, task_id: str, model: str, index: int) -> int:
-    """The sampling seed of attempt ``index`` at a task by a model: fixed by what defines the attempt."""
-    return seed_for(base, task_id, model, index)
+def attempt_seed(base: int, task_id: str, index: int) -> int:
+    """The sampling seed of attempt ``index`` at a task, the same for every model: models compared on a
+    task draw the same random numbers, and a run directory's path (in a local model's name) changes nothing."""
+    return seed_for(base, task_id, index)
 
 
 def is_tool_task(task: dict[str, Any]) -> bool:

@@ -170,7 +170,7 @@ async def _extend(
     async def one(item: tuple[dict[str, Any], int]) -> dict[str, Any]:
         parent, round_ = item
         task = tasks.get(parent["task_id"]) or {"task_id": parent["task_id"], "server_ids": None}
-        seed = S.seed_for(cfg.seed, parent["traj_id"], round_)
+        seed = conversation_seed(cfg.seed, parent, round_)
         try:
             rows = select_servers(servers, task.get("server_ids"))
             tools = tool_listing(rows, tool_routes(servers, task.get("server_ids")))
@@ -216,6 +216,13 @@ async def _extend(
         await agent.aclose()
         await user.aclose()
     return total
+
+
+def conversation_seed(seed: int, parent: dict[str, Any], round_: int) -> int:
+    """The seed of an extension: its parent's task, rollout index and seed, and the round (not the
+    parent's id, which names the model, a local model by its path)."""
+    parent_seed = (parent.get("sampling") or {}).get("seed")
+    return S.seed_for(seed, parent["task_id"], parent["rollout_index"], parent_seed, round_)
 
 
 def _declined(parent: dict[str, Any], agent: Any, params: SamplingParams, seed: int, why: str | None) -> dict[str, Any]:

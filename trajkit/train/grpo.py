@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import importlib.util
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -167,6 +168,16 @@ def run_grpo(ctx: StageContext, cfg: GRPOStageConfig) -> dict[str, Any]:
         return _train(ctx, cfg, rows, sandbox, out_dir, num_generations)
 
 
+def fill_generation_batch(ctx: StageContext, rows: list[dict], args: Any) -> list[dict]:
+    """``rows`` repeated until one generation batch has enough distinct prompts: TRL's sampler drops an
+    incomplete batch, so a stage with fewer tasks than that would silently train for zero steps."""
+    need = args.generation_batch_size // args.num_generations
+    if len(rows) >= need:
+        return rows
+    ctx.log(f"{len(rows)} task(s), fewer than the {need} prompts of a generation batch: repeated to fill it")
+    return (rows * math.ceil(need / len(rows)))[:need]
+
+
 def _train(ctx: StageContext, cfg: GRPOStageConfig, rows: list[dict], sandbox: Any, out_dir: Path, num_generations: int | None) -> dict[str, Any]:
     from datasets import Dataset
     from trl import GRPOTrainer
@@ -196,6 +207,7 @@ def _train(ctx: StageContext, cfg: GRPOStageConfig, rows: list[dict], sandbox: A
         )
     for r in rows:
         r["tools_json"] = json.dumps(tools.schemas[r["environment"]] if tools else [])
+    rows = fill_generation_batch(ctx, rows, args)
     try:
         model = load_model(cfg.model, cfg.dtype)
     except BaseException:
