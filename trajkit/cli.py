@@ -45,7 +45,9 @@ def sql(
     query: Annotated[str, typer.Argument(help="A DuckDB query over the run's tables (views named after them).")],
     run: RunExisting = Path("."),
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")] = "table",
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to a .csv, .json, .jsonl or .parquet file.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write to a .csv, .json, .jsonl or .parquet file.")
+    ] = None,
     limit: Annotated[int, typer.Option(help="Rows shown in table format.")] = 50,
 ) -> None:
     """Query a run with DuckDB SQL, e.g. ``SELECT difficulty, count(*) FROM tasks GROUP BY 1``."""
@@ -85,9 +87,15 @@ def info(run: RunExisting = Path(".")) -> None:
         out = ", ".join(f"{k} {v}" for k, v in m.get("outputs", {}).items())
         usage = m.get("usage", {})
         tokens = usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
-        stages.add_row(m["stage"], m["kind"], m["finished_at"], f"{m['seconds']:.1f}", out, str(tokens), m["config_hash"])
+        stages.add_row(
+            m["stage"], m["kind"], m["finished_at"], f"{m['seconds']:.1f}", out, str(tokens), m["config_hash"]
+        )
     console.print(stages)
-    running = [p.parent.name for p in (store.root / "_stages").glob("*/_config.json") if not list(p.parent.glob("_manifest*.json"))]
+    running = [
+        p.parent.name
+        for p in (store.root / "_stages").glob("*/_config.json")
+        if not list(p.parent.glob("_manifest*.json"))
+    ]
     if running:
         console.print(f"incomplete stages (rerun to resume): {', '.join(sorted(running))}")
 
@@ -106,7 +114,11 @@ def show(
     con = store.duckdb()
     for name in ("trajectories", "tasks", "samples", "servers"):
         key = S.table(name).key
-        rows = con.sql(f'SELECT * FROM "{name}" WHERE {key} LIKE ? LIMIT 2', params=[row_id + "%"]).to_arrow_table().to_pylist()
+        rows = (
+            con.sql(f'SELECT * FROM "{name}" WHERE {key} LIKE ? LIMIT 2', params=[row_id + "%"])
+            .to_arrow_table()
+            .to_pylist()
+        )
         if len(rows) > 1:
             raise _user(f"id prefix {row_id!r} matches several {name}; give more characters")
         if rows:
@@ -119,8 +131,12 @@ def show(
 def export(
     output: Annotated[Path, typer.Argument(help="Output .jsonl file.")],
     run: RunExisting = Path("."),
-    fmt: Annotated[str, typer.Option("--format", "-f", help="jsonl (all columns), openai (messages+tools) or sharegpt.")] = "openai",
-    where: Annotated[str, typer.Option(help="SQL filter on the trajectories view.")] = "status = 'completed' AND reject_reason IS NULL",
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="jsonl (all columns), openai (messages+tools) or sharegpt.")
+    ] = "openai",
+    where: Annotated[
+        str, typer.Option(help="SQL filter on the trajectories view.")
+    ] = "status = 'completed' AND reject_reason IS NULL",
 ) -> None:
     """Write trajectories as JSON lines for other tools (OpenAI fine-tuning, ShareGPT, raw)."""
     from trajkit.export import FORMATS, convert
@@ -154,12 +170,21 @@ def demo(
     fresh: Annotated[bool, typer.Option("--fresh", help="Start over instead of resuming.")] = False,
     pipeline: Annotated[Path, typer.Option(help="Pipeline file to run.")] = DEMO_PIPELINE,
     overrides: Overrides = None,
+    model: Annotated[
+        str | None, typer.Option(help="Play every role with this model (Hub id or directory) instead of the warm-up.")
+    ] = None,
+    backend: Annotated[str, typer.Option(help="Backend for --model: transformers, vllm or openai.")] = "transformers",
+    base_url: Annotated[str | None, typer.Option(help="Endpoint for --backend openai (e.g. vllm serve).")] = None,
 ) -> None:
     """Run the end-to-end demo pipeline (examples/demo.yaml) offline, then summarize it."""
     from trajkit.pipeline import run_pipeline
 
+    if model:
+        from trajkit.demo.real import with_model
+
+        pipeline = with_model(pipeline, run, model, backend, base_url)
     run_pipeline(pipeline, run, fresh=fresh, overrides=overrides or [])
-    from trajkit.demo_summary import print_summary
+    from trajkit.demo.summary import print_summary
 
     print_summary(run)
 
