@@ -157,3 +157,17 @@ def test_summary_queries_run_and_rerun_resumes(demo_run, capsys):
     assert again.returncode == 0, again.stderr[-2000:]
     assert again.stderr.count("already complete, skipped") == len(before)
     assert {m["stage"]: m["finished_at"] for m in Store(demo_run).manifests()} == before
+
+
+def test_model_option_derives_the_pipeline_without_the_warmup(tmp_path):
+    from trajkit.demo.real import with_model
+
+    path = with_model(DEMO, tmp_path / "run", "Qwen/Qwen3-8B", "openai", "http://localhost:8000/v1")
+    data = yaml.safe_load(path.read_text())
+    names = [s.get("name") or s["stage"] for s in data["stages"]]
+    assert path == tmp_path / "run" / "pipeline.yaml" and "warmup" not in names
+    spec = {"model": "Qwen/Qwen3-8B", "backend": "openai", "base_url": "http://localhost:8000/v1"}
+    models = [s["config"]["model"] for s in data["stages"] if isinstance(s.get("config", {}).get("model"), dict)]
+    assert models and all(m == spec for m in models)
+    sft = next(s for s in data["stages"] if s["stage"] == "train.sft")
+    assert sft["config"]["model"] == "Qwen/Qwen3-8B"
