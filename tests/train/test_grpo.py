@@ -53,7 +53,10 @@ def curated_run(run_dir):
 def test_two_stage_curriculum(curated_run, tiny_model_dir, tmp_path, monkeypatch):
     from trajkit.train import weights
     from trajkit.verify import Sandbox
+    from trajkit.verify import sandbox as sandbox_module
 
+    # a fresh process-wide pool, so its start is seen whichever tests ran before
+    monkeypatch.setattr(sandbox_module, "_default", None)
     events: list[tuple] = []
     load_model = weights.load_model
 
@@ -120,6 +123,7 @@ def test_two_stage_curriculum(curated_run, tiny_model_dir, tmp_path, monkeypatch
     again = CliRunner().invoke(app, ["train", "grpo", "--config", str(stages), "--run", str(curated_run)])
     assert again.exit_code == 0
     assert store.count("train_metrics") == 4 and len([e for e in events if e[0] == "load"]) == 2
+    sandbox_module._default.close()
 
 
 def test_a_stage_with_fewer_tasks_than_a_generation_batch_still_trains(curated_run, tiny_model_dir, tmp_path):

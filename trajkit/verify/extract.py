@@ -24,9 +24,13 @@ from __future__ import annotations
 import ast
 import functools
 import re
+import threading
 
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:\n[ \t]*```|\Z)", re.DOTALL)
 _PYTHON_LABELS = {"", "python", "py", "python3", "py3"}
+# CPython 3.11 keeps ast.parse's recursion depth in shared module state: parses in concurrent
+# verifier threads can fail with "SystemError: AST constructor recursion depth mismatch" (gh-106905)
+_PARSE_LOCK = threading.Lock()
 
 
 def strip_reasoning(text: str) -> str:
@@ -100,7 +104,8 @@ def unit_test_program(completion: str, test: str, prompt: str | None = None, ent
 @functools.lru_cache(maxsize=4096)  # pass@k re-reads the same prompts and tests k times
 def _parse(code: str) -> ast.Module | None:
     try:
-        return ast.parse(code)
+        with _PARSE_LOCK:
+            return ast.parse(code)
     except (SyntaxError, ValueError):
         return None
 
