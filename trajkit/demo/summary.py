@@ -50,7 +50,7 @@ def print_summary(run_dir: str | Path) -> None:
         console.print(f"dataset card: [bold]{card}[/] (plots in {card.parent / 'plots'})")
     console.print("\ntry:")
     for what, query in QUERIES:
-        console.print(f"  [dim]# {what}[/]", highlight=False)
+        console.print(f"  [dim]# {what}[/]", highlight=False, soft_wrap=True)
         console.print(
             f"  trajkit sql {shlex.quote(query)} --run {shlex.quote(str(run_dir))}", highlight=False, soft_wrap=True
         )
