@@ -136,7 +136,7 @@ def sft_rows(store: Store, statuses: tuple[str, ...] = ("completed",), use_token
     rejected, rejected_tasks = store.rejected("trajectories"), store.rejected("tasks")
     columns = ["traj_id", "task_id", "status", "reason", "messages", "tools", "token_ids", "loss_mask"]
     out = []
-    for row in sorted(store.rows("trajectories", columns), key=lambda r: r["traj_id"]):
+    for row in sorted(store.rows("trajectories", columns), key=_content_order):
         if row["status"] not in statuses or row["traj_id"] in rejected or row["task_id"] in rejected_tasks:
             continue
         example: dict[str, Any] = {
@@ -153,3 +153,8 @@ def sft_rows(store: Store, statuses: tuple[str, ...] = ("completed",), use_token
         if example["messages"] or "input_ids" in example:
             out.append(example)
     return out
+
+
+def _content_order(row: dict[str, Any]) -> tuple[str, str]:
+    """Task, then content: an order that does not depend on ids naming the model (a local model's path)."""
+    return row["task_id"], S.content_id(row["messages"], row["token_ids"])
