@@ -17,8 +17,8 @@ request, as the demo's prompts (``examples/prompts/``) and stages shape it:
   is right);
 * **user simulator** — the world's follow-up question, or ``<END_CONVERSATION>``;
 * **coder** — a HumanEval prompt: its canonical solution in a code block when
-  that solution is short, else an unfinished stub (a coder that solves the
-  easy problems only, so pass rates differ between problems).
+  that solution is short, else a wrong answer (``return None``: a coder that
+  solves the easy problems only, so pass rates differ between problems).
 
 It is a test double for a model, deterministic (a function of the request),
 and lives outside the stages: the demo serves it over HTTP
@@ -205,7 +205,7 @@ def _humaneval() -> dict[str, dict[str, Any]]:
 
 
 def code(entry_point: str) -> str:
-    """HumanEval's canonical solution for a short problem; an unfinished stub for a long one."""
+    """HumanEval's canonical solution for a short problem; a wrong answer (``return None``) for a long one."""
     problem = _humaneval().get(entry_point)
     signature = problem and re.search(
         rf"^def {entry_point}\(.*?\).*?:\s*$", problem["prompt"], re.MULTILINE | re.DOTALL
@@ -213,5 +213,5 @@ def code(entry_point: str) -> str:
     if not signature:
         return UNKNOWN
     solution = problem["canonical_solution"].rstrip()
-    body = solution if len(solution) <= MAX_SOLVED_CHARS else "    raise NotImplementedError"
+    body = solution if len(solution) <= MAX_SOLVED_CHARS else "    return None"  # fails the problem's tests
     return f"```python\n{signature[0].strip()}\n{body}\n```"

@@ -71,11 +71,12 @@ class WarmupConfig(StageConfig):
     def _check_record(self) -> WarmupConfig:
         from trajkit.models.base import ModelSpec
 
-        placeholder = ModelSpec(model="reference-fixture", backend="openai", base_url="http://127.0.0.1:1/v1")
+        # the fixture's endpoint exists only while the warm-up runs: check each config with its model's shape
+        fixture_shaped = ModelSpec(model="reference-fixture", backend="openai", base_url="http://127.0.0.1:1/v1")
         problems = []
         for i, entry in enumerate(self.record):
             try:
-                stage_config(entry, placeholder)
+                stage_config(entry, fixture_shaped)
             except UserError as e:
                 problems.append(f"record[{i}]: {e}")
         if problems:

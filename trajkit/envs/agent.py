@@ -321,6 +321,26 @@ def traj_id(task_id: str, rollout_index: int, seed: int | None, model: str, pare
     return S.content_id(task_id, rollout_index, seed, model, parent_id)
 
 
+def episode_head(
+    task_id: str, rollout_index: int, backend: Backend, params: SamplingParams, seed: int | None, parent_id: str | None
+) -> dict[str, Any]:
+    """What defines an episode's row, whatever became of it: id, task, parent, model and sampling."""
+    return {
+        "traj_id": traj_id(task_id, rollout_index, seed, backend.model, parent_id),
+        "task_id": task_id,
+        "parent_id": parent_id,
+        "rollout_index": rollout_index,
+        "model": backend.model,
+        "backend": backend.name,
+        "sampling": {
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": params.max_tokens,
+            "seed": seed,
+        },
+    }
+
+
 def _row(
     task: dict[str, Any],
     backend: Backend,
@@ -337,18 +357,7 @@ def _row(
     if trace is not None and trace.mismatch and reason is None:
         reason = f"{TOKEN_TRACE}: {trace.mismatch}"[:500]
     return {
-        "traj_id": traj_id(task["task_id"], rollout_index, params.seed, backend.model, parent_id),
-        "task_id": task["task_id"],
-        "parent_id": parent_id,
-        "rollout_index": rollout_index,
-        "model": backend.model,
-        "backend": backend.name,
-        "sampling": {
-            "temperature": params.temperature,
-            "top_p": params.top_p,
-            "max_tokens": params.max_tokens,
-            "seed": params.seed,
-        },
+        **episode_head(task["task_id"], rollout_index, backend, params, params.seed, parent_id),
         "tools": offered_tools_column(routes),
         "messages": ep.messages,
         "status": ep.status,

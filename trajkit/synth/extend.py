@@ -28,7 +28,7 @@ from pydantic import Field
 
 from trajkit import schema as S
 from trajkit.config import StageConfig
-from trajkit.envs.agent import traj_id
+from trajkit.envs.agent import episode_head
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec, SamplingParams
 from trajkit.runner import StageContext, StageSpec
@@ -227,20 +227,9 @@ def conversation_seed(seed: int, parent: dict[str, Any], round_: int) -> int:
 
 def _declined(parent: dict[str, Any], agent: Any, params: SamplingParams, seed: int, why: str | None) -> dict[str, Any]:
     """The row of an extension the user simulator did not give a follow-up for."""
-    index = parent["rollout_index"] or 0
+    head = episode_head(parent["task_id"], parent["rollout_index"] or 0, agent, params, seed, parent["traj_id"])
     return {
-        "traj_id": traj_id(parent["task_id"], index, seed, agent.model, parent["traj_id"]),
-        "task_id": parent["task_id"],
-        "parent_id": parent["traj_id"],
-        "rollout_index": index,
-        "model": agent.model,
-        "backend": agent.name,
-        "sampling": {
-            "temperature": params.temperature,
-            "top_p": params.top_p,
-            "max_tokens": params.max_tokens,
-            "seed": seed,
-        },
+        **head,
         "status": "aborted" if why == ENDED else "failed",  # ended on purpose vs. no usable follow-up
         "reason": why,
     }

@@ -26,7 +26,7 @@ from pydantic import Field, field_validator
 
 from trajkit import schema as S
 from trajkit.config import StageConfig
-from trajkit.envs.agent import traj_id
+from trajkit.envs.agent import episode_head
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec, SamplingParams
 from trajkit.runner import StageContext, StageSpec
@@ -243,18 +243,7 @@ def _check_budget(ctx: StageContext, row: dict[str, Any]) -> None:
 def aborted_row(task_id: str, rollout_index: int, backend: Any, params: SamplingParams, seed: int) -> dict[str, Any]:
     """The row of an episode cancelled because the target was reached; its id is the one it would have had."""
     return {
-        "traj_id": traj_id(task_id, rollout_index, seed, backend.model),
-        "task_id": task_id,
-        "parent_id": None,
-        "rollout_index": rollout_index,
-        "model": backend.model,
-        "backend": backend.name,
-        "sampling": {
-            "temperature": params.temperature,
-            "top_p": params.top_p,
-            "max_tokens": params.max_tokens,
-            "seed": seed,
-        },
+        **episode_head(task_id, rollout_index, backend, params, seed, None),
         "status": "aborted",
         "reason": ABORTED_REASON,
     }
