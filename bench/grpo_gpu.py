@@ -4,7 +4,7 @@
     python bench/grpo_gpu.py --tiny          # a tiny model on CPU, to check the script runs
 
 Every variant trains the same random-weight model on the same synthetic
-verifiable task (add two 3-digit numbers; the reward checks the sum) with the
+verifiable task (add two numbers of 1 to 4 digits; the reward checks the sum) with the
 same prompts per step, ``num_generations``, ``max_completion_length`` and
 sampling parameters. Variants:
 
@@ -64,8 +64,8 @@ def dataset(n: int, seed: int = 0):
 
     rng = random.Random(seed)
     rows = []
-    for _ in range(n):
-        a, b = rng.randint(100, 999), rng.randint(100, 999)
+    for _ in range(n):  # 1- to 4-digit numbers: prompts of several lengths, so batches are left-padded
+        a, b = (rng.randint(1, 10 ** rng.randint(1, 4) - 1) for _ in range(2))
         rows.append({"prompt": [{"role": "user", "content": f"What is {a} plus {b}? Answer with the number."}], "answer": str(a + b)})
     return Dataset.from_list(rows)
 
@@ -107,7 +107,7 @@ def run_variant(name: str, model_dir: Path, args: argparse.Namespace) -> dict:
     if name != "trl-defaults":
         common.update(TRAJKIT_GRPO)
     if batch:
-        common.update(batch_shape(args.prompts_per_step, args.num_generations, args.steps_per_generation))
+        common.update(batch_shape(args.prompts_per_step * args.num_generations, args.steps_per_generation))
     if kernels and cuda:
         common.update(KERNELS)
     config = GRPOConfig(**common)
@@ -154,7 +154,8 @@ def run_variant(name: str, model_dir: Path, args: argparse.Namespace) -> dict:
     n_matmul = sum(p.numel() for n, p in model.named_parameters() if "embed_tokens" not in n and "norm" not in n)
     if model.config.tie_word_embeddings:
         n_matmul += model.get_input_embeddings().weight.numel()  # the LM head's matmul still runs
-    prompt_len = len(tok.apply_chat_template(dataset(1)[0]["prompt"], add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"])
+    sample = dataset(64)["prompt"]
+    prompt_len = sum(len(tok.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]) for p in sample) / len(sample)
     prompt_tokens = prompt_len * args.prompts_per_step * args.num_generations
     flops = 2 * n_matmul * tokens + 6 * n_matmul * (tokens + prompt_tokens)
     gpu = torch.cuda.get_device_name(0) if cuda else "cpu"
@@ -183,6 +184,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=4, help="steps excluded from timing (compilation)")
     parser.add_argument("--steps", type=int, default=8, help="timed steps (a multiple of --steps-per-generation)")
     parser.add_argument("--model-dir", type=Path, default=None)
+    parser.add_argument("--json", type=Path, help="also append each variant's result to this JSON-lines file as it finishes")
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -207,6 +209,10 @@ def main() -> None:
             print(f"{name}: failed after {time.time() - t0:.0f}s\n{done.stderr[-3000:]}", file=sys.stderr)
             continue
         results.append(json.loads(out.read_text()))
+        print(f"{name}: done in {time.time() - t0:.0f}s: {out.read_text()}", flush=True)
+        if args.json:
+            with args.json.open("a") as f:
+                f.write(out.read_text() + "\n")
     report(results, args)
 
 

@@ -127,11 +127,27 @@ def test_two_stage_curriculum(curated_run, tiny_model_dir, tmp_path, monkeypatch
 
 
 def test_a_stage_with_fewer_tasks_than_a_generation_batch_still_trains(curated_run, tiny_model_dir, tmp_path):
-    one = {"name": "one", "data": {"stage": "hard", "difficulty": ["hard"]}, "steps": 1, "grpo": {"num_generations": 4}}
+    one = {"name": "one", "data": {"stage": "hard", "difficulty": ["hard"]}, "steps": 2, "generation_steps": 2,
+           "grpo": {"num_generations": 4}}
     stages = tmp_path / "one.yaml"
     stages.write_text(yaml.safe_dump({**STAGES, "model": str(tiny_model_dir), "stages": [one]}))
     result = CliRunner().invoke(app, ["train", "grpo", "--config", str(stages), "--run", str(curated_run)])
     assert result.exit_code == 0, result.output + repr(result.exception)
     store = Store(curated_run)
-    assert store.manifest("grpo-one")["counts"]["tasks"] == 1  # math-1 alone; a batch of 8 holds 2 prompts
-    assert [r["step"] for r in store.rows("train_metrics")] == [1]
+    assert store.manifest("grpo-one")["counts"]["tasks"] == 1  # math-1 alone; a batch of 2 steps x 8 holds 4 prompts
+    assert [r["step"] for r in store.rows("train_metrics")] == [1, 2]
+
+
+def test_generation_steps_batch_the_steps_and_keep_completions_per_step(tmp_path):
+    from trajkit.train.grpo import GRPOStageConfig, grpo_args
+
+    grpo = {"per_device_train_batch_size": 4, "gradient_accumulation_steps": 4, "num_generations": 4}
+    cfg = GRPOStageConfig(model="m", steps=8, generation_steps=4, grpo=grpo)
+    args = grpo_args(cfg, str(tmp_path), [1.0], None)
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps) == (16, 1)
+    assert (args.steps_per_generation, args.generation_batch_size) == (4, 64)
+    assert not args.gradient_checkpointing
+    kept = GRPOStageConfig(model="m", steps=8, generation_steps=2, grpo={**grpo, "gradient_checkpointing": True})
+    assert grpo_args(kept, str(tmp_path), [1.0], None).gradient_checkpointing  # the user's choice wins
+    plain = grpo_args(GRPOStageConfig(model="m", steps=8, grpo=grpo), str(tmp_path), [1.0], None)
+    assert (plain.per_device_train_batch_size, plain.gradient_accumulation_steps, plain.steps_per_generation) == (4, 4, 4)

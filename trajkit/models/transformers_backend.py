@@ -29,8 +29,10 @@ class LocalModel:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from trajkit.models.attention import guard_sdpa_padding
         from trajkit.models.decode import Decoder
 
+        guard_sdpa_padding()
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(spec.model)
             dtype = getattr(torch, spec.dtype) if spec.dtype and spec.dtype != "auto" else "auto"

@@ -13,6 +13,7 @@
       - name: hard
         data: {stage: hard, difficulty: [hard, medium]}
         steps: 100
+        generation_steps: 4           # on a GPU: four steps' completions per generate call
         grpo: {learning_rate: 5.0e-7}
 
 Stage n+1 starts from stage n's saved weights (``RUN/models/grpo-<n>/``, full

@@ -3,13 +3,19 @@
 Measured by ``bench/grpo_gpu.py`` against TRL's defaults. Two kinds of gain,
 reported apart:
 
-* batch shape (``BATCH_SHAPE``): generate several optimizer steps' worth of
-  completions in one ``generate`` call (decoding is launch-bound, so a bigger
-  batch costs little more per token), and train each step as one micro-batch
-  without activation recompute. Prompts per step, generations per prompt,
-  completion length and sampling are unchanged.
+* batch shape (``batch_shape``; a GRPO stage's ``generation_steps``): generate
+  several optimizer steps' worth of completions in one ``generate`` call
+  (decoding is launch-bound, so a bigger batch costs little more per token),
+  and train each step as one micro-batch without activation recompute. Prompts
+  per step, generations per prompt, completion length and sampling are
+  unchanged; the later steps of a generation batch train on completions of
+  slightly older weights (TRL's importance-sampling clip covers that).
 * kernels (``compile_generation``, bf16 weights, TF32): a static KV cache so
   transformers compiles the decode step (CUDA graphs), bf16 matmuls.
+
+On an H200 (0.5B-shaped Qwen2, 8 prompts x 8 generations x 256 tokens per
+step): batch shape 4.4x TRL defaults' completion tokens/s, kernels 3.6x,
+both 11.3x.
 """
 
 from __future__ import annotations
@@ -17,14 +23,13 @@ from __future__ import annotations
 from typing import Any
 
 
-def batch_shape(prompts_per_step: int, num_generations: int, steps_per_generation: int = 4) -> dict[str, Any]:
-    """``GRPOConfig`` fields: one micro-batch of a step's completions, ``steps_per_generation`` steps per generate."""
+def batch_shape(completions_per_step: int, steps_per_generation: int = 4) -> dict[str, Any]:
+    """``GRPOConfig`` fields: a step's completions as one micro-batch, ``steps_per_generation`` steps per generate."""
     return {
-        "per_device_train_batch_size": prompts_per_step * num_generations,
+        "per_device_train_batch_size": completions_per_step,
         "gradient_accumulation_steps": 1,
         "steps_per_generation": steps_per_generation,
         "gradient_checkpointing": False,
-        "pad_to_multiple_of": 64,
     }
 
 

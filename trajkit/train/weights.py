@@ -41,6 +41,9 @@ def load_model(path: str, dtype: str | None = None) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
+    from trajkit.models.attention import guard_sdpa_padding
+
+    guard_sdpa_padding()
     torch_dtype = getattr(torch, dtype) if dtype else torch.float32
     return AutoModelForCausalLM.from_pretrained(resolve_model(path), dtype=torch_dtype)
 
