@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 import torch.multiprocessing as mp
+from safetensors import safe_open
 
 
 def _free_port() -> int:
@@ -76,3 +77,20 @@ def test_fully_shard_two_processes_and_full_save(tiny_model_dir, tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(reloaded(input_ids=ids).logits, result["logits"], rtol=1e-5, atol=1e-5)
     assert (out / "model.safetensors").is_file() and (out / "tokenizer_config.json").is_file()
+    assert base.config.tie_word_embeddings
+    with safe_open(out / "model.safetensors", "pt") as f:
+        assert "lm_head.weight" not in f.keys()  # the tied head is stored once, as the embeddings
+
+
+def test_a_tied_head_is_saved_once_even_from_separate_copies(tiny_model_dir, tmp_path, monkeypatch):
+    """On a GPU each name is copied to the CPU on its own; the tied copies must still be written once."""
+    from trajkit.train import weights
+
+    model = weights.load_model(str(tiny_model_dir))
+    original = type(model).state_dict
+    monkeypatch.setattr(type(model), "state_dict", lambda self, *a, **kw: {k: v.clone() for k, v in original(self, *a, **kw).items()})
+    state = weights.full_state_dict(model)
+    assert state["lm_head.weight"] is state["model.embed_tokens.weight"]
+    weights.save_weights(model, None, tmp_path / "w")
+    with safe_open(tmp_path / "w" / "model.safetensors", "pt") as f:
+        assert "lm_head.weight" not in f.keys()

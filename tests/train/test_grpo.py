@@ -151,3 +151,19 @@ def test_generation_steps_batch_the_steps_and_keep_completions_per_step(tmp_path
     assert grpo_args(kept, str(tmp_path), [1.0], None).gradient_checkpointing  # the user's choice wins
     plain = grpo_args(GRPOStageConfig(model="m", steps=8, grpo=grpo), str(tmp_path), [1.0], None)
     assert (plain.per_device_train_batch_size, plain.gradient_accumulation_steps, plain.steps_per_generation) == (4, 4, 4)
+
+
+def test_generation_is_compiled_only_for_half_precision_weights():
+    from types import SimpleNamespace
+
+    from transformers import GenerationConfig
+
+    from trajkit.train.speed import compile_generation
+
+    def trainer(dtype):
+        return SimpleNamespace(model=torch.nn.Linear(2, 2).to(dtype), generation_config=GenerationConfig(), generation_kwargs={})
+
+    fp32, bf16 = trainer(torch.float32), trainer(torch.bfloat16)
+    assert not compile_generation(fp32) and fp32.generation_kwargs == {}  # a static cache would meet bf16 autocast values
+    assert compile_generation(bf16) and bf16.generation_kwargs == {"cache_implementation": "static"}
+    assert bf16.generation_config.disable_compile is False

@@ -65,7 +65,9 @@ class GRPOStageConfig(StageConfig):
     system_prompt: str | None = Field(None, description="A system message put before each task's question.")
     dtype: str | None = Field(None, description="Weights dtype when loading (default float32; bf16 autocast on GPU).")
     compiled_generation: bool = Field(
-        True, description="On one CUDA GPU or DDP, without vLLM: static KV cache, compiled decode (trajkit.train.speed)."
+        True,
+        description="On one CUDA GPU or DDP, without vLLM, with dtype bfloat16: static KV cache, compiled decode "
+        "(trajkit.train.speed).",
     )
     generation_steps: int | None = Field(
         None,
@@ -248,7 +250,8 @@ def _train(ctx: StageContext, cfg: GRPOStageConfig, rows: list[dict], sandbox: A
     if cfg.compiled_generation and trainer.accelerator.device.type == "cuda" and not sharded:
         from trajkit.train.speed import compile_generation
 
-        compile_generation(trainer)
+        if not compile_generation(trainer):
+            ctx.log("generation not compiled: it needs transformers generation and bf16 weights (dtype: bfloat16)")
     try:
         ctx.log(f"{len(rows)} tasks, {cfg.steps} steps, {args.num_generations} generations per prompt")
         trainer.train()

@@ -3,6 +3,9 @@
 Columns: reward mean and std, pass rate (from the correctness reward's
 ``log_metric``), completion length, the share of groups whose rewards are all
 equal (they carry no GRPO signal), loss, and every logged value as JSON text.
+When one generation serves several steps (``steps_per_generation`` > 1, a
+stage's ``generation_steps``), the generation columns are set on the steps that
+generated and null on the others.
 """
 
 from __future__ import annotations

@@ -36,15 +36,23 @@ def batch_shape(completions_per_step: int, steps_per_generation: int = 4) -> dic
 KERNELS: dict[str, Any] = {"tf32": True}
 
 
-def compile_generation(trainer: Any) -> None:
+def compile_generation(trainer: Any) -> bool:
     """Make a ``GRPOTrainer``'s transformers generation use a static KV cache and a compiled decode step.
 
     TRL builds its generation config with ``disable_compile=True``; on CUDA a
     static cache lets transformers compile the per-token forward (CUDA graphs),
-    the main cost of launch-bound decoding. A no-op with vLLM.
+    the main cost of launch-bound decoding. Returns False, changing nothing,
+    with vLLM or with weights not in bf16/fp16: under bf16 autocast a static
+    cache built for fp32 weights receives bf16 values and generation fails
+    (``index_copy_`` dtype mismatch, seen on an H200).
     """
+    import torch
+
     if getattr(trainer, "use_vllm", False):
-        return
+        return False
+    if next(trainer.model.parameters()).dtype not in (torch.bfloat16, torch.float16):
+        return False
     trainer.generation_config.cache_implementation = "static"
     trainer.generation_config.disable_compile = False
     trainer.generation_kwargs["cache_implementation"] = "static"
+    return True

@@ -49,14 +49,26 @@ def load_model(path: str, dtype: str | None = None) -> Any:
 
 
 def full_state_dict(model: Any) -> dict[str, Any]:
-    """The model's full, unsharded state dict on CPU; a collective when parameters are DTensors."""
+    """The model's full, unsharded state dict on CPU; a collective when parameters are DTensors.
+
+    Tied parameters (one parameter under several names, e.g. the LM head and the
+    input embeddings) stay one tensor, so safetensors writes them once: copying
+    each name to the CPU on its own would store a GPU model's embeddings twice.
+    """
     from torch.distributed.tensor import DTensor
 
     if any(isinstance(p, DTensor) for p in model.parameters()):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    else:
+        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    owner: dict[int, str] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        first = owner.setdefault(id(param), name)
+        if first != name and first in state and name in state:
+            state[name] = state[first]
+    return state
 
 
 def save_weights(model: Any, tokenizer: Any, out_dir: str | Path, is_main: bool = True) -> Path:
