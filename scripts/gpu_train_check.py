@@ -27,6 +27,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from trajkit.store import Store  # after the path insert: the checkout need not be installed
+
 STEPS = 4
 
 
@@ -46,11 +48,10 @@ def curriculum(model: Path) -> dict:
     }
 
 
-def check(run: Path, label: str) -> None:
-    import pyarrow.dataset as ds
+def check(store: Store, label: str) -> None:
     from safetensors import safe_open
 
-    rows = ds.dataset(run / "train_metrics").to_table().to_pylist()
+    rows = store.rows("train_metrics")
     for stage in ("grpo-broad", "grpo-hard"):
         mine = [r for r in rows if r["stage"] == stage]
         rewards = [r["reward_mean"] for r in mine if r["reward_mean"] is not None]
@@ -58,7 +59,7 @@ def check(run: Path, label: str) -> None:
         assert len(mine) == STEPS, f"{label} {stage}: {len(mine)} metric rows, expected {STEPS}"
         assert rewards and all(math.isfinite(x) for x in rewards), f"{label} {stage}: rewards {rewards}"
         assert any(s > 0 for s in spread), f"{label} {stage}: no reward variance within groups"
-        weights = run / "models" / stage / "model.safetensors"
+        weights = store.root / "models" / stage / "model.safetensors"
         with safe_open(weights, "pt") as f:
             keys = set(f.keys())
         assert "lm_head.weight" not in keys, f"{label} {stage}: the tied LM head was saved twice"
@@ -77,14 +78,14 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))}
     for label, extra in (("one process", []), ("fsdp2", ["--accelerate-config", "fsdp2", "--num-processes", "1"])):
         run = work / label.replace(" ", "-")
-        helpers.write_curated(run, tasks, {t["task_id"]: ("broad" if i < 4 else "hard") for i, t in enumerate(tasks)})
+        store = helpers.write_curated(run, tasks, {t["task_id"]: ("broad" if i < 4 else "hard") for i, t in enumerate(tasks)})
         cmd = [sys.executable, "-m", "trajkit.cli", "train", "grpo", "--config", str(stages), "--run", str(run), *extra]
-        done = subprocess.run(cmd, env=env, cwd=work, capture_output=True, text=True)
+        done = subprocess.run(cmd, env=env, cwd=work, capture_output=True, text=True, check=False)
         log = [line for line in done.stderr.splitlines() + done.stdout.splitlines() if line.startswith("grpo-")]
         print("\n".join(log))
         if done.returncode:
             sys.exit(f"{label}: exit {done.returncode}\n{done.stderr[-4000:]}")
-        check(run, label)
+        check(store, label)
     print(json.dumps({"ok": True, "work": str(work)}))
 
 
