@@ -1,14 +1,18 @@
 """The openai backend against a real OpenAI-compatible server: ``transformers serve`` over the tiny model.
 
-The server runs in this process (the mode transformers' own tests use), on a
-free loopback port, offline.
+The server runs as ``transformers serve`` does for a user (its own process, the
+command line, which stays stable across transformers releases), on a free
+loopback port, offline.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -20,17 +24,17 @@ from trajkit.runner import Usage
 
 @pytest.fixture(scope="module")
 def served(tiny_model_dir):
-    from transformers.cli.serve import Serve
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = Serve(
-        force_model=str(tiny_model_dir), device="cpu", host="127.0.0.1", port=port, non_blocking=True, log_level="error"
-    )
+    cli = Path(sys.executable).with_name("transformers")
+    cmd = [str(cli), "serve", str(tiny_model_dir), "--device", "cpu", "--host", "127.0.0.1", "--port", str(port)]
+    server = subprocess.Popen(cmd + ["--log-level", "error"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}/v1"
     try:
-        for _ in range(300):
+        for _ in range(600):
+            if server.poll() is not None:
+                pytest.fail(f"transformers serve exited {server.returncode}: {server.stderr.read().decode()[-2000:]}")
             try:
                 httpx.get(f"{url}/models", timeout=1)
                 break
@@ -38,7 +42,12 @@ def served(tiny_model_dir):
                 time.sleep(0.1)
         yield url
     finally:
-        server.kill_server()
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
 
 
 def test_the_openai_backend_talks_to_transformers_serve(served, tiny_model_dir, tiny_tokenizer, tmp_path):
