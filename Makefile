@@ -32,6 +32,8 @@ demo: setup
 	$(BIN)/trajkit demo --run runs/demo
 
 test: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q tests
 
 bench: setup

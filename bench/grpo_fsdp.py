@@ -64,15 +64,22 @@ def write_run(run: Path, n: int = 64) -> None:
                 "task_id": tid,
                 "question": f"What is {a} + {b}? Answer with the number only.",
                 "mode": "imported",
-                "verifier": {"kind": "custom", "spec": json.dumps({"path": "bench.grpo_fsdp:digit_overlap", "answer": str(a + b)})},
+                "verifier": {
+                    "kind": "custom",
+                    "spec": json.dumps({"path": "bench.grpo_fsdp:digit_overlap", "answer": str(a + b)}),
+                },
             }
         )
         stage[tid] = "broad" if i % 2 else "hard"
     store = Store(run, create=True)
     store.write("tasks", "import", tasks)
     store.write("splits", "split", [{"task_id": t["task_id"], "split": "train"} for t in tasks])
-    store.write("curriculum", "curriculum", [{"task_id": t, "stage": s, "rollouts_per_prompt": 4} for t, s in stage.items()])
-    store.write("passk", "passk", [{"task_id": t["task_id"], "samples": 4, "correct": 1, "difficulty": "hard"} for t in tasks])
+    store.write(
+        "curriculum", "curriculum", [{"task_id": t, "stage": s, "rollouts_per_prompt": 4} for t, s in stage.items()]
+    )
+    store.write(
+        "passk", "passk", [{"task_id": t["task_id"], "samples": 4, "correct": 1, "difficulty": "hard"} for t in tasks]
+    )
 
 
 COMPARE = r"""
@@ -124,12 +131,27 @@ def main() -> None:
     make_tiny_model(model_dir, **(tiny if args.tiny else QWEN2_0_5B_SHAPE))
     write_run(run)
     stages = work / "stages.yaml"
-    stages.write_text(STAGES.format(model=model_dir, length=args.length, steps=args.steps, bf16=str(not args.cpu).lower()))
+    stages.write_text(
+        STAGES.format(model=model_dir, length=args.length, steps=args.steps, bf16=str(not args.cpu).lower())
+    )
     env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
     if args.cpu:
         env["CUDA_VISIBLE_DEVICES"] = ""
-    cmd = [sys.executable, "-m", "trajkit.cli", "train", "grpo", "--config", str(stages), "--run", str(run),
-           "--accelerate-config", "fsdp2", "--num-processes", str(args.num_processes)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "trajkit.cli",
+        "train",
+        "grpo",
+        "--config",
+        str(stages),
+        "--run",
+        str(run),
+        "--accelerate-config",
+        "fsdp2",
+        "--num-processes",
+        str(args.num_processes),
+    ]
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, cwd=ROOT)
     seconds = time.perf_counter() - t0
@@ -137,14 +159,25 @@ def main() -> None:
     w0, w1, w2 = (load_file(next(p.glob("*.safetensors"))) for p in (model_dir, s1, s2))
     changed1 = sum(not w0[k].equal(w1[k]) for k in w0)
     changed2 = sum(not w1[k].equal(w2[k]) for k in w1)
-    print(f"curriculum: {seconds:.1f} s on {args.num_processes} process(es); tensors changed: stage 1 {changed1}/{len(w0)}, stage 2 {changed2}/{len(w1)}")
+    print(
+        f"curriculum: {seconds:.1f} s on {args.num_processes} process(es); tensors changed: stage 1 {changed1}/{len(w0)}, stage 2 {changed2}/{len(w1)}"
+    )
     manifests = sorted(p.parent.name for p in (run / "_stages").glob("grpo*/_manifest*.json"))
     print(f"manifests: {manifests}")
     script = work / "compare.py"
     script.write_text(COMPARE)
     subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={args.num_processes}", str(script), str(s2), "cpu" if args.cpu else "cuda"],
-        check=True, env=env,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc_per_node={args.num_processes}",
+            str(script),
+            str(s2),
+            "cpu" if args.cpu else "cuda",
+        ],
+        check=True,
+        env=env,
     )
 
 

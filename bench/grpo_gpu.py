@@ -66,7 +66,12 @@ def dataset(n: int, seed: int = 0):
     rows = []
     for _ in range(n):  # 1- to 4-digit numbers: prompts of several lengths, so batches are left-padded
         a, b = (rng.randint(1, 10 ** rng.randint(1, 4) - 1) for _ in range(2))
-        rows.append({"prompt": [{"role": "user", "content": f"What is {a} plus {b}? Answer with the number."}], "answer": str(a + b)})
+        rows.append(
+            {
+                "prompt": [{"role": "user", "content": f"What is {a} plus {b}? Answer with the number."}],
+                "answer": str(a + b),
+            }
+        )
     return Dataset.from_list(rows)
 
 
@@ -114,7 +119,9 @@ def run_variant(name: str, model_dir: Path, args: argparse.Namespace) -> dict:
     tok = load_tokenizer(str(model_dir))
     model = load_model(str(model_dir), "bfloat16" if kernels and cuda else None)
     n_prompts = args.prompts_per_step * (args.warmup + args.steps) * 2
-    trainer = GRPOTrainer(model=model, reward_funcs=sum_reward, args=config, train_dataset=dataset(n_prompts), processing_class=tok)
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=sum_reward, args=config, train_dataset=dataset(n_prompts), processing_class=tok
+    )
     if kernels:
         compile_generation(trainer)
 
@@ -155,7 +162,10 @@ def run_variant(name: str, model_dir: Path, args: argparse.Namespace) -> dict:
     if model.config.tie_word_embeddings:
         n_matmul += model.get_input_embeddings().weight.numel()  # the LM head's matmul still runs
     sample = dataset(64)["prompt"]
-    prompt_len = sum(len(tok.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]) for p in sample) / len(sample)
+    prompt_len = sum(
+        len(tok.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"])
+        for p in sample
+    ) / len(sample)
     prompt_tokens = prompt_len * args.prompts_per_step * args.num_generations
     flops = 2 * n_matmul * tokens + 6 * n_matmul * (tokens + prompt_tokens)
     gpu = torch.cuda.get_device_name(0) if cuda else "cpu"
@@ -184,15 +194,23 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=4, help="steps excluded from timing (compilation)")
     parser.add_argument("--steps", type=int, default=8, help="timed steps (a multiple of --steps-per-generation)")
     parser.add_argument("--model-dir", type=Path, default=None)
-    parser.add_argument("--json", type=Path, help="also append each variant's result to this JSON-lines file as it finishes")
+    parser.add_argument(
+        "--json", type=Path, help="also append each variant's result to this JSON-lines file as it finishes"
+    )
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.tiny and not args.variant:
         args.max_completion_length = min(args.max_completion_length, 16)
         args.prompts_per_step, args.num_generations = min(args.prompts_per_step, 2), min(args.num_generations, 4)
-        args.warmup, args.steps, args.steps_per_generation = min(args.warmup, 1), min(args.steps, 2), min(args.steps_per_generation, 2)
-    model_dir = args.model_dir or Path(tempfile.gettempdir()) / ("grpo-bench-tiny" if args.tiny else "grpo-bench-qwen2-0.5b")
+        args.warmup, args.steps, args.steps_per_generation = (
+            min(args.warmup, 1),
+            min(args.steps, 2),
+            min(args.steps_per_generation, 2),
+        )
+    model_dir = args.model_dir or Path(tempfile.gettempdir()) / (
+        "grpo-bench-tiny" if args.tiny else "grpo-bench-qwen2-0.5b"
+    )
     if args.variant:  # a child process: one variant, result as JSON
         args.result.write_text(json.dumps(run_variant(args.variant, model_dir, args)))
         return
@@ -201,10 +219,19 @@ def main() -> None:
     for name in args.variants.split(","):
         out = Path(tempfile.mkstemp(suffix=".json")[1])
         cmd = [sys.executable, __file__, "--variant", name, "--result", str(out), "--model-dir", str(model_dir)]
-        for flag in ("prompts_per_step", "num_generations", "max_completion_length", "steps_per_generation", "warmup", "steps"):
+        for flag in (
+            "prompts_per_step",
+            "num_generations",
+            "max_completion_length",
+            "steps_per_generation",
+            "warmup",
+            "steps",
+        ):
             cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
         t0 = time.time()
-        done = subprocess.run(cmd, check=False, env={**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1"}, capture_output=True, text=True)
+        done = subprocess.run(
+            cmd, check=False, env={**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1"}, capture_output=True, text=True
+        )
         if done.returncode or not out.read_text():
             print(f"{name}: failed after {time.time() - t0:.0f}s\n{done.stderr[-3000:]}", file=sys.stderr)
             continue

@@ -61,7 +61,12 @@ def main() -> None:
         pl_nested = lambda: (
             lf.filter(
                 pl.col("messages")
-                .list.eval(pl.element().struct.field("tool_calls").list.eval(pl.element().struct.field("name") == TOOL).list.any())
+                .list.eval(
+                    pl.element()
+                    .struct.field("tool_calls")
+                    .list.eval(pl.element().struct.field("name") == TOOL)
+                    .list.any()
+                )
                 .list.any()
             )
             .select(pl.len())
@@ -72,7 +77,9 @@ def main() -> None:
         pln_t, pln_n = best_of(pl_nested, args.repeat)
         assert pls_n == pln_n == side_n, (pls_n, pln_n, side_n)
 
-    print(f"rows: {args.rows:,}   matching '{TOOL}': {side_n:,}   write rate: {args.rows / write_s:,.0f} rows/s ({write_s:.1f} s)")
+    print(
+        f"rows: {args.rows:,}   matching '{TOOL}': {side_n:,}   write rate: {args.rows / write_s:,.0f} rows/s ({write_s:.1f} s)"
+    )
     print(f"{'engine':<8} {'side column (s)':>16} {'nested (s)':>12} {'speed-up':>9}")
     print(f"{'duckdb':<8} {side_t:>16.3f} {nested_t:>12.3f} {nested_t / side_t:>8.1f}x")
     print(f"{'polars':<8} {pls_t:>16.3f} {pln_t:>12.3f} {pln_t / pls_t:>8.1f}x")

@@ -17,9 +17,35 @@ import pyarrow as pa
 from trajkit import schema as S
 from trajkit.store import Store
 
-TOOLS = [f"{verb}_{noun}" for verb in ("get", "list", "create", "search", "update") for noun in ("weather", "stock", "file", "issue", "event", "note")]
+TOOLS = [
+    f"{verb}_{noun}"
+    for verb in ("get", "list", "create", "search", "update")
+    for noun in ("weather", "stock", "file", "issue", "event", "note")
+]
 SERVERS = ["weather", "finance", "files", "github", "calendar", "notes"]
-WORDS = ["the", "a", "to", "of", "and", "in", "for", "on", "with", "what", "is", "how", "many", "please", "find", "show", "me", "current", "latest", "report", "total"]
+WORDS = [
+    "the",
+    "a",
+    "to",
+    "of",
+    "and",
+    "in",
+    "for",
+    "on",
+    "with",
+    "what",
+    "is",
+    "how",
+    "many",
+    "please",
+    "find",
+    "show",
+    "me",
+    "current",
+    "latest",
+    "report",
+    "total",
+]
 
 
 def _strings(rng: np.random.Generator, count: int, pool_size: int = 512, words: int = 12) -> pa.Array:
@@ -40,13 +66,22 @@ def make_batch(n: int, seed: int, offset: int = 0) -> pa.Table:
     is_call = (role_idx == 1) & ~last
     tool_of_msg = rng.integers(0, len(TOOLS), total)
     names = pa.array(np.array(TOOLS)[tool_of_msg])
-    arg_pool = pa.array([json.dumps({"query": str(w), "limit": int(k)}) for w, k in zip(rng.choice(WORDS, 512), rng.integers(1, 50, 512))])
+    arg_pool = pa.array(
+        [
+            json.dumps({"query": str(w), "limit": int(k)})
+            for w, k in zip(rng.choice(WORDS, 512), rng.integers(1, 50, 512))
+        ]
+    )
     args = arg_pool.take(pa.array(rng.integers(0, 512, total)))
-    call_struct = pa.StructArray.from_arrays([pa.array(np.char.add("call_", pos.astype(str))), names, args], fields=list(S.TOOL_CALL))
+    call_struct = pa.StructArray.from_arrays(
+        [pa.array(np.char.add("call_", pos.astype(str))), names, args], fields=list(S.TOOL_CALL)
+    )
     # one call per calling message, none elsewhere
     call_offsets = np.concatenate([[0], np.cumsum(is_call)]).astype(np.int32)
     call_idx = np.nonzero(is_call)[0]
-    tool_calls = pa.ListArray.from_arrays(pa.array(call_offsets), call_struct.take(pa.array(call_idx)), mask=pa.array(~is_call))
+    tool_calls = pa.ListArray.from_arrays(
+        pa.array(call_offsets), call_struct.take(pa.array(call_idx)), mask=pa.array(~is_call)
+    )
     content = _strings(rng, total)
     null_str = pa.nulls(total, pa.string())
     tool_call_id = pa.array(np.where(role_idx == 2, np.char.add("call_", (pos - 1).astype(str)), None))
@@ -57,7 +92,9 @@ def make_batch(n: int, seed: int, offset: int = 0) -> pa.Table:
     msg_offsets = pa.array(np.concatenate([[0], np.cumsum(n_msgs)]).astype(np.int32))
     messages = pa.ListArray.from_arrays(msg_offsets, messages_struct)
     roles_list = pa.ListArray.from_arrays(msg_offsets, roles)
-    tools_called = pa.ListArray.from_arrays(pa.array(np.concatenate([[0], np.cumsum(calls)]).astype(np.int32)), names.take(pa.array(call_idx)))
+    tools_called = pa.ListArray.from_arrays(
+        pa.array(np.concatenate([[0], np.cumsum(calls)]).astype(np.int32)), names.take(pa.array(call_idx))
+    )
     ids = np.arange(offset, offset + n)
     task_ids = rng.integers(0, max(n // 8, 1), n)
     status = np.array(["completed", "truncated", "failed"])[rng.choice(3, n, p=[0.85, 0.1, 0.05])]

@@ -63,7 +63,9 @@ def check(store: Store, label: str) -> None:
         with safe_open(weights, "pt") as f:
             keys = set(f.keys())
         assert "lm_head.weight" not in keys, f"{label} {stage}: the tied LM head was saved twice"
-        print(f"{label} {stage}: {len(mine)} steps, reward means {[round(x, 3) for x in rewards]}, {weights.stat().st_size} bytes")
+        print(
+            f"{label} {stage}: {len(mine)} steps, reward means {[round(x, 3) for x in rewards]}, {weights.stat().st_size} bytes"
+        )
 
 
 def main() -> None:
@@ -78,7 +80,9 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)]))}
     for label, extra in (("one process", []), ("fsdp2", ["--accelerate-config", "fsdp2", "--num-processes", "1"])):
         run = work / label.replace(" ", "-")
-        store = helpers.write_curated(run, tasks, {t["task_id"]: ("broad" if i < 4 else "hard") for i, t in enumerate(tasks)})
+        store = helpers.write_curated(
+            run, tasks, {t["task_id"]: ("broad" if i < 4 else "hard") for i, t in enumerate(tasks)}
+        )
         cmd = [sys.executable, "-m", "trajkit.cli", "train", "grpo", "--config", str(stages), "--run", str(run), *extra]
         done = subprocess.run(cmd, env=env, cwd=work, capture_output=True, text=True, check=False)
         log = [line for line in done.stderr.splitlines() + done.stdout.splitlines() if line.startswith("grpo-")]

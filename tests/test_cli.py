@@ -25,7 +25,9 @@ TRAJKIT = [sys.executable, "-m", "trajkit.cli"]
 def trajkit(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     """The real command in a subprocess: exit status, stdout and stderr as a user sees them."""
     env = dict(os.environ, COLUMNS="200")
-    proc = subprocess.run([*TRAJKIT, *args], cwd=ROOT, capture_output=True, text=True, env=env, timeout=120, check=False)
+    proc = subprocess.run(
+        [*TRAJKIT, *args], cwd=ROOT, capture_output=True, text=True, env=env, timeout=120, check=False
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}: {proc.stderr}")
     return proc
@@ -52,11 +54,32 @@ def filled_run(run_dir):
 
 def test_help_lists_every_sub_app_without_heavy_imports():
     proc = trajkit("--help")
-    for name in ("synth", "curate", "train", "eval", "card", "push", "sql", "run", "demo", "info", "show", "export", "model"):
+    for name in (
+        "synth",
+        "curate",
+        "train",
+        "eval",
+        "card",
+        "push",
+        "sql",
+        "run",
+        "demo",
+        "info",
+        "show",
+        "export",
+        "model",
+    ):
         assert name in proc.stdout
     heavy = subprocess.run(
-        [sys.executable, "-c", "import sys, trajkit.cli; print(sorted(m for m in ('torch','trl','duckdb','polars','datasets','transformers') if m in sys.modules))"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys, trajkit.cli; print(sorted(m for m in ('torch','trl','duckdb','polars','datasets','transformers') if m in sys.modules))",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert heavy.stdout.strip() == "[]", "trajkit --help must not import heavy libraries"
 
@@ -93,17 +116,25 @@ def test_info_show_export(filled_run, tmp_path):
 
 def test_pipeline_runs_validates_all_at_once_and_resumes(tmp_path):
     good = tmp_path / "p.yaml"
-    good.write_text("stages:\n  - stage: tests.toy_stage:TOY\n    config: {n: 5}\n  - stage: tests.toy_stage:TOY\n    name: toy2\n    config: {n: 3}\n")
+    good.write_text(
+        "stages:\n  - stage: tests.toy_stage:TOY\n    config: {n: 5}\n  - stage: tests.toy_stage:TOY\n    name: toy2\n    config: {n: 3}\n"
+    )
     run = tmp_path / "run"
     trajkit("run", str(good), "--run", str(run))
     assert Store(run).count("tasks") == 8
     again = trajkit("run", str(good), "--run", str(run))
     assert "already complete" in again.stderr
     bad = tmp_path / "bad.yaml"
-    bad.write_text("stages:\n  - stage: tests.toy_stage:TOY\n    config: {n: x, shard_rows: y}\n  - stage: nope.stage\n")
+    bad.write_text(
+        "stages:\n  - stage: tests.toy_stage:TOY\n    config: {n: x, shard_rows: y}\n  - stage: nope.stage\n"
+    )
     proc = trajkit("run", str(bad), "--run", str(run), check=False)
     assert proc.returncode == 2
-    assert "n: Input should be a valid integer" in proc.stderr and "shard_rows" in proc.stderr and "unknown stage 'nope.stage'" in proc.stderr
+    assert (
+        "n: Input should be a valid integer" in proc.stderr
+        and "shard_rows" in proc.stderr
+        and "unknown stage 'nope.stage'" in proc.stderr
+    )
 
 
 def one_line_error(proc: subprocess.CompletedProcess) -> str:
@@ -116,7 +147,9 @@ def one_line_error(proc: subprocess.CompletedProcess) -> str:
 
 def test_user_errors_are_one_line_exit_2(filled_run, tmp_path):
     assert "run directory not found" in one_line_error(trajkit("info", "--run", str(tmp_path / "missing"), check=False))
-    assert "SQL error" in one_line_error(trajkit("sql", "SELECT * FROM no_such_table", "--run", str(filled_run), check=False))
+    assert "SQL error" in one_line_error(
+        trajkit("sql", "SELECT * FROM no_such_table", "--run", str(filled_run), check=False)
+    )
     assert "--format" in one_line_error(trajkit("sql", "SELECT 1", "--run", str(filled_run), "-f", "xml", check=False))
     assert "no task, trajectory" in one_line_error(trajkit("show", "zzzz", "--run", str(filled_run), check=False))
     cfg = tmp_path / "bad.yaml"
@@ -124,7 +157,9 @@ def test_user_errors_are_one_line_exit_2(filled_run, tmp_path):
     assert "not valid YAML" in one_line_error(trajkit("run", str(cfg), "--run", str(filled_run), check=False))
     shard = next((filled_run / "tasks").glob("*.parquet"))
     (filled_run / "tasks" / "truncated.parquet").write_bytes(shard.read_bytes()[:100])
-    assert "not a readable Parquet file" in one_line_error(trajkit("sql", "SELECT 1 FROM tasks", "--run", str(filled_run), check=False))
+    assert "not a readable Parquet file" in one_line_error(
+        trajkit("sql", "SELECT 1 FROM tasks", "--run", str(filled_run), check=False)
+    )
     (filled_run / "tasks" / "truncated.parquet").write_bytes(b"garbage" * 10)
     assert "not a readable Parquet file" in one_line_error(trajkit("info", "--run", str(filled_run), check=False))
     (filled_run / "tasks" / "truncated.parquet").unlink()

@@ -32,7 +32,12 @@ def test_every_error_reported_at_once_in_one_line():
         build(Example, {"k": "many", "inner": {"temperature": "hot"}, "extra_key": 1})
     msg = str(e.value)
     assert "\n" not in msg and "4 errors" in msg
-    for part in ("k: Input should be a valid integer", "name: Field required", "inner.temperature", "extra_key: Extra inputs are not permitted"):
+    for part in (
+        "k: Input should be a valid integer",
+        "name: Field required",
+        "inner.temperature",
+        "extra_key: Extra inputs are not permitted",
+    ):
         assert part in msg
 
 

@@ -36,7 +36,17 @@ def test_docs_match_schema_exactly():
 
 def test_canonical_columns_and_enums():
     traj = S.TRAJECTORIES.schema
-    for col in ("roles", "tools_called", "num_turns", "num_tool_calls", "final_answer", "token_ids", "loss_mask", "logprobs", "policy_version"):
+    for col in (
+        "roles",
+        "tools_called",
+        "num_turns",
+        "num_tool_calls",
+        "final_answer",
+        "token_ids",
+        "loss_mask",
+        "logprobs",
+        "policy_version",
+    ):
         assert col in traj.names
     msg = traj.field("messages").type.value_type
     assert [f.name for f in msg] == ["role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name"]
@@ -52,11 +62,17 @@ def test_canonical_columns_and_enums():
 @pytest.mark.parametrize(
     "rows, message",
     [
-        ([{"task_id": "a", "mode": "imported"}, {"task_id": "b", "mode": "weird"}], r"tasks\.mode row 1: 'weird' is not one of"),
+        (
+            [{"task_id": "a", "mode": "imported"}, {"task_id": "b", "mode": "weird"}],
+            r"tasks\.mode row 1: 'weird' is not one of",
+        ),
         ([{"task_id": "a"}], r"tasks\.mode row 0: required value is missing"),
         ([{"task_id": "a", "mode": "imported", "bogus": 1}], r"tasks\.bogus row 0: unknown field"),
         ([{"task_id": "a", "mode": "imported", "target_tools": "add"}], r"tasks\.target_tools row 0: expected a list"),
-        ([{"task_id": "a", "mode": "imported"}, {"task_id": "b", "mode": "imported", "vs_probability": "high"}], r"tasks\.vs_probability row 1"),
+        (
+            [{"task_id": "a", "mode": "imported"}, {"task_id": "b", "mode": "imported", "vs_probability": "high"}],
+            r"tasks\.vs_probability row 1",
+        ),
     ],
 )
 def test_validation_errors_name_table_field_and_row(rows, message):
@@ -65,10 +81,18 @@ def test_validation_errors_name_table_field_and_row(rows, message):
 
 
 def test_arrow_input_is_cast_and_checked():
-    ok = S.to_batch("samples", pa.table({"sample_id": ["s"], "task_id": ["t"], "sample_index": [0], "verdict": ["pass"], "score": [1]}))
+    ok = S.to_batch(
+        "samples",
+        pa.table({"sample_id": ["s"], "task_id": ["t"], "sample_index": [0], "verdict": ["pass"], "score": [1]}),
+    )
     assert ok.schema.field("score").type == pa.float64() and ok.num_rows == 1
     with pytest.raises(S.SchemaError, match=r"samples\.verdict row 1: 'maybe'"):
-        S.to_batch("samples", pa.table({"sample_id": ["s", "u"], "task_id": ["t", "t"], "sample_index": [0, 1], "verdict": ["pass", "maybe"]}))
+        S.to_batch(
+            "samples",
+            pa.table(
+                {"sample_id": ["s", "u"], "task_id": ["t", "t"], "sample_index": [0, 1], "verdict": ["pass", "maybe"]}
+            ),
+        )
     with pytest.raises(S.SchemaError, match="unknown table"):
         S.to_batch("nope", [])
 

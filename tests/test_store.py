@@ -29,7 +29,11 @@ def traj(i: int, tool: str = "add") -> dict:
         "status": "completed",
         "messages": [
             {"role": "user", "content": f"compute {i}"},
-            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "name": tool, "arguments": json.dumps({"a": i})}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "name": tool, "arguments": json.dumps({"a": i})}],
+            },
             {"role": "tool", "content": str(i), "tool_call_id": "c1", "name": tool},
             {"role": "assistant", "content": f"The answer is {i}."},
         ],
@@ -133,7 +137,9 @@ def test_sharded_run_gives_the_same_rows_as_one(tmp_path):
 
 def test_drop_rows_rewrites_only_the_stage_own_shards(run_dir):
     store = Store(run_dir)
-    store.write("trajectories", "rollouts", [traj(i) | {"status": "aborted" if i % 2 else "completed"} for i in range(6)])
+    store.write(
+        "trajectories", "rollouts", [traj(i) | {"status": "aborted" if i % 2 else "completed"} for i in range(6)]
+    )
     store.write("trajectories", "other", [traj(100)])
     other_before = store.shards("trajectories", "other")[0].read_bytes()
     aborted = {traj(i)["traj_id"] for i in range(6) if i % 2}
@@ -165,11 +171,23 @@ def test_duckdb_views_join_annotations_and_survive_absent_tables(run_dir):
     rows = toy_rows(4)
     store.write("tasks", "import", rows)
     ids = [r["task_id"] for r in rows]
-    store.write("passk", "passk", [{"task_id": ids[0], "samples": 4, "correct": 1, "pass_at_1": 0.25, "difficulty": "hard"}])
+    store.write(
+        "passk", "passk", [{"task_id": ids[0], "samples": 4, "correct": 1, "pass_at_1": 0.25, "difficulty": "hard"}]
+    )
     store.write("splits", "split", [{"task_id": t, "split": "train" if i else "held_out"} for i, t in enumerate(ids)])
-    store.write("rejected", "dedup", [{"reject_id": "r", "row_id": ids[3], "table_name": "tasks", "stage": "dedup", "reason": "near_duplicate"}])
+    store.write(
+        "rejected",
+        "dedup",
+        [{"reject_id": "r", "row_id": ids[3], "table_name": "tasks", "stage": "dedup", "reason": "near_duplicate"}],
+    )
     got = store.sql("SELECT task_id, difficulty, split, stage, reject_reason FROM tasks ORDER BY source_id").to_pylist()
-    assert got[0] == {"task_id": ids[0], "difficulty": "hard", "split": "held_out", "stage": None, "reject_reason": None}
+    assert got[0] == {
+        "task_id": ids[0],
+        "difficulty": "hard",
+        "split": "held_out",
+        "stage": None,
+        "reject_reason": None,
+    }
     assert got[3]["reject_reason"] == "near_duplicate"
     assert store.sql("SELECT count(*) AS n FROM trajectories").to_pylist() == [{"n": 0}]
     with pytest.raises(UserError, match="SQL error"):

@@ -13,14 +13,18 @@ import typer
 
 RunDir = Annotated[Path, typer.Option("--run", "-r", help="Run directory (created if missing).")]
 ConfigFile = Annotated[Path | None, typer.Option("--config", "-c", help="YAML file with the stage's config.")]
-Overrides = Annotated[list[str] | None, typer.Option("--set", help="Config override KEY=VALUE (YAML value); repeatable.")]
+Overrides = Annotated[
+    list[str] | None, typer.Option("--set", help="Config override KEY=VALUE (YAML value); repeatable.")
+]
 Name = Annotated[str | None, typer.Option("--name", help="Stage name in the run (default: the command's name).")]
 Fresh = Annotated[bool, typer.Option("--fresh", help="Delete this stage's output and start over.")]
 Rank = Annotated[int, typer.Option("--rank", help="This process's shard, 0-based.")]
 WorldSize = Annotated[int, typer.Option("--world-size", help="Number of shards the stage is split into.")]
 BudgetTokens = Annotated[int | None, typer.Option("--budget-tokens", help="Stop cleanly after this many tokens.")]
 BudgetCost = Annotated[float | None, typer.Option("--budget-cost", help="Stop cleanly after this cost.")]
-ModelName = Annotated[str | None, typer.Option("--model", "-m", help="Model: a local directory, Hub id or served name.")]
+ModelName = Annotated[
+    str | None, typer.Option("--model", "-m", help="Model: a local directory, Hub id or served name.")
+]
 Backend = Annotated[str | None, typer.Option("--backend", help="transformers, openai or vllm.")]
 BaseUrl = Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible endpoint (backend openai).")]
 Seed = Annotated[int | None, typer.Option("--seed", help="Base seed; every row derives its own from it.")]

@@ -35,7 +35,11 @@ def openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             msg["reasoning_content"] = m["reasoning_content"]
         if m.get("tool_calls"):
             msg["tool_calls"] = [
-                {"id": c.get("id") or f"call_{i}", "type": "function", "function": {"name": c["name"], "arguments": c.get("arguments") or "{}"}}
+                {
+                    "id": c.get("id") or f"call_{i}",
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": c.get("arguments") or "{}"},
+                }
                 for i, c in enumerate(m["tool_calls"])
             ]
         if m.get("tool_call_id"):
@@ -59,10 +63,19 @@ def sharegpt(row: dict[str, Any]) -> dict[str, Any]:
             turns.append({"from": "observation", "value": m.get("content") or ""})
         elif m.get("tool_calls"):
             calls = [{"name": c["name"], "arguments": json.loads(c.get("arguments") or "{}")} for c in m["tool_calls"]]
-            turns.append({"from": "function_call", "value": json.dumps(calls[0] if len(calls) == 1 else calls, ensure_ascii=False)})
+            turns.append(
+                {
+                    "from": "function_call",
+                    "value": json.dumps(calls[0] if len(calls) == 1 else calls, ensure_ascii=False),
+                }
+            )
         else:
             turns.append({"from": "gpt", "value": m.get("content") or ""})
-    return {"id": row["traj_id"], "conversations": turns, "tools": json.dumps([t["function"] for t in openai_tools(row.get("tools"))], ensure_ascii=False)}
+    return {
+        "id": row["traj_id"],
+        "conversations": turns,
+        "tools": json.dumps([t["function"] for t in openai_tools(row.get("tools"))], ensure_ascii=False),
+    }
 
 
 def convert(rows: Iterable[dict[str, Any]], fmt: str) -> Iterator[dict[str, Any]]:

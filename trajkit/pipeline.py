@@ -104,7 +104,11 @@ def load_pipeline(
         if name in names:
             errors.append(f"stages[{i}]: duplicate stage name {name!r}; give it a 'name:'")
         names.add(name)
-        mine = [o.split("=", 1)[0][len(name) + 1 :] + "=" + o.split("=", 1)[1] for o in overrides if o.startswith(name + ".")]
+        mine = [
+            o.split("=", 1)[0][len(name) + 1 :] + "=" + o.split("=", 1)[1]
+            for o in overrides
+            if o.startswith(name + ".")
+        ]
         try:
             cfg = build(spec.config, entry.get("config") or {}, overrides=mine, where=f"stage {name!r}")
         except UserError as e:
@@ -121,7 +125,6 @@ def run_pipeline(path: str | Path, run_dir: str | Path, fresh: bool = False, ove
     plan = load_pipeline(path, overrides, {"run": str(run_dir)})
     store = Store(run_dir, create=True)
     return [run_stage(store, spec, cfg, name=name, fresh=fresh) for spec, name, cfg in plan]
-
 
 
 def substitute(value: Any, variables: dict[str, str]) -> Any:

@@ -42,7 +42,11 @@ def print_row(row: dict[str, Any], table: str) -> None:
 
     console = Console()
     meta = {k: v for k, v in row.items() if k not in ("messages", "tools", "token_ids", "loss_mask", "logprobs")}
-    lines = "\n".join(f"[bold]{k}[/]: {_clip(json.dumps(v, ensure_ascii=False, default=str), 300)}" for k, v in meta.items() if v not in (None, [], ""))
+    lines = "\n".join(
+        f"[bold]{k}[/]: {_clip(json.dumps(v, ensure_ascii=False, default=str), 300)}"
+        for k, v in meta.items()
+        if v not in (None, [], "")
+    )
     console.print(Panel(lines, title=f"{table} {row.get(_key(table), '')}", expand=False), highlight=False)
     styles = {"system": "magenta", "user": "green", "assistant": "cyan", "tool": "yellow"}
     for m in row.get("messages") or []:
@@ -53,7 +57,15 @@ def print_row(row: dict[str, Any], table: str) -> None:
         for call in m.get("tool_calls") or []:
             text += f"\n→ {call.get('name')}({_args(call.get('arguments'))})"
         title = role + (f" · {m['name']}" if m.get("name") else "")
-        console.print(Panel(_clip(text.strip(), 4000) or "(empty)", title=title, border_style=styles.get(role, "white"), expand=False), highlight=False)
+        console.print(
+            Panel(
+                _clip(text.strip(), 4000) or "(empty)",
+                title=title,
+                border_style=styles.get(role, "white"),
+                expand=False,
+            ),
+            highlight=False,
+        )
 
 
 def _key(table: str) -> str:

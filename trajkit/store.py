@@ -213,7 +213,9 @@ class Store:
         data = self.read(table, [key], stage)
         return set(data.column(key).to_pylist())
 
-    def iter_batches(self, table: str, columns: list[str] | None = None, batch_size: int = 1024) -> Iterator[pa.RecordBatch]:
+    def iter_batches(
+        self, table: str, columns: list[str] | None = None, batch_size: int = 1024
+    ) -> Iterator[pa.RecordBatch]:
         for p in self.shards(table):
             yield from self._open(p, table).iter_batches(batch_size=batch_size, columns=columns)
 

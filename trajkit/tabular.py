@@ -54,7 +54,12 @@ def write_table(data: pa.Table, dest: Path | IO[str], fmt: str | None = None) ->
         writer = csv.writer(dest)
         writer.writerow(data.column_names)
         for row in data.to_pylist():
-            writer.writerow(["" if v is None else v if isinstance(v, (str, int, float)) else json.dumps(v, default=str) for v in row.values()])
+            writer.writerow(
+                [
+                    "" if v is None else v if isinstance(v, (str, int, float)) else json.dumps(v, default=str)
+                    for v in row.values()
+                ]
+            )
     elif fmt == "jsonl":
         for row in _jsonable(data):
             dest.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")

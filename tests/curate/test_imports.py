@@ -162,7 +162,11 @@ def test_a_custom_task_source_is_mapped_like_a_file(run_dir):
 
 @pytest.mark.parametrize(
     "fn, message",
-    [("nowhere.at_all:fn", "cannot import task source"), ("tests.curate.task_sources:not_dicts", "not a dict"), ("tests.curate.task_sources:crashes", "source is down")],
+    [
+        ("nowhere.at_all:fn", "cannot import task source"),
+        ("tests.curate.task_sources:not_dicts", "not a dict"),
+        ("tests.curate.task_sources:crashes", "source is down"),
+    ],
 )
 def test_a_broken_task_source_is_a_user_error(run_dir, fn, message):
     with pytest.raises(UserError, match=message):

@@ -135,7 +135,10 @@ def test_a_custom_verifier_that_does_not_import_stops_the_stage_before_any_sampl
     store = Store(run_dir)
     broken = task("c", "Say hi.", verifier={"kind": "custom", "spec": json.dumps({"path": "tests.nowhere:check"})})
     store.write("tasks", "import", [broken])
-    with ScriptedServer(coder) as server, pytest.raises(UserError, match="cannot import custom verifier 'tests.nowhere:check'"):
+    with (
+        ScriptedServer(coder) as server,
+        pytest.raises(UserError, match="cannot import custom verifier 'tests.nowhere:check'"),
+    ):
         run(store, "curate.passk", model=_model(server), k=2)
     assert server.chat_requests == [] and not store.rows("samples")
 

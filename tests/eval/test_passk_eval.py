@@ -177,7 +177,9 @@ def test_unevaluable_tasks_are_skipped_and_unjudged_attempts_redone_on_resume(ru
         "no-question": {"question": None, "verifier": _custom(3)},
         "no-verifier": {"question": "What is 1 + 3?", "verifier": {"kind": "none", "spec": "{}"}},
     }
-    store.write("tasks", "more", [{"task_id": content_id("task", n), "mode": "imported", **t} for n, t in extra.items()])
+    store.write(
+        "tasks", "more", [{"task_id": content_id("task", n), "mode": "imported", **t} for n, t in extra.items()]
+    )
     store.write("splits", "split2", [{"task_id": content_id("task", n), "split": "held_out"} for n in extra])
     reject = {"reject_id": "r1", "row_id": content_id("task", "rejected"), "table_name": "tasks", "stage": "dedup"}
     store.write("rejected", "dedup", [{**reject, "reason": "near_duplicate"}])

@@ -161,8 +161,14 @@ GARBAGE = [
         {"choices": [{**GOOD_CHOICE, "logprobs": {"content": [{"token": "ok", "logprob": None}]}}]},
         "malformed response: choice 0: token 0 has logprob None",
     ),
-    ({"choices": [{**GOOD_CHOICE, "token_ids": ["a"]}]}, "malformed response: choice 0: token_ids is not a list of integers"),
-    ({"choices": [{**GOOD_CHOICE, "index": "first"}]}, "malformed response: invalid literal for int() with base 10: 'first'"),
+    (
+        {"choices": [{**GOOD_CHOICE, "token_ids": ["a"]}]},
+        "malformed response: choice 0: token_ids is not a list of integers",
+    ),
+    (
+        {"choices": [{**GOOD_CHOICE, "index": "first"}]},
+        "malformed response: invalid literal for int() with base 10: 'first'",
+    ),
 ]
 
 

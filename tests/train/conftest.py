@@ -25,7 +25,11 @@ def kv_conversation(server_rows: list[dict]) -> tuple[list[dict], list[dict]]:
     kv = next(r for r in server_rows if r["name"] == "kv")
     messages = [
         {"role": "user", "content": KV_QUESTION},
-        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "name": "set", "arguments": json.dumps({"key": "x", "value": "7"})}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c1", "name": "set", "arguments": json.dumps({"key": "x", "value": "7"})}],
+        },
         {"role": "tool", "content": "ok: x = 7", "tool_call_id": "c1", "name": "set"},
         {"role": "assistant", "content": "Done."},
     ]

@@ -44,13 +44,20 @@ def even_task(i: int, **extra: Any) -> dict[str, Any]:
     return {"task_id": f"even-{i:02d}", "question": question, "mode": "imported", "verifier": EVEN, **extra}
 
 
-def write_curated(run: str | Path, tasks: list[dict], stage: dict[str, str], difficulty: dict[str, str] | None = None) -> Store:
+def write_curated(
+    run: str | Path, tasks: list[dict], stage: dict[str, str], difficulty: dict[str, str] | None = None
+) -> Store:
     """A run with tasks, their splits (all train), curriculum stages and difficulty buckets."""
     store = Store(run, create=True)
     store.write("tasks", "import", tasks)
     store.write("splits", "split", [{"task_id": t["task_id"], "split": "train"} for t in tasks])
-    store.write("curriculum", "curriculum", [{"task_id": t, "stage": s, "rollouts_per_prompt": 4} for t, s in stage.items()])
+    store.write(
+        "curriculum", "curriculum", [{"task_id": t, "stage": s, "rollouts_per_prompt": 4} for t, s in stage.items()]
+    )
     diff = difficulty or {}
-    passk = [{"task_id": t["task_id"], "samples": 4, "correct": 2, "difficulty": diff.get(t["task_id"], "medium")} for t in tasks]
+    passk = [
+        {"task_id": t["task_id"], "samples": 4, "correct": 2, "difficulty": diff.get(t["task_id"], "medium")}
+        for t in tasks
+    ]
     store.write("passk", "passk", passk)
     return store

@@ -25,8 +25,22 @@ def _stages(tmp_path: Path, **grpo) -> Path:
 
 def test_vllm_without_the_extra_fails_with_one_line(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "trajkit.cli", "train", "grpo", "--config", str(_stages(tmp_path, use_vllm=True)), "--run", str(tmp_path / "run")],
-        check=False, capture_output=True, text=True, cwd=ROOT, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "trajkit.cli",
+            "train",
+            "grpo",
+            "--config",
+            str(_stages(tmp_path, use_vllm=True)),
+            "--run",
+            str(tmp_path / "run"),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
     )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
@@ -37,15 +51,19 @@ def test_every_problem_of_a_curriculum_is_reported_at_once(tmp_path):
     from trajkit.train.curriculum import load_curriculum
 
     path = tmp_path / "stages.yaml"
-    path.write_text(yaml.safe_dump({
-        "model": "m",
-        "stages": [
-            {"name": "a", "steps": 1, "grpo": {"num_generation": 4}},
-            {"name": "b", "data": {"difficulty": ["impossible"]}},
-            {"steps": 2},
-            {"name": "c", "steps": 1, "grpo": {"max_steps": 3}},
-        ],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "model": "m",
+                "stages": [
+                    {"name": "a", "steps": 1, "grpo": {"num_generation": 4}},
+                    {"name": "b", "data": {"difficulty": ["impossible"]}},
+                    {"steps": 2},
+                    {"name": "c", "steps": 1, "grpo": {"max_steps": 3}},
+                ],
+            }
+        )
+    )
     with pytest.raises(UserError) as err:
         load_curriculum(path, tmp_path / "run")
     msg = str(err.value)
@@ -60,15 +78,21 @@ def test_curriculum_chains_stages_and_applies_overrides(tmp_path):
     from trajkit.train.curriculum import load_curriculum
 
     path = tmp_path / "stages.yaml"
-    path.write_text(yaml.safe_dump({
-        "model": "${run}/models/sft",
-        "defaults": {"grpo": {"temperature": 0.9}, "steps": 5},
-        "stages": [{"name": "a"}, {"name": "b", "grpo": {"temperature": 0.5}}],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "model": "${run}/models/sft",
+                "defaults": {"grpo": {"temperature": 0.9}, "steps": 5},
+                "stages": [{"name": "a"}, {"name": "b", "grpo": {"temperature": 0.5}}],
+            }
+        )
+    )
     plan = load_curriculum(path, tmp_path / "run", overrides=["b.steps=7", "*.grpo.top_p=0.9"])
     (na, a), (nb, b) = plan
     assert (na, nb) == ("grpo-a", "grpo-b")
-    assert a.model == str(tmp_path / "run" / "models" / "sft") and b.model == str(tmp_path / "run" / "models" / "grpo-a")
+    assert a.model == str(tmp_path / "run" / "models" / "sft") and b.model == str(
+        tmp_path / "run" / "models" / "grpo-a"
+    )
     assert (a.steps, b.steps) == (5, 7)
     assert a.grpo == {"temperature": 0.9, "top_p": 0.9} and b.grpo == {"temperature": 0.5, "top_p": 0.9}
 
@@ -89,13 +113,44 @@ def test_shipped_accelerate_configs_parse_and_launch_relaunches(tmp_path, monkey
     monkeypatch.setattr(launch.subprocess, "call", lambda cmd, env: calls.append((cmd, env)) or 0)
     monkeypatch.delenv(launch.LAUNCHED, raising=False)
     stages = _stages(tmp_path)
-    args = ["train", "grpo", "--config", str(stages), "--run", str(tmp_path / "run"), "--accelerate-config", "fsdp2",
-            "--num-processes", "2", "--set", "a.steps=3"]
+    args = [
+        "train",
+        "grpo",
+        "--config",
+        str(stages),
+        "--run",
+        str(tmp_path / "run"),
+        "--accelerate-config",
+        "fsdp2",
+        "--num-processes",
+        "2",
+        "--set",
+        "a.steps=3",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     ((cmd, env),) = calls
-    assert cmd[:6] == [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(launch.CONFIG_DIR / "fsdp2.yaml"), "--num_processes"]
-    assert cmd[6:] == ["2", "-m", "trajkit.cli", "train", "grpo", "--config", str(stages), "--run", str(tmp_path / "run"), "--set", "a.steps=3"]
+    assert cmd[:6] == [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(launch.CONFIG_DIR / "fsdp2.yaml"),
+        "--num_processes",
+    ]
+    assert cmd[6:] == [
+        "2",
+        "-m",
+        "trajkit.cli",
+        "train",
+        "grpo",
+        "--config",
+        str(stages),
+        "--run",
+        str(tmp_path / "run"),
+        "--set",
+        "a.steps=3",
+    ]
     assert env[launch.LAUNCHED] == "1"
 
 
@@ -114,7 +169,9 @@ def test_train_reads_runs_without_polars_or_duckdb(run_dir):
         "bad = [m for m in ('polars', 'duckdb') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-2000:]
 
 
@@ -186,7 +243,9 @@ def test_a_custom_verifier_or_scorer_that_does_not_import_stops_grpo_before_trai
     with pytest.raises(UserError, match="^cannot import custom verifier 'tests.train.helpers:nope'"):
         run_stage(store, GRPO, cfg, name="grpo-a", quiet=True)
     store = helpers.write_curated(run_dir / "other", [helpers.even_task(0)], {})
-    cfg = build(GRPO.config, {"model": "never-loaded", "steps": 1, "conciseness": {"scorer": "tests.train.helpers:nope"}})
+    cfg = build(
+        GRPO.config, {"model": "never-loaded", "steps": 1, "conciseness": {"scorer": "tests.train.helpers:nope"}}
+    )
     with pytest.raises(UserError, match="^cannot import conciseness scorer 'tests.train.helpers:nope'"):
         run_stage(store, GRPO, cfg, name="grpo-b", quiet=True)
     assert not store.rows("train_metrics")

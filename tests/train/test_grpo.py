@@ -26,7 +26,12 @@ STAGES = {
     },
     "stages": [
         {"name": "broad", "data": {"stage": "broad"}, "steps": 2},
-        {"name": "hard", "data": {"stage": "hard", "difficulty": ["hard", "medium"]}, "steps": 2, "grpo": {"temperature": 1.2}},
+        {
+            "name": "hard",
+            "data": {"stage": "hard", "difficulty": ["hard", "medium"]},
+            "steps": 2,
+            "grpo": {"temperature": 1.2},
+        },
     ],
 }
 
@@ -42,8 +47,12 @@ def _same(a: dict, b: dict) -> bool:
 @pytest.fixture
 def curated_run(run_dir):
     tasks = [helpers.even_task(i) for i in range(6)]
-    math = {"task_id": "math-1", "question": "What is 2 + 2?", "mode": "imported",
-            "verifier": {"kind": "math", "spec": json.dumps({"answer": "4"})}}
+    math = {
+        "task_id": "math-1",
+        "question": "What is 2 + 2?",
+        "mode": "imported",
+        "verifier": {"kind": "math", "spec": json.dumps({"answer": "4"})},
+    }
     stage = {t["task_id"]: ("broad" if i < 3 else "hard") for i, t in enumerate(tasks)} | {"math-1": "hard"}
     difficulty = {"even-05": "easy", "math-1": "hard"}  # even-05 is filtered out of stage hard
     helpers.write_curated(run_dir, tasks + [math], stage, difficulty)
@@ -82,7 +91,9 @@ def test_two_stage_curriculum(curated_run, tiny_model_dir, tmp_path, monkeypatch
 
     store = Store(curated_run)
     models = curated_run / "models"
-    assert (models / "grpo-broad" / "model.safetensors").is_file() and (models / "grpo-hard" / "model.safetensors").is_file()
+    assert (models / "grpo-broad" / "model.safetensors").is_file() and (
+        models / "grpo-hard" / "model.safetensors"
+    ).is_file()
     loads = [e for e in events if e[0] == "load"]
     assert [e[1] for e in loads] == [str(tiny_model_dir), str(models / "grpo-broad")]
     base, stage1_start = load_model(str(tiny_model_dir)), loads[0][2]
@@ -100,11 +111,17 @@ def test_two_stage_curriculum(curated_run, tiny_model_dir, tmp_path, monkeypatch
     # rewards came from the verifier: one custom-verifier call per completion, and the logged
     # pass rate is what the verifier said
     rows = sorted(store.rows("train_metrics"), key=lambda r: (r["stage"], r["step"]))
-    assert [(r["stage"], r["step"]) for r in rows] == [("grpo-broad", 1), ("grpo-broad", 2), ("grpo-hard", 1), ("grpo-hard", 2)]
+    assert [(r["stage"], r["step"]) for r in rows] == [
+        ("grpo-broad", 1),
+        ("grpo-broad", 2),
+        ("grpo-hard", 1),
+        ("grpo-hard", 2),
+    ]
     broad_calls = helpers.CALLS[:16]  # 2 steps x 2 prompts x 4 generations (rollouts_per_prompt)
     broad = [r for r in rows if r["stage"] == "grpo-broad"]
     assert [r["pass_rate"] for r in broad] == [
-        pytest.approx(sum(ok for _, ok in broad_calls[:8]) / 8), pytest.approx(sum(ok for _, ok in broad_calls[8:]) / 8)
+        pytest.approx(sum(ok for _, ok in broad_calls[:8]) / 8),
+        pytest.approx(sum(ok for _, ok in broad_calls[8:]) / 8),
     ]
     assert 16 < len(helpers.CALLS) < 32  # stage hard: its math task's completions go to math-verify instead
     # the verifier-based reward varied within a group: non-zero advantages
@@ -127,8 +144,13 @@ def test_two_stage_curriculum(curated_run, tiny_model_dir, tmp_path, monkeypatch
 
 
 def test_a_stage_with_fewer_tasks_than_a_generation_batch_still_trains(curated_run, tiny_model_dir, tmp_path):
-    one = {"name": "one", "data": {"stage": "hard", "difficulty": ["hard"]}, "steps": 2, "generation_steps": 2,
-           "grpo": {"num_generations": 4}}
+    one = {
+        "name": "one",
+        "data": {"stage": "hard", "difficulty": ["hard"]},
+        "steps": 2,
+        "generation_steps": 2,
+        "grpo": {"num_generations": 4},
+    }
     stages = tmp_path / "one.yaml"
     stages.write_text(yaml.safe_dump({**STAGES, "model": str(tiny_model_dir), "stages": [one]}))
     result = CliRunner().invoke(app, ["train", "grpo", "--config", str(stages), "--run", str(curated_run)])
@@ -150,7 +172,11 @@ def test_generation_steps_batch_the_steps_and_keep_completions_per_step(tmp_path
     kept = GRPOStageConfig(model="m", steps=8, generation_steps=2, grpo={**grpo, "gradient_checkpointing": True})
     assert grpo_args(kept, str(tmp_path), [1.0], None).gradient_checkpointing  # the user's choice wins
     plain = grpo_args(GRPOStageConfig(model="m", steps=8, grpo=grpo), str(tmp_path), [1.0], None)
-    assert (plain.per_device_train_batch_size, plain.gradient_accumulation_steps, plain.steps_per_generation) == (4, 4, 4)
+    assert (plain.per_device_train_batch_size, plain.gradient_accumulation_steps, plain.steps_per_generation) == (
+        4,
+        4,
+        4,
+    )
 
 
 def test_generation_is_compiled_only_for_half_precision_weights():
@@ -161,9 +187,13 @@ def test_generation_is_compiled_only_for_half_precision_weights():
     from trajkit.train.speed import compile_generation
 
     def trainer(dtype):
-        return SimpleNamespace(model=torch.nn.Linear(2, 2).to(dtype), generation_config=GenerationConfig(), generation_kwargs={})
+        return SimpleNamespace(
+            model=torch.nn.Linear(2, 2).to(dtype), generation_config=GenerationConfig(), generation_kwargs={}
+        )
 
     fp32, bf16 = trainer(torch.float32), trainer(torch.bfloat16)
-    assert not compile_generation(fp32) and fp32.generation_kwargs == {}  # a static cache would meet bf16 autocast values
+    assert (
+        not compile_generation(fp32) and fp32.generation_kwargs == {}
+    )  # a static cache would meet bf16 autocast values
     assert compile_generation(bf16) and bf16.generation_kwargs == {"cache_implementation": "static"}
     assert bf16.generation_config.disable_compile is False

@@ -71,18 +71,31 @@ def test_annealing_and_difficulty_scale_the_bonus():
     assert R.anneal(SimpleNamespace(global_step=9, max_steps=10), fraction=0.5) == 1.0
     spec = json.dumps({"path": "tests.train.helpers:even_length"})
     common = {
-        "prompts": [[]] * 2, "completions": [_msgs("12"), _msgs("12")], "completion_ids": [[1], [1]],
-        "verifier_kind": ["custom"] * 2, "verifier_spec": [spec] * 2, "alpha": 1.0, "max_length": 2,
+        "prompts": [[]] * 2,
+        "completions": [_msgs("12"), _msgs("12")],
+        "completion_ids": [[1], [1]],
+        "verifier_kind": ["custom"] * 2,
+        "verifier_spec": [spec] * 2,
+        "alpha": 1.0,
+        "max_length": 2,
     }
-    at_start = R.correctness_reward(trainer_state=SimpleNamespace(global_step=0, max_steps=4), difficulty=["unsolved", "trivial"], **common)
+    at_start = R.correctness_reward(
+        trainer_state=SimpleNamespace(global_step=0, max_steps=4), difficulty=["unsolved", "trivial"], **common
+    )
     assert at_start == [1.0, pytest.approx(1.5)]  # s = 0: only d pays, and unsolved has d = 0
 
 
 def test_judge_style_scorer_loads_from_a_dotted_path():
     spec = json.dumps({"path": "tests.train.helpers:even_length"})
     out = R.correctness_reward(
-        prompts=[[]], completions=[_msgs("34")], completion_ids=[[1]], trainer_state=None,
-        verifier_kind=["custom"], verifier_spec=[spec], difficulty=[None], alpha=1.0,
+        prompts=[[]],
+        completions=[_msgs("34")],
+        completion_ids=[[1]],
+        trainer_state=None,
+        verifier_kind=["custom"],
+        verifier_spec=[spec],
+        difficulty=[None],
+        alpha=1.0,
         scorer="tests.train.helpers:length_scorer",
     )
     assert out == [pytest.approx(1.0 * (1 + 1.0 * 0.5 * (1.0 + 0.0)))]
@@ -94,8 +107,15 @@ def test_format_reward():
         _msgs("<think>\nnever closed"),
         _msgs('<tool_call>\n{"name": broken</tool_call>'),
         _msgs(""),
-        [{"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {}}}]},
-         {"role": "tool", "name": "add", "content": "3"}, {"role": "assistant", "content": "3"}],
+        [
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"type": "function", "function": {"name": "add", "arguments": {}}}],
+            },
+            {"role": "tool", "name": "add", "content": "3"},
+            {"role": "assistant", "content": "3"},
+        ],
     ]
     assert R.format_reward(prompts=[[]] * 5, completions=completions) == [1.0, 0.0, 0.0, 0.0, 1.0]
 
@@ -110,8 +130,10 @@ def test_tool_call_reward_checks_names_and_arguments_against_the_schemas():
     completions = [
         [{"role": "assistant", "content": "", "tool_calls": [call("sqrt", {"a": 4})]}],
         [{"role": "assistant", "content": "", "tool_calls": [call("sqrt", {"a": "four"}), call("nope", {})]}],
-        [{"role": "assistant", "content": "", "tool_calls": [call("sqrt", {"a": 1})]},
-         {"role": "assistant", "content": "<tool_call>{bad json</tool_call>"}],
+        [
+            {"role": "assistant", "content": "", "tool_calls": [call("sqrt", {"a": 1})]},
+            {"role": "assistant", "content": "<tool_call>{bad json</tool_call>"},
+        ],
         _msgs("no calls"),
         _msgs("no tools offered"),
     ]
@@ -127,8 +149,9 @@ def test_builtin_rewards_and_weights_are_built_from_specs():
 
 
 def test_custom_reward_from_a_dotted_path_with_bound_settings():
-    (fn,), (w,) = R.build_rewards([R.RewardSpec(name="tests.train.helpers:bonus_reward", weight=2.0, params={"bonus": 10})],
-                                  R.Conciseness(), 8)
+    (fn,), (w,) = R.build_rewards(
+        [R.RewardSpec(name="tests.train.helpers:bonus_reward", weight=2.0, params={"bonus": 10})], R.Conciseness(), 8
+    )
     assert w == 2.0
     assert fn(prompts=["p", "p"], completions=["ab", "abcd"]) == [12, 14]
     with pytest.raises(UserError, match="cannot import reward"):
@@ -157,7 +180,9 @@ def test_judge_model_rates_conciseness_of_correct_answers_only():
             completions=[_msgs("42"), _msgs("4242"), _msgs("odd")],
             completion_ids=[[1], [1], [1]],
             trainer_state=SimpleNamespace(global_step=1, max_steps=1),
-            verifier_kind=["custom"] * 3, verifier_spec=[spec] * 3, difficulty=[None] * 3,
+            verifier_kind=["custom"] * 3,
+            verifier_spec=[spec] * 3,
+            difficulty=[None] * 3,
             log_metric=lambda k, v: logged.__setitem__(k, v),
         )
         asked = [r["messages"][-1]["content"] for r in server.chat_requests]

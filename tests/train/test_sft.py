@@ -30,19 +30,40 @@ def _write_trajectories(run_dir, server_rows, tokenizer_dir):
         [
             {"traj_id": "msgs", "task_id": "kv", "status": "completed", "messages": messages, "tools": tools},
             {"traj_id": "toks", "task_id": "hi", "status": "completed", **traced},
-            {"traj_id": "drift", "task_id": "hi", "status": "completed", **traced,
-             "token_ids": prompt + drifted, "loss_mask": [0] * len(prompt) + [1] * len(drifted)},
-            {"traj_id": "flagged", "task_id": "hi", "status": "completed", **traced,
-             "reason": "token trace: turn 2: the prompt re-renders the trace differently"},
+            {
+                "traj_id": "drift",
+                "task_id": "hi",
+                "status": "completed",
+                **traced,
+                "token_ids": prompt + drifted,
+                "loss_mask": [0] * len(prompt) + [1] * len(drifted),
+            },
+            {
+                "traj_id": "flagged",
+                "task_id": "hi",
+                "status": "completed",
+                **traced,
+                "reason": "token trace: turn 2: the prompt re-renders the trace differently",
+            },
             {"traj_id": "failed", "task_id": "kv", "status": "failed", "messages": messages},
             {"traj_id": "rejected", "task_id": "kv", "status": "completed", "messages": messages},
             {"traj_id": "bad-task", "task_id": "bad", "status": "completed", "messages": messages},
         ],
     )
-    store.write("rejected", "filter", [
-        {"reject_id": "r1", "row_id": "rejected", "table_name": "trajectories", "stage": "filter", "reason": "judge"},
-        {"reject_id": "r2", "row_id": "bad", "table_name": "tasks", "stage": "filter", "reason": "contaminated"},
-    ])
+    store.write(
+        "rejected",
+        "filter",
+        [
+            {
+                "reject_id": "r1",
+                "row_id": "rejected",
+                "table_name": "trajectories",
+                "stage": "filter",
+                "reason": "judge",
+            },
+            {"reject_id": "r2", "row_id": "bad", "table_name": "tasks", "stage": "filter", "reason": "contaminated"},
+        ],
+    )
     return store, tok, prompt, completion
 
 
@@ -67,7 +88,12 @@ def test_traces_that_differ_from_the_training_rendering_fall_back_to_messages(ru
     store, *_ = _write_trajectories(run_dir, server_rows, tiny_model_dir)
     counts: Counter = Counter()
     rows = {r["traj_id"]: r for r in check_traces(load_tokenizer(str(tiny_model_dir)), sft_rows(store), counts)}
-    assert {t: "input_ids" in r for t, r in rows.items()} == {"msgs": False, "toks": True, "drift": False, "flagged": False}
+    assert {t: "input_ids" in r for t, r in rows.items()} == {
+        "msgs": False,
+        "toks": True,
+        "drift": False,
+        "flagged": False,
+    }
     assert counts["examples.trace_mismatch"] == 2  # drift (found here) and flagged (found by the agent loop)
     assert rows["drift"]["messages"][-1]["content"] == "Hi there!"  # trained on what the messages say
 
@@ -92,8 +118,20 @@ def test_sft_command_trains_and_saves_full_weights(run_dir, server_rows, tiny_mo
     from trajkit.train.weights import load_model
 
     store, *_ = _write_trajectories(run_dir, server_rows, tiny_model_dir)
-    args = ["train", "sft", "--run", str(run_dir), "--model", str(tiny_model_dir),
-            "--set", "sft.max_steps=2", "--set", "sft.learning_rate=1e-3", "--set", "sft.per_device_train_batch_size=2"]
+    args = [
+        "train",
+        "sft",
+        "--run",
+        str(run_dir),
+        "--model",
+        str(tiny_model_dir),
+        "--set",
+        "sft.max_steps=2",
+        "--set",
+        "sft.learning_rate=1e-3",
+        "--set",
+        "sft.per_device_train_batch_size=2",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output + repr(result.exception)
     out = run_dir / "models" / "sft"

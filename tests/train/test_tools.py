@@ -29,7 +29,13 @@ def tool_trainer(tool_model_dir, server_rows, tmp_path_factory):
     ids = _ids(server_rows)
     store = Store(tmp_path_factory.mktemp("run"), create=True)
     store.write("servers", "harvest", server_rows)
-    task = {"task_id": "kv", "question": KV_QUESTION, "mode": "single_tool", "server_ids": [ids["kv"]], "verifier": None}
+    task = {
+        "task_id": "kv",
+        "question": KV_QUESTION,
+        "mode": "single_tool",
+        "server_ids": [ids["kv"]],
+        "verifier": None,
+    }
     rows = grpo_rows([task])
     tok = load_tokenizer(str(tool_model_dir))
     tools = environment_factories(store, {rows[0]["environment"], f"{ids['calculator']}+{ids['kv']}"}, tok)
@@ -88,8 +94,12 @@ def test_tool_calls_run_on_the_server_and_tool_output_is_masked(tool_trainer):
     mask, ids = out["tool_mask"], out["completion_ids"]
     called = 0
     for i in range(len(ids)):
-        masked = [t for t, m, c in zip(ids[i].tolist(), mask[i].tolist(), out["completion_mask"][i].tolist()) if c and not m]
-        trained = [t for t, m, c in zip(ids[i].tolist(), mask[i].tolist(), out["completion_mask"][i].tolist()) if c and m]
+        masked = [
+            t for t, m, c in zip(ids[i].tolist(), mask[i].tolist(), out["completion_mask"][i].tolist()) if c and not m
+        ]
+        trained = [
+            t for t, m, c in zip(ids[i].tolist(), mask[i].tolist(), out["completion_mask"][i].tolist()) if c and m
+        ]
         if masked:
             called += 1
             assert "ok: x = 7" in tok.decode(masked)  # the kv server's answer, excluded from the loss
@@ -141,7 +151,9 @@ def test_grpo_stage_with_tools_rewards_the_servers_end_state(tool_model_dir, ser
     ids = _ids(server_rows)
     store = Store(tmp_path / "run", create=True)
     store.write("servers", "harvest", server_rows)
-    spec = {"state": [{"server": ids["kv"], "tool": "get", "arguments": {"key": "x"}, "expected": "7", "match": "exact"}]}
+    spec = {
+        "state": [{"server": ids["kv"], "tool": "get", "arguments": {"key": "x"}, "expected": "7", "match": "exact"}]
+    }
     task = {
         "task_id": "kv",
         "question": KV_QUESTION,

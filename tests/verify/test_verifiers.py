@@ -138,7 +138,6 @@ def test_custom_verifier_loads_from_a_dotted_path():
     assert bad.verdict == "error" and "7.0" in bad.details["reason"]
 
 
-
 def test_a_custom_verifier_that_does_not_import_is_the_users_error():
     absent = {"kind": "custom", "spec": {"path": "tests.verify.custom_checks:nope"}}
     with pytest.raises(UserError, match="cannot import custom verifier 'tests.verify.custom_checks:nope'"):

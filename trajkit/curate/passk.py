@@ -48,9 +48,7 @@ class PassKConfig(StageConfig):
     temperature: float = Field(1.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     max_tokens: int = Field(1024, ge=1)
-    seed: int = Field(
-        0, description="Base seed; each sample's seed derives from it, the task and the index."
-    )
+    seed: int = Field(0, description="Base seed; each sample's seed derives from it, the task and the index.")
     system_prompt: str | None = Field(None, description="System message of every attempt.")
     sources: list[str] | None = Field(None, description="Only tasks from these sources.")
     limit: int | None = Field(None, ge=1, description="Only the first N tasks (in task id order).")

@@ -56,7 +56,13 @@ def sft(
 
     if accelerate_config and not launched():
         args = ["train", "sft", *_common(run, overrides, fresh)]
-        for flag, value in (("--model", model), ("--config", config), ("--source", source), ("--output-dir", output_dir), ("--name", name)):
+        for flag, value in (
+            ("--model", model),
+            ("--config", config),
+            ("--source", source),
+            ("--output-dir", output_dir),
+            ("--name", name),
+        ):
             if value is not None:
                 args += [flag, str(value)]
         _relaunch(accelerate_config, num_processes, args)
@@ -87,7 +93,11 @@ def grpo(
     from trajkit.train.launch import launched
 
     if accelerate_config and not launched():
-        _relaunch(accelerate_config, num_processes, ["train", "grpo", "--config", str(config), *_common(run, overrides, fresh)])
+        _relaunch(
+            accelerate_config,
+            num_processes,
+            ["train", "grpo", "--config", str(config), *_common(run, overrides, fresh)],
+        )
         return
     from trajkit.train.curriculum import run_curriculum
 

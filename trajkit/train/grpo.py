@@ -100,7 +100,9 @@ def grpo_args(cfg: GRPOStageConfig, output_dir: str, weights: list[float], num_g
         from trajkit.train.speed import batch_shape
 
         trl_default = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
-        per_step = math.prod(kwargs.get(k, trl_default[k]) for k in ("per_device_train_batch_size", "gradient_accumulation_steps"))
+        per_step = math.prod(
+            kwargs.get(k, trl_default[k]) for k in ("per_device_train_batch_size", "gradient_accumulation_steps")
+        )
         shape = batch_shape(per_step, cfg.generation_steps)
         kwargs.update({k: v for k, v in shape.items() if k != "gradient_checkpointing" or k not in user})
     try:
@@ -111,7 +113,9 @@ def grpo_args(cfg: GRPOStageConfig, output_dir: str, weights: list[float], num_g
 
 def typed(config_cls: type, mapping: dict[str, Any]) -> dict[str, Any]:
     """Numbers given as text (YAML reads ``1e-6`` as a string) converted for float and int fields."""
-    kinds = {f.name: f.type.__name__ if isinstance(f.type, type) else str(f.type) for f in dataclasses.fields(config_cls)}
+    kinds = {
+        f.name: f.type.__name__ if isinstance(f.type, type) else str(f.type) for f in dataclasses.fields(config_cls)
+    }
     out = dict(mapping)
     for key, value in mapping.items():
         if not isinstance(value, str) or key not in kinds:
@@ -132,7 +136,9 @@ def check_grpo_mapping(grpo: dict[str, Any], where: str = "grpo") -> list[str]:
 
     known = {f.name for f in dataclasses.fields(GRPOConfig)}
     problems = [f"{where}.{k}: not a GRPOConfig field" for k in grpo if k not in known]
-    problems += [f"{where}.{k}: set by the stage (use steps: / output_dir:)" for k in ("max_steps", "output_dir") if k in grpo]
+    problems += [
+        f"{where}.{k}: set by the stage (use steps: / output_dir:)" for k in ("max_steps", "output_dir") if k in grpo
+    ]
     if grpo.get("use_vllm"):
         problems += vllm_problems()
     return problems
@@ -195,7 +201,9 @@ def fill_generation_batch(ctx: StageContext, rows: list[dict], args: Any) -> lis
     return (rows * math.ceil(need / len(rows)))[:need]
 
 
-def _train(ctx: StageContext, cfg: GRPOStageConfig, rows: list[dict], sandbox: Any, out_dir: Path, num_generations: int | None) -> dict[str, Any]:
+def _train(
+    ctx: StageContext, cfg: GRPOStageConfig, rows: list[dict], sandbox: Any, out_dir: Path, num_generations: int | None
+) -> dict[str, Any]:
     from datasets import Dataset
     from trl import GRPOTrainer
 

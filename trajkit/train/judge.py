@@ -50,7 +50,10 @@ class JudgeConciseness:
         params = SamplingParams(temperature=0.0, max_tokens=self.max_tokens)
         try:
             replies = await backend.generate_batch(
-                [[{"role": "user", "content": self.prompt.format(question=q, answer=a)}] for q, a in zip(questions, answers)],
+                [
+                    [{"role": "user", "content": self.prompt.format(question=q, answer=a)}]
+                    for q, a in zip(questions, answers)
+                ],
                 None,
                 params,
             )

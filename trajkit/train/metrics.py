@@ -33,7 +33,9 @@ def metric_row(stage: str, step: int, logs: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {"metric_id": S.content_id(stage, step), "stage": stage, "step": int(step)}
     for column, keys in COLUMNS.items():
         row[column] = next((_num(logs[k]) for k in keys if k in logs), None)
-    row["metrics"] = json.dumps({k: _num(v) if isinstance(v, (int, float)) else v for k, v in logs.items()}, default=str)
+    row["metrics"] = json.dumps(
+        {k: _num(v) if isinstance(v, (int, float)) else v for k, v in logs.items()}, default=str
+    )
     return row
 
 

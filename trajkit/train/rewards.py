@@ -194,7 +194,12 @@ def format_reward(prompts: list, completions: list, **_: Any) -> list[float | No
                 continue
             text = m.get("content") if isinstance(m.get("content"), str) else ""
             opened, closed = text.count("<think>"), text.count("</think>")
-            if opened > 1 or closed > 1 or (opened and not closed) or (opened and text.find("<think>") > text.find("</think>")):
+            if (
+                opened > 1
+                or closed > 1
+                or (opened and not closed)
+                or (opened and text.find("<think>") > text.find("</think>"))
+            ):
                 ok = False
             if "<tool_call>" in text or "</tool_call>" in text:
                 ok = False  # markup the tool-call parser could not read

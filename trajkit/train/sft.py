@@ -107,7 +107,11 @@ def render_messages(tokenizer: Any, rows: list[dict[str, Any]]) -> list[dict[str
         if not any(enc["assistant_masks"]):
             continue  # no assistant turn to learn from
         out.append(
-            {"traj_id": row["traj_id"], "input_ids": list(enc["input_ids"]), "assistant_masks": list(enc["assistant_masks"])}
+            {
+                "traj_id": row["traj_id"],
+                "input_ids": list(enc["input_ids"]),
+                "assistant_masks": list(enc["assistant_masks"]),
+            }
         )
     return out
 
@@ -116,7 +120,9 @@ def run_sft(ctx: StageContext, cfg: SFTStageConfig) -> dict[str, Any]:
     """Train, save full safetensors weights and the tokenizer, write per-step metrics."""
     rows = sft_rows(ctx.store, tuple(cfg.statuses), use_tokens=cfg.source != "messages")
     if not rows:
-        raise UserError(f"stage {ctx.name!r}: no accepted trajectories with statuses {cfg.statuses} (source {cfg.source})")
+        raise UserError(
+            f"stage {ctx.name!r}: no accepted trajectories with statuses {cfg.statuses} (source {cfg.source})"
+        )
 
     from datasets import Dataset
     from trl import SFTTrainer

@@ -83,7 +83,13 @@ class ToolSessions:
         self._loop.run(episode.__aexit__(None, None, None))
 
     def call(
-        self, episode: Episode, server: str, tool: str, arguments: dict[str, Any], timeout_s: float, max_chars: int | None
+        self,
+        episode: Episode,
+        server: str,
+        tool: str,
+        arguments: dict[str, Any],
+        timeout_s: float,
+        max_chars: int | None,
     ) -> Any:
         """A ``ToolOutput``; raises ServerFault when the server fails."""
         return self._loop.run(episode.call(server, tool, arguments, timeout_s, max_chars))
@@ -114,7 +120,9 @@ class McpEnvironment:
         if self._episode is None:
             self.reset()
         try:
-            out = self.sessions.call(self._episode, route.server_id, route.tool, arguments, self.timeout_s, self.max_chars)
+            out = self.sessions.call(
+                self._episode, route.server_id, route.tool, arguments, self.timeout_s, self.max_chars
+            )
         except ServerFault as e:
             raise RuntimeError(f"server {route.server!r} failed: {e}") from None
         return out.text
@@ -126,7 +134,9 @@ class McpEnvironment:
         out: list[str | None] = []
         for p in probes:
             try:
-                result = self.sessions.call(self._episode, p["server"], p["tool"], p.get("arguments") or {}, self.timeout_s, None)
+                result = self.sessions.call(
+                    self._episode, p["server"], p["tool"], p.get("arguments") or {}, self.timeout_s, None
+                )
                 out.append(None if result.is_error else result.text)
             except (ServerFault, KeyError):
                 out.append(None)
