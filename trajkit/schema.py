@@ -27,6 +27,8 @@ TRAJ_STATUS = ("completed", "truncated", "failed", "aborted")
 VERDICTS = ("pass", "fail", "timeout", "memory", "error")
 DIFFICULTIES = ("unsolved", "hard", "medium", "easy", "trivial")
 SPLITS = ("train", "held_out")
+REVIEW_TARGETS = ("task", "trajectory")
+REVIEW_DECISIONS = ("accept", "reject")
 ROLES = ("system", "user", "assistant", "tool")
 
 ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
@@ -38,6 +40,8 @@ ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
     ("samples", "verdict"): VERDICTS,
     ("passk", "difficulty"): DIFFICULTIES,
     ("splits", "split"): SPLITS,
+    ("reviews", "target_kind"): REVIEW_TARGETS,
+    ("reviews", "decision"): REVIEW_DECISIONS,
 }
 
 # ---------------------------------------------------------------- shared types
@@ -384,6 +388,23 @@ TRAIN_METRICS = Table(
     doc="Per-step training metrics of each SFT/GRPO stage.",
 )
 
+REVIEWS = Table(
+    "reviews",
+    "review_id",
+    pa.schema(
+        [
+            _req("review_id", pa.string()),
+            _req("target_id", pa.string()),
+            _req("target_kind", pa.string()),
+            _req("decision", pa.string()),
+            pa.field("note", pa.string()),
+            _req("reviewer", pa.string()),
+            _req("reviewed_at", pa.timestamp("us", tz="UTC")),
+        ]
+    ),
+    doc="Human reviews of tasks and trajectories; append-only, the latest review of a row wins.",
+)
+
 TABLES: dict[str, Table] = {
     t.name: t
     for t in (
@@ -401,6 +422,7 @@ TABLES: dict[str, Table] = {
         EVAL_PASSK,
         EVAL_TOOLS,
         TRAIN_METRICS,
+        REVIEWS,
     )
 }
 
