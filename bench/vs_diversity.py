@@ -35,7 +35,7 @@ EXAMPLE_SERVERS = {
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", required=True, help="Model directory, Hub id or served model name.")
+    p.add_argument("--model", help="Model directory, Hub id or served model name (needed: without it, skips).")
     p.add_argument("--backend", default="transformers", choices=["transformers", "openai", "vllm"])
     p.add_argument("--base-url", help="OpenAI-compatible endpoint (backend openai).")
     p.add_argument("--servers", help="mcpServers JSON file (default: the project's calculator, kv and units).")
@@ -51,6 +51,9 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--concurrency", type=int, default=8)
     args = p.parse_args()
+    if not args.model:
+        print("skipped: vs_diversity needs a real model (--model DIR_OR_HUB_ID); tiny random models parse nothing")
+        return
 
     run = Path(args.run) if args.run else Path(tempfile.mkdtemp(prefix="vs-diversity-"))
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
