@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 from pathlib import Path
 from typing import Any, TypeVar
@@ -120,3 +121,18 @@ def _strip(model: BaseModel, data: dict[str, Any]) -> dict[str, Any]:
 def config_hash(cfg: BaseModel) -> str:
     blob = json.dumps(hashed_dict(cfg), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def load_object(path: str, what: str = "object") -> Any:
+    """Import ``package.module:attr`` (or ``package.module.attr``); a clear error if absent."""
+    module_name, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
+    if not module_name or not attr:
+        raise UserError(f"{what} {path!r} is not a dotted path like package.module:name")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise UserError(f"cannot import {what} {path!r}: {e}") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise UserError(f"cannot import {what} {path!r}: {module_name} has no {attr!r}") from None

@@ -15,11 +15,10 @@ error is reported at once. Each stage resumes on a rerun; ``fresh`` starts all o
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any
 
-from trajkit.config import build, read_yaml
+from trajkit.config import build, load_object, read_yaml
 from trajkit.errors import UserError
 from trajkit.runner import StageSpec, run_stage
 from trajkit.store import Store
@@ -47,21 +46,6 @@ REGISTRY: dict[str, str] = {
     "eval.diversity": "trajkit.eval.diversity:EVAL_DIVERSITY",
     "card": "trajkit.data_cards.card:CARD",
 }
-
-
-def load_object(path: str, what: str = "object") -> Any:
-    """Import ``package.module:attr`` (or ``package.module.attr``); a clear error if absent."""
-    module_name, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
-    if not module_name or not attr:
-        raise UserError(f"{what} {path!r} is not a dotted path like package.module:name")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise UserError(f"cannot import {what} {path!r}: {e}") from None
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise UserError(f"cannot import {what} {path!r}: {module_name} has no {attr!r}") from None
 
 
 def get_stage(kind: str) -> StageSpec:

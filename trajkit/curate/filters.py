@@ -16,10 +16,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from trajkit.config import StageConfig
+from trajkit.config import StageConfig, load_object
 from trajkit.curate.pool import active_tasks, annotations
 from trajkit.errors import UserError
-from trajkit.pipeline import load_object
 from trajkit.runner import StageContext, StageSpec
 from trajkit.schema import content_id
 

@@ -144,7 +144,7 @@ def generic_task(rec: dict[str, Any], where: str, ordinal: int, cfg: ImportConfi
 
 def custom_records(path: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     """The records of a custom task source; anything but an iterable of dicts is a user error."""
-    from trajkit.pipeline import load_object
+    from trajkit.config import load_object
 
     fn = load_object(path, "task source")
     if not callable(fn):

@@ -113,7 +113,7 @@ def load_rollout(path: str | None) -> RolloutFn:
     """``run_episode``, or the custom rollout function at a dotted path (``pkg.module:function``)."""
     if not path:
         return run_episode
-    from trajkit.pipeline import load_object
+    from trajkit.config import load_object
 
     fn = load_object(path, "rollout function")
     if not inspect.iscoroutinefunction(fn):

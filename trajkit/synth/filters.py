@@ -57,7 +57,7 @@ class TrajectoryFilterConfig(StageConfig):
 
 
 def run_filter(ctx: StageContext, cfg: TrajectoryFilterConfig) -> dict[str, Any]:
-    from trajkit.pipeline import load_object
+    from trajkit.config import load_object
 
     custom: list[tuple[str, Callable[[dict[str, Any]], str | None]]] = [
         (path, load_object(path, "custom filter")) for path in cfg.custom

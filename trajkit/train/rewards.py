@@ -174,7 +174,7 @@ def correctness_reward(
 
 @functools.cache
 def _load_scorer(path: str) -> Callable[..., list[float]]:
-    from trajkit.pipeline import load_object
+    from trajkit.config import load_object
 
     scorer = load_object(path, "conciseness scorer")
     if not callable(scorer):
@@ -290,7 +290,7 @@ def build_rewards(
 
 def load_reward(path: str, params: dict[str, Any] | None = None) -> Callable[..., list[float | None]]:
     """A custom reward from ``package.module:function`` (TRL's signature), with ``params`` bound."""
-    from trajkit.pipeline import load_object
+    from trajkit.config import load_object
 
     if "." not in path and ":" not in path:
         raise UserError(f"unknown reward {path!r}: use one of {', '.join(BUILTIN)} or a dotted path")

@@ -39,7 +39,7 @@ def custom(spec: CustomSpec, completion: str, context: dict, sandbox) -> Result:
 
 
 def _custom_function(path: str) -> Callable[..., Any]:
-    from trajkit.pipeline import load_object
+    from trajkit.config import load_object
 
     fn = load_object(path, "custom verifier")
     if not callable(fn):
