@@ -420,6 +420,8 @@ def _duck_type(t: pa.DataType) -> str:
         return "FLOAT"
     if pa.types.is_float64(t):
         return "DOUBLE"
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMPTZ" if t.tz else "TIMESTAMP"
     if pa.types.is_list(t):
         return _duck_type(t.value_type) + "[]"
     if pa.types.is_struct(t):
