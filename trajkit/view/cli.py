@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+LOOPBACK = ("127.0.0.1", "localhost")
 
 
 def view(
