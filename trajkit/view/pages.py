@@ -188,11 +188,9 @@ def trajectory_page(db: RunDB, traj_id: str) -> dict[str, Any] | None:
     if not rows:
         return None
     t = rows[0]
-    question = db.rows("SELECT question FROM tasks WHERE task_id = ?", [t["task_id"]])
     samples = db.rows("SELECT verdict, score, details FROM samples WHERE traj_id = ?", [traj_id])
     return {
         "t": t,
-        "question": question[0]["question"] if question else None,
         "messages": [message_view(m) for m in t.get("messages") or []],
         "tokens": token_trace(t),
         "sample": samples[0] if samples else None,
