@@ -1,8 +1,10 @@
 """Viewer benchmark: `trajkit view` on a synthetic run of 1,000,000 trajectories with every table populated.
 
-Reports the time to open (the real command, from launch to its first page) and each
-page's server time (the app's Server-Timing header, median and worst of --repeat
-requests through Starlette's in-process client). Goals: open < 2 s, every list page
+Reports the time to open (the real command, from launch to its first page), the first
+page of a fresh app (it builds the views and the in-memory copies of light columns that
+pages look rows up in), and each page's server time (the app's Server-Timing header:
+its first request, then median and worst of --repeat more, through Starlette's
+in-process client; goals apply to the worst). Goals: open < 2 s, every list page
 < 300 ms, a trajectory page < 100 ms.
 
     python bench/view.py [--rows 1000000] [--repeat 5] [--run DIR]
@@ -49,13 +51,14 @@ def open_time(run: Path) -> float:
         proc.wait(10)
 
 
-def server_ms(client, url: str, repeat: int) -> tuple[float, float]:
+def server_ms(client, url: str, repeat: int) -> tuple[float, float, float]:
+    """The first request's server time, then the median and worst of ``repeat`` more."""
     times = []
-    for _ in range(repeat):
+    for _ in range(repeat + 1):
         r = client.get(url)
         assert r.status_code == 200, (url, r.status_code, r.text[:300])
         times.append(float(r.headers["server-timing"].split("dur=")[1]))
-    return statistics.median(times), max(times)
+    return times[0], statistics.median(times[1:]), max(times[1:])
 
 
 def main() -> None:
@@ -97,7 +100,9 @@ def main() -> None:
         ("traj", "trajectory with token trace", f"/trajectories/{traced}"),
     ]
     with TestClient(create_app(RunDB(run), "bench"), base_url="http://127.0.0.1") as client:
-        client.get("/")  # the views are built on the first request; `open` measures that
+        t0 = time.perf_counter()
+        client.get(f"/tasks/{task}")  # builds the views and the in-memory copies of light columns
+        cold = time.perf_counter() - t0
         results = [(kind, name, *server_ms(client, url, args.repeat)) for kind, name, url in pages]
     tokens = one(f"SELECT len(token_ids) FROM trajectories WHERE traj_id = '{traced}'")
     print(
@@ -106,12 +111,14 @@ def main() -> None:
     print(
         f"open (launch to first page): {opened:.2f} s   goal < {OPEN_GOAL_S} s: {'met' if opened < OPEN_GOAL_S else 'NOT met'}"
     )
-    print(f"{'page':<36} {'median ms':>10} {'worst ms':>9} {'goal':>6}")
+    print(f"first page of a fresh app (views and in-memory copies built): {cold:.2f} s")
+    print(f"{'page':<36} {'first ms':>9} {'median ms':>10} {'worst ms':>9} {'goal':>6}")
     ok = opened < OPEN_GOAL_S
-    for kind, name, med, worst in results:
+    for kind, name, first, med, worst in results:
         goal = LIST_GOAL_MS if kind == "list" else TRAJ_GOAL_MS
         ok &= worst < goal
-        print(f"{name:<36} {med:>10.1f} {worst:>9.1f} {'<' + str(goal):>6}{'' if worst < goal else '  NOT met'}")
+        verdict = "" if worst < goal else "  NOT met"
+        print(f"{name:<36} {first:>9.1f} {med:>10.1f} {worst:>9.1f} {'<' + str(goal):>6}{verdict}")
     print(f"goals: {'met' if ok else 'NOT met'}")
 
 

@@ -48,9 +48,16 @@ def templates() -> Environment:
     env = Environment(
         loader=FileSystemLoader(HERE / "templates"), autoescape=True, trim_blocks=True, lstrip_blocks=True
     )
-    env.filters["num"] = lambda v, d=3: "" if v is None else f"{v:,.{d}f}" if isinstance(v, float) else f"{v:,}"
+    env.filters["num"] = _num
     env.globals["with_query"] = lambda params, **kw: "?" + urlencode({**params, **kw})
     return env
+
+
+def _num(value: Any, digits: int = 3) -> str:
+    """A number for a table cell; empty for null or absent."""
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}" if isinstance(value, int) else ""
 
 
 class Viewer:

@@ -38,6 +38,7 @@ class RunDB:
         self._lock = threading.Lock()
         self._con = None
         self._signature: tuple = ()
+        self._cached: set[str] = set()
 
     def signature(self) -> tuple:
         """The shard files and manifests present now: a change means the views are stale."""
@@ -63,7 +64,7 @@ class RunDB:
                     if attempt == 2:
                         raise
                     continue
-                old, self._con, self._signature = self._con, con, sig
+                old, self._con, self._signature, self._cached = self._con, con, sig, set()
                 if old is not None:
                     old.close()
                 break
@@ -111,6 +112,36 @@ class RunDB:
         finally:
             timer.cancel()
             cur.close()
+
+    def cached(self, name: str, select: str) -> str:
+        """The name of an in-memory table holding ``select``'s rows, built once per change of the run.
+
+        Pages look rows up by key in these (a few ms for a million rows) instead of scanning
+        every shard through the views; the heavy columns are then read from one shard."""
+        table = f"_cached_{name}"
+        con = self.connection()
+        with self._lock:
+            if name not in self._cached:
+                con.execute(f'CREATE OR REPLACE TABLE "{table}" AS {select}')
+                self._cached.add(name)
+        return table
+
+    def shards_of(self, table: str) -> str:
+        """A base table's shards, each row with its ``filename`` and ``file_row_number``."""
+        paths = self.store.shards(table)
+        if not paths:
+            return f"(SELECT *, NULL::VARCHAR AS filename, NULL::BIGINT AS file_row_number FROM {table} WHERE false)"
+        listed = ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths)
+        return f"read_parquet([{listed}], filename = true, file_row_number = true)"
+
+    def row_at(self, filename: str, row: int) -> dict[str, Any]:
+        """One row of one shard, by its position."""
+        path = "'" + filename.replace("'", "''") + "'"
+        return self.rows(
+            f"SELECT * EXCLUDE (file_row_number) FROM read_parquet([{path}], file_row_number = true) "
+            "WHERE file_row_number = ?",
+            [row],
+        )[0]
 
     def rows(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
         return self.query(sql, params).to_pylist()

@@ -106,15 +106,16 @@ class TaskQuery:
 
 def tasks_page(db: RunDB, q: TaskQuery) -> dict[str, Any]:
     where, params = q.where()
-    source = f"tasks LEFT JOIN ({REVIEW_LATEST}) rv ON rv.target_id = tasks.task_id"
+    source = f'"{tasks_table(db)}" tasks LEFT JOIN ({REVIEW_LATEST}) rv ON rv.target_id = tasks.task_id'
     params = ["task", *params]
-    total = db.rows(f"SELECT count(*) AS n FROM {source}{where}", params)[0]["n"]
     order = f"{TASK_SORTS[q.sort]} {'DESC' if q.desc else 'ASC'} NULLS LAST, task_id"
     rows = db.rows(
         "SELECT task_id, source, mode, question, server_ids, difficulty, pass_at_1, quality_score, split, stage, "
-        f"reject_reason, rv.decision AS review FROM {source}{where} ORDER BY {order} LIMIT ? OFFSET ?",
+        f"reject_reason, rv.decision AS review, count(*) OVER () AS total FROM {source}{where} "
+        f"ORDER BY {order} LIMIT ? OFFSET ?",
         [*params, PAGE_SIZE, (q.page - 1) * PAGE_SIZE],
     )
+    total = rows[0]["total"] if rows else db.rows(f"SELECT count(*) AS n FROM {source}{where}", params)[0]["n"]
     names = server_names(db)
     for r in rows:
         r["servers"] = [names.get(s, s) for s in r["server_ids"] or []]
@@ -122,16 +123,19 @@ def tasks_page(db: RunDB, q: TaskQuery) -> dict[str, Any]:
     return {"rows": rows, "total": total, "pages": max(1, -(-total // PAGE_SIZE)), "facets": facets(db)}
 
 
+def tasks_table(db: RunDB) -> str:
+    """The tasks view with its annotations, in memory without the raw generator output."""
+    return db.cached("tasks", "SELECT * EXCLUDE (raw_output) FROM tasks")
+
+
 def facets(db: RunDB) -> dict[str, list[Any]]:
-    """The values each filter offers (cached until the run's shards change)."""
-    return _facets(db, db.signature())
-
-
-@lru_cache(maxsize=4)
-def _facets(db: RunDB, signature: tuple) -> dict[str, list[Any]]:
+    """The values each filter offers."""
     out: dict[str, list[Any]] = {}
+    tasks = tasks_table(db)
     for col in ("source", "mode", "difficulty", "split", "stage"):
-        out[col] = [r["v"] for r in db.rows(f"SELECT DISTINCT {col} AS v FROM tasks WHERE v IS NOT NULL ORDER BY 1")]
+        out[col] = [
+            r["v"] for r in db.rows(f'SELECT DISTINCT {col} AS v FROM "{tasks}" WHERE v IS NOT NULL ORDER BY 1')
+        ]
     out["server"] = sorted(server_names(db).items(), key=lambda kv: kv[1])
     out["reject"] = [
         r["v"] for r in db.rows("SELECT DISTINCT reason AS v FROM rejected WHERE table_name = 'tasks' ORDER BY 1")
@@ -145,27 +149,26 @@ def server_names(db: RunDB) -> dict[str, str]:
 
 # ---------------------------------------------------------------- task
 def task_page(db: RunDB, task_id: str) -> dict[str, Any] | None:
-    rows = db.rows("SELECT * FROM tasks WHERE task_id = ?", [task_id])
+    rows = db.rows(f'SELECT * FROM "{tasks_table(db)}" WHERE task_id = ?', [task_id])
     if not rows:
         return None
     task = rows[0]
+    if not task["question"]:  # an unparsed generation: show what the generator wrote
+        task["raw_output"] = db.rows("SELECT raw_output FROM tasks WHERE task_id = ?", [task_id])[0]["raw_output"]
     verifier = task.get("verifier") or {}
+    light = light_tables(db)
     trajectories = db.rows(
-        "SELECT t.traj_id, t.parent_id, t.rollout_index, t.model, t.status, t.reason, t.num_turns, "
-        "t.num_tool_calls, t.final_answer, t.completeness, t.conciseness, t.tool_accuracy, t.reject_reason, "
-        "s.verdict, s.score AS reward, rv.decision AS review FROM trajectories t "
-        "LEFT JOIN samples s ON s.traj_id = t.traj_id "
-        f"LEFT JOIN ({REVIEW_LATEST}) rv ON rv.target_id = t.traj_id "
-        "WHERE t.task_id = ? ORDER BY t.model, t.rollout_index, t.traj_id",
-        ["trajectory", task_id],
+        f'SELECT * EXCLUDE (filename, file_row_number) FROM "{light["trajectories"]}" WHERE task_id = ?', [task_id]
     )
-    samples = db.rows(
-        "SELECT sample_id, sample_index, model, verdict, score, runtime_s, completion, traj_id FROM samples "
-        "WHERE task_id = ? ORDER BY model, sample_index",
-        [task_id],
-    )
-    for s in samples:
-        s["completion"] = _clip(s["completion"], 400)
+    notes = annotations(db, light, [t["traj_id"] for t in trajectories])
+    samples = db.rows(f'SELECT * FROM "{light["samples"]}" WHERE task_id = ? ORDER BY model, sample_index', [task_id])
+    verdicts = {s["traj_id"]: s for s in samples if s["traj_id"]}
+    reviews = {r["target_id"]: r["decision"] for r in db.rows(REVIEW_LATEST, ["trajectory"]) if r["target_id"] in notes}
+    for t in trajectories:
+        sample = verdicts.get(t["traj_id"], {})
+        t.update(notes[t["traj_id"]], verdict=sample.get("verdict"), reward=sample.get("score"))
+        t["review"] = reviews.get(t["traj_id"])
+    trajectories.sort(key=lambda t: (t["model"] or "", t["rollout_index"] or 0, t["traj_id"]))
     evals = db.rows(
         "SELECT model, samples, correct, pass_at FROM eval_passk WHERE task_id = ? ORDER BY model", [task_id]
     )
@@ -183,12 +186,31 @@ def task_page(db: RunDB, task_id: str) -> dict[str, Any] | None:
 
 
 # ---------------------------------------------------------------- trajectory
+def light_tables(db: RunDB) -> dict[str, str]:
+    """In-memory copies of the light columns the task and trajectory pages look up by key."""
+    return {
+        "trajectories": db.cached(
+            "trajectories",
+            "SELECT traj_id, task_id, parent_id, rollout_index, model, status, reason, num_turns, num_tool_calls, "
+            f"left(final_answer, 300) AS final_answer, filename, file_row_number FROM {db.shards_of('trajectories')}",
+        ),
+        "trajectory_quality": db.cached("trajectory_quality", "SELECT * EXCLUDE (judge_raw) FROM trajectory_quality"),
+        "samples": db.cached(
+            "samples",
+            "SELECT sample_id, task_id, sample_index, model, verdict, score, runtime_s, left(completion, 400) "
+            "AS completion, traj_id, details FROM samples",
+        ),
+    }
+
+
 def trajectory_page(db: RunDB, traj_id: str) -> dict[str, Any] | None:
-    rows = db.rows("SELECT * FROM trajectories WHERE traj_id = ?", [traj_id])
-    if not rows:
+    light = light_tables(db)
+    found = db.rows(f'SELECT filename, file_row_number FROM "{light["trajectories"]}" WHERE traj_id = ?', [traj_id])
+    if not found:
         return None
-    t = rows[0]
-    samples = db.rows("SELECT verdict, score, details FROM samples WHERE traj_id = ?", [traj_id])
+    t = {**db.row_at(found[0]["filename"], found[0]["file_row_number"])}
+    t.update(annotations(db, light, [traj_id])[traj_id])
+    samples = db.rows(f'SELECT verdict, score, details FROM "{light["samples"]}" WHERE traj_id = ?', [traj_id])
     return {
         "t": t,
         "messages": [message_view(m) for m in t.get("messages") or []],
@@ -197,6 +219,24 @@ def trajectory_page(db: RunDB, traj_id: str) -> dict[str, Any] | None:
         "sampling": t.get("sampling") or {},
         **reviews_of(db, "trajectory", traj_id),
     }
+
+
+def annotations(db: RunDB, light: dict[str, str], ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Judge columns and reject reasons of some trajectories, by id: what the trajectories view
+    joins on, looked up by key instead of joined over the whole table."""
+    out: dict[str, dict[str, Any]] = {i: {} for i in ids}
+    for r in db.rows(
+        f'SELECT * FROM "{light["trajectory_quality"]}" WHERE traj_id IN (SELECT unnest(?::VARCHAR[]))', [ids]
+    ):
+        out[r.pop("traj_id")].update(r)
+    reasons = db.rows(
+        "SELECT row_id, string_agg(DISTINCT reason, '; ' ORDER BY reason) AS reject_reason FROM rejected "
+        "WHERE table_name = 'trajectories' AND row_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY row_id",
+        [ids],
+    )
+    for r in reasons:
+        out[r["row_id"]]["reject_reason"] = r["reject_reason"]
+    return out
 
 
 def message_view(m: dict[str, Any]) -> dict[str, Any]:
@@ -220,19 +260,23 @@ def message_view(m: dict[str, Any]) -> dict[str, Any]:
 
 
 def token_trace(t: dict[str, Any]) -> dict[str, Any] | None:
-    """Token ids with their loss mask and logprob (and text where the model's tokenizer is local)."""
+    """Token ids with their loss mask and logprob (and text where the model's tokenizer is local), as
+    JSON for the page's script to lay out: thousands of tokens cost the server one ``json.dumps``."""
     ids = t.get("token_ids")
     if not ids:
         return None
-    mask = t.get("loss_mask") or [None] * len(ids)
-    logprobs = t.get("logprobs") or [None] * len(ids)
     shown = ids[:MAX_TRACE_TOKENS]
+    mask = (t.get("loss_mask") or [None] * len(ids))[: len(shown)]
+    logprobs = [None if x is None else round(x, 4) for x in (t.get("logprobs") or [None] * len(ids))[: len(shown)]]
     texts = _token_texts(t.get("model") or "", tuple(shown))
-    tokens = [
-        {"id": i, "text": texts[n] if texts else str(i), "mask": mask[n], "logprob": logprobs[n]}
-        for n, i in enumerate(shown)
-    ]
-    return {"tokens": tokens, "total": len(ids), "sampled": sum(1 for x in mask if x == 1), "decoded": bool(texts)}
+    data = {"ids": shown, "text": texts, "mask": mask, "logprobs": logprobs}
+    return {
+        "json": json.dumps(data, ensure_ascii=False),
+        "shown": len(shown),
+        "total": len(ids),
+        "sampled": sum(1 for x in mask if x == 1),
+        "decoded": bool(texts),
+    }
 
 
 def _token_texts(model: str, ids: tuple[int, ...]) -> list[str] | None:
