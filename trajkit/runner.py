@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from trajkit import __version__
 from trajkit import schema as S
+from trajkit.concurrency import bounded
 from trajkit.config import StageConfig, config_hash, hashed_dict
 from trajkit.errors import StageStopped, UserError
 from trajkit.store import ShardWriter, Store, atomic_write_json
@@ -123,12 +124,14 @@ class StageContext:
             self._writers[table] = self.store.writer(table, self.name, self.rank, rows_per_shard)
         return self._writers[table]
 
-    def write(self, table: str, rows: dict[str, Any] | Iterable[dict[str, Any]] | pa.Table) -> None:
+    def write(self, table: str, rows: dict[str, Any] | Iterable[dict[str, Any]] | pa.Table) -> int:
+        """Add rows to this stage's shards of ``table``; returns how many."""
         rows = [rows] if isinstance(rows, dict) else rows
         if not isinstance(rows, pa.Table):
             rows = list(rows)
         self.writer(table).write(rows)
         self.counts[f"rows.{table}"] += len(rows)
+        return len(rows)
 
     def reject(self, table: str, row_id: str, reason: str, detail: str | None = None) -> None:
         """Record that a row was rejected (it stays in its table), once per (row, reason) across resumes.
@@ -176,6 +179,35 @@ class StageContext:
                 pending = 0
 
         return wrote
+
+    async def fan_out(
+        self,
+        items: Iterable[Any],
+        fn: Callable[[Any], Awaitable[Any]],
+        *,
+        concurrency: int,
+        unit: str,
+        write: Callable[[Any, Any], int | None],
+        flush: tuple[int, tuple[str, ...]] | None = None,
+    ) -> None:
+        """The one way a stage fans out: ``fn`` over ``items`` with at most ``concurrency`` in flight.
+
+        Each (item, result) goes to ``write`` in this coroutine as it finishes (no
+        locks needed), which returns the rows it wrote; with ``flush=(rows,
+        tables)`` those tables are flushed in order every ``rows`` rows, so shards
+        end only between items. A progress bar counts items as ``unit``. An
+        exception from ``fn`` or ``write`` (a bug, a budget cap) cancels the work
+        in flight and propagates; faults that are data are rows made inside ``fn``.
+        """
+        items = list(items)
+        wrote = self.flush_every(*flush) if flush else None
+        with self.progress(len(items), unit) as advance:
+            async with contextlib.aclosing(bounded(items, fn, concurrency)) as results:
+                async for item, result in results:
+                    rows = write(item, result)
+                    if wrote is not None:
+                        wrote(rows or 0)
+                    advance(1)
 
     def recount(self) -> None:
         """Set ``rows.<table>`` (and the tallies below) from this stage's and rank's shards, so a

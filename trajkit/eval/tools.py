@@ -252,17 +252,15 @@ async def _evaluate(ctx: StageContext, cfg: EvalToolsConfig, todo: list[tuple[Mo
 
     params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed)
     backends = {m.model: make_backend(m, ctx.usage, ctx.store.root / "_cache") for m in cfg.models}
-    gate = asyncio.Semaphore(cfg.concurrency)
 
     async def one(spec: ModelSpec, t: Turn) -> dict[str, Any]:
-        async with gate:
-            try:
-                completions = await backends[spec.model].generate(t.messages, t.tools or None, params)
-                c = completions[0] if completions else Completion(text="", error="no completion")
-            except (StageStopped, UserError):  # a budget cap or a bad config stops the stage
-                raise
-            except Exception as e:  # noqa: BLE001 - a backend fault is this turn's row, not the run's end
-                c = Completion(text="", finish_reason="error", error=f"{type(e).__name__}: {e}")
+        try:
+            completions = await backends[spec.model].generate(t.messages, t.tools or None, params)
+            c = completions[0] if completions else Completion(text="", error="no completion")
+        except (StageStopped, UserError):  # a budget cap or a bad config stops the stage
+            raise
+        except Exception as e:  # noqa: BLE001 - a backend fault is this turn's row, not the run's end
+            c = Completion(text="", finish_reason="error", error=f"{type(e).__name__}: {e}")
         row = {
             "eval_id": eval_id(spec, t, cfg),
             "model": spec.model,
@@ -291,13 +289,15 @@ async def _evaluate(ctx: StageContext, cfg: EvalToolsConfig, todo: list[tuple[Mo
             "reason": reason,
         }
 
-    wrote = ctx.flush_every(cfg.flush_rows, ("eval_tools",))
     try:
-        with ctx.progress(len(todo), "turns") as advance:
-            for finished in asyncio.as_completed([one(spec, t) for spec, t in todo]):
-                ctx.write("eval_tools", await finished)
-                wrote(1)
-                advance(1)
+        await ctx.fan_out(
+            todo,
+            lambda item: one(*item),
+            concurrency=cfg.concurrency,
+            unit="turns",
+            write=lambda _, row: ctx.write("eval_tools", row),
+            flush=(cfg.flush_rows, ("eval_tools",)),
+        )
     finally:
         for backend in backends.values():
             await backend.aclose()

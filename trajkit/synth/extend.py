@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from contextlib import aclosing
 from typing import Any
 
 from pydantic import Field
@@ -34,7 +33,6 @@ from trajkit.models.base import ModelSpec, SamplingParams
 from trajkit.runner import StageContext, StageSpec
 from trajkit.synth.prompts import load_prompt, render
 from trajkit.synth.transcripts import conversation_text, tool_listing
-from trajkit.synth.work import bounded
 
 END = "<END_CONVERSATION>"
 ENDED = "user simulator ended the conversation"  # an aborted extension's reason
@@ -206,11 +204,13 @@ async def _extend(
                 own = ctx.store.rows("trajectories", stage=ctx.name)
                 todo = [(p, round_) for p in parents_for_round(own, roots, round_)]
                 ctx.log(f"round {round_}: {len(todo)} conversations to extend")
-                with ctx.progress(len(todo), f"round {round_}") as advance:
-                    async with aclosing(bounded(todo, one, cfg.concurrency)) as results:
-                        async for _, row in results:
-                            ctx.write("trajectories", row)
-                            advance(1)
+                await ctx.fan_out(
+                    todo,
+                    one,
+                    concurrency=cfg.concurrency,
+                    unit=f"round {round_}",
+                    write=lambda _, row: ctx.write("trajectories", row),
+                )
                 total += len(todo)
     finally:
         await agent.aclose()

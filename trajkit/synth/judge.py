@@ -15,7 +15,6 @@ asks again, as every stage retries its transient failures.
 from __future__ import annotations
 
 import asyncio
-from contextlib import aclosing
 from typing import Any, Literal
 
 from pydantic import Field
@@ -28,7 +27,6 @@ from trajkit.synth.prompts import load_prompt, render
 from trajkit.synth.ratings import TASK_DIMENSIONS, TRAJECTORY_DIMENSIONS, mean_score, parse_judgment
 from trajkit.synth.tool_accuracy import tool_accuracy
 from trajkit.synth.transcripts import conversation_text, tool_listing
-from trajkit.synth.work import bounded
 
 REQUEST_FAILED = "judge request failed"  # the judge_reason of a failed judge request: retried on resume
 
@@ -120,11 +118,9 @@ async def _judge_all(
         return "trajectory_quality", trajectory_quality(row, task.get("target_tools"), cfg.model.model, raw, failure)
 
     try:
-        with ctx.progress(len(items), "judged") as advance:
-            async with aclosing(bounded(items, judge, cfg.concurrency)) as results:
-                async for _, (table, out) in results:
-                    ctx.write(table, out)
-                    advance(1)
+        await ctx.fan_out(
+            items, judge, concurrency=cfg.concurrency, unit="judged", write=lambda _, out: ctx.write(*out)
+        )
     finally:
         await backend.aclose()
 

@@ -25,13 +25,13 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from trajkit import schema as S
+from trajkit.concurrency import cancel_all
 from trajkit.config import StageConfig
 from trajkit.envs.agent import episode_head
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec, SamplingParams
 from trajkit.runner import StageContext, StageSpec
 from trajkit.synth import rules
-from trajkit.synth.work import cancel_all
 
 ABORTED_REASON = "target reached"
 
