@@ -39,7 +39,14 @@ from trajkit.store import ShardWriter, Store, atomic_write_json
 
 @dataclass(frozen=True)
 class StageSpec:
-    """What a stage is: its kind (``curate.import``), config class, function and tables."""
+    """What a stage is: its kind (``curate.import``), config class, function and tables.
+
+    ``retry`` is the stage's one retry rule: called with the context and config
+    before the stage runs (a first run finds nothing), it drops this rank's rows
+    that a previous run left failed in a way a rerun may cure (a model request or
+    a server that failed or timed out) and returns how many units run again; the
+    runner counts them as ``retried``.
+    """
 
     kind: str
     config: type[StageConfig]
@@ -47,6 +54,7 @@ class StageSpec:
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
     help: str = ""
+    retry: Callable[[StageContext, Any], int] | None = None
 
 
 @dataclass
@@ -239,16 +247,6 @@ class StageContext:
         """Ids of rows this stage (any rank) already wrote to a table."""
         return self.store.ids(table, stage=self.name)
 
-    def retry_aborted(self, table: str, status_column: str = "status") -> set[str]:
-        """Drop this rank's aborted rows from the stage's own shards so they run again."""
-        data = self.store.read(table, [S.table(table).key, status_column], stage=self.name)
-        ids = {
-            k for k, s in zip(data.column(0).to_pylist(), data.column(1).to_pylist()) if s == "aborted" and self.mine(k)
-        }
-        if ids:
-            self.store.drop_rows(table, self.name, ids)
-        return ids
-
     def mine(self, row_id: str) -> bool:
         """Whether this rank owns a row: a hash partition, so shards split the same rows."""
         if self.world_size == 1:
@@ -349,6 +347,10 @@ def run_stage(
     started, t0 = _now(), time.monotonic()
     inputs = {t: {"rows": store.count(t), "shards": len(store.shards(t))} for t in spec.inputs}
     try:
+        retried = spec.retry(ctx, cfg) if spec.retry is not None else 0
+        if retried:
+            ctx.counts["retried"] += retried
+            ctx.log(f"running again {retried} unit(s) that failed in a way a rerun may cure")
         extra = spec.run(ctx, cfg) or {}
     except StageStopped as e:
         ctx.flush()

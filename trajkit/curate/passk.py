@@ -90,7 +90,7 @@ def _tasks(ctx: StageContext, cfg: PassKConfig) -> list[dict[str, Any]]:
     return out[: cfg.limit] if cfg.limit else out
 
 
-def retry_transient(ctx: StageContext) -> int:
+def retry_transient(ctx: StageContext, _: PassKConfig) -> int:
     """Drop this rank's samples whose attempt failed transiently, and their trajectories, so they run again.
 
     A trajectory no sample refers to (a kill between the two flushes) stays to be
@@ -123,9 +123,6 @@ def run_passk(ctx: StageContext, cfg: PassKConfig) -> dict[str, Any]:
 
     tasks = _tasks(ctx, cfg)
     check_custom_verifiers(t["verifier"] for t in tasks)
-    retried = retry_transient(ctx)
-    if retried:
-        ctx.log(f"retrying {retried} attempts that failed transiently")
     done = ctx.done("samples")
     work = []
     for task in tasks:
@@ -140,7 +137,7 @@ def run_passk(ctx: StageContext, cfg: PassKConfig) -> dict[str, Any]:
         asyncio.run(_sample_all(ctx, cfg, work))
     ctx.flush()
     histogram = write_passk(ctx, cfg.model.model, cfg.ks or None, cfg.thresholds)
-    return {"tasks": len(tasks), "k": cfg.k, "retried": retried, "difficulty": histogram}
+    return {"tasks": len(tasks), "k": cfg.k, "difficulty": histogram}
 
 
 async def _sample_all(ctx: StageContext, cfg: PassKConfig, work: list[tuple[str, dict, int, int]]) -> None:
@@ -205,6 +202,7 @@ PASSK = StageSpec(
     "curate.passk",
     PassKConfig,
     run_passk,
+    retry=retry_transient,
     inputs=("tasks", "servers"),
     outputs=("samples", "trajectories", "passk"),
     help="Sample k completions per task (tool tasks through the agent loop), verify them, write pass@k and difficulty.",

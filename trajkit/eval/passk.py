@@ -117,8 +117,9 @@ def load_tasks(store: Store, split: str | None, limit: int | None, counts: Any =
     return out[:limit] if limit else out
 
 
-def retry_unjudged(ctx: StageContext, n: int) -> int:
+def retry_unjudged(ctx: StageContext, cfg: EvalPasskConfig) -> int:
     """Drop this rank's rows with fewer judged attempts than ``n``, so their units run again."""
+    n = cfg.n
     data = ctx.store.read("eval_passk", ["eval_id", "samples"], stage=ctx.name).to_pylist()
     again = {r["eval_id"] for r in data if r["samples"] < n and ctx.mine(r["eval_id"])}
     return ctx.store.drop_rows("eval_passk", ctx.name, again)
@@ -129,7 +130,6 @@ def run_eval_passk(ctx: StageContext, cfg: EvalPasskConfig) -> dict[str, Any]:
 
     tasks = load_tasks(ctx.store, cfg.split, cfg.limit, ctx.counts)
     check_custom_verifiers(t["verifier"] for t in tasks)
-    ctx.counts["retried"] += retry_unjudged(ctx, cfg.n)
     done = ctx.done("eval_passk")
     todo = [
         (m, t) for m in cfg.models for t in tasks if (i := eval_id(m, t["task_id"], cfg)) not in done and ctx.mine(i)
@@ -237,6 +237,7 @@ EVAL_PASSK = StageSpec(
     "eval.passk",
     EvalPasskConfig,
     run_eval_passk,
+    retry=retry_unjudged,
     inputs=("tasks", "passk", "splits"),
     outputs=("eval_passk",),
     help="pass@k (unbiased) of one or more models on a split, per difficulty bucket and overall.",

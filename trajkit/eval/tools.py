@@ -217,7 +217,7 @@ def _recover(raw: str) -> Call | None:
     return Call(fn["name"], args) if isinstance(args, dict) else None
 
 
-def retry_model_errors(ctx: StageContext) -> int:
+def retry_model_errors(ctx: StageContext, _: EvalToolsConfig) -> int:
     """Drop this rank's rows whose model request failed, so those turns are asked again."""
     data = ctx.store.read("eval_tools", ["eval_id", "reason"], stage=ctx.name).to_pylist()
     again = {r["eval_id"] for r in data if (r["reason"] or "").startswith(MODEL_ERROR) and ctx.mine(r["eval_id"])}
@@ -226,7 +226,6 @@ def retry_model_errors(ctx: StageContext) -> int:
 
 def run_eval_tools(ctx: StageContext, cfg: EvalToolsConfig) -> dict[str, Any]:
     turns = bfcl_turns(cfg) if cfg.bfcl else trajectory_turns(ctx.store, cfg, ctx.counts)
-    ctx.counts["retried"] += retry_model_errors(ctx)
     done = ctx.done("eval_tools")
     todo = [(m, t) for m in cfg.models for t in turns if (i := eval_id(m, t, cfg)) not in done and ctx.mine(i)]
     ctx.log(f"{len(turns)} turn(s) x {len(cfg.models)} model(s), {len(todo)} to evaluate")
@@ -343,6 +342,7 @@ EVAL_TOOLS = StageSpec(
     "eval.tools",
     EvalToolsConfig,
     run_eval_tools,
+    retry=retry_model_errors,
     inputs=("trajectories", "tasks", "splits"),
     outputs=("eval_tools",),
     help="Tool-call accuracy (BFCL-style) on held-out trajectories, or on BFCL's AST categories.",

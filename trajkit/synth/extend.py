@@ -87,7 +87,6 @@ def run_extend(ctx: StageContext, cfg: ExtendConfig) -> dict[str, Any]:
     if not servers:
         raise UserError(f"no servers in {ctx.store.root}: run `trajkit synth harvest` first")
     prompt = load_prompt("user_simulator.md", cfg.prompts_dir, ("CONVERSATION",))
-    ctx.counts["resumed.retried_transient"] += retry_transient(ctx)
     chosen = set(ctx.store.sql(f"SELECT traj_id FROM trajectories WHERE ({cfg.where})").column(0).to_pylist())
     chosen -= ctx.store.ids("trajectories", stage=ctx.name)  # never this stage's own rows: those are later rounds
     roots = sorted((r for r in ctx.store.rows("trajectories") if r["traj_id"] in chosen), key=lambda r: r["traj_id"])
@@ -95,7 +94,7 @@ def run_extend(ctx: StageContext, cfg: ExtendConfig) -> dict[str, Any]:
     return {"extended": total, "rounds": cfg.rounds}
 
 
-def retry_transient(ctx: StageContext) -> int:
+def retry_transient(ctx: StageContext, _: ExtendConfig) -> int:
     """Drop this rank's extensions that failed transiently, so they run again."""
     from trajkit.envs.agent import is_transient
 
@@ -239,6 +238,7 @@ EXTEND = StageSpec(
     "synth.extend",
     ExtendConfig,
     run_extend,
+    retry=retry_transient,
     inputs=("trajectories", "tasks", "servers"),
     outputs=("trajectories",),
     help="Extend conversations: a user-simulator model writes a follow-up, the agent loop continues.",

@@ -49,7 +49,7 @@ class JudgeConfig(StageConfig):
     flush_rows: int = Field(256, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
 
 
-def retry_failed_requests(ctx: StageContext) -> int:
+def retry_failed_requests(ctx: StageContext, _: JudgeConfig) -> int:
     """Drop this rank's judgments whose request failed, so they are asked again."""
     dropped = 0
     for table in ("task_quality", "trajectory_quality"):
@@ -62,7 +62,6 @@ def retry_failed_requests(ctx: StageContext) -> int:
 
 def run_judge(ctx: StageContext, cfg: JudgeConfig) -> dict[str, Any]:
     store = ctx.store
-    ctx.counts["retried"] += retry_failed_requests(ctx)
     tasks = {t["task_id"]: t for t in store.rows("tasks") if t["question"]}
     items: list[tuple[str, dict[str, Any]]] = []
     if "tasks" in cfg.targets:
@@ -167,6 +166,7 @@ JUDGE = StageSpec(
     "synth.judge",
     JudgeConfig,
     run_judge,
+    retry=retry_failed_requests,
     inputs=("tasks", "trajectories", "servers"),
     outputs=("task_quality", "trajectory_quality"),
     help="LLM-judge tasks (Toucan's six dimensions) and trajectories (completeness, conciseness, tool accuracy).",

@@ -101,7 +101,7 @@ def turn_seed(request_id: str, turn: int) -> int:
     return S.seed_for(request_id, turn)
 
 
-def retry_failed_requests(ctx: StageContext) -> int:
+def retry_failed_requests(ctx: StageContext, _: TasksConfig) -> int:
     """Drop this rank's rows of requests whose generation failed, and their ``rejected`` rows, so they run again.
 
     Reads this rank's own shards: the stage's rejects are flushed before its
@@ -154,8 +154,6 @@ def run_tasks(ctx: StageContext, cfg: TasksConfig) -> dict[str, Any]:
     requests, skipped = plan_requests(cfg, servers)
     for mode, n in skipped.items():
         ctx.counts[f"skipped.{mode}.no_eligible_servers"] += n
-    retried = retry_failed_requests(ctx)
-    ctx.counts["requests.retried"] += retried
     done = ctx.done("tasks")
     todo = [r for r in requests if ctx.mine(r.request_id) and task_id(r.request_id, 0) not in done]
     ctx.counts["requests.resumed_done"] += sum(1 for r in requests if ctx.mine(r.request_id)) - len(todo)
@@ -304,6 +302,7 @@ TASKS = StageSpec(
     "synth.tasks",
     TasksConfig,
     run_tasks,
+    retry=retry_failed_requests,
     inputs=("servers",),
     outputs=("tasks", "rejected"),
     help="Synthesize tool-use tasks (single tool, multi tool, multi server) with direct or verbalized sampling.",
