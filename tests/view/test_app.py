@@ -276,3 +276,11 @@ def test_a_shard_vanishing_between_the_check_and_the_query_is_retried_on_fresh_v
     db.connection(force=True)
     store.drop_stage("later")
     assert db.rows("SELECT count(*) AS n FROM tasks")[0]["n"] == n - 1
+
+
+def test_a_runaway_query_is_stopped(client, monkeypatch):
+    from trajkit.view import db as db_module
+
+    monkeypatch.setattr(db_module, "QUERY_TIMEOUT_S", 0.3)
+    r = client.get("/sql", params={"q": "SELECT count(*) FROM range(1000000000000) a, range(10) b"})
+    assert r.status_code == 400 and "query stopped after" in r.text

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.view.conftest import Served
+from tests.view.test_app import HOSTILE, _hostile_run
 from trajkit.store import Store
 from trajkit.view.app import create_app
 from trajkit.view.db import RunDB
@@ -107,6 +108,16 @@ def test_click_through_every_page_filter_review_and_query(browser_page, run_copy
         page.fill("#sql-box", f"COPY (SELECT 1) TO '{run_copy}/evil.csv'")
         page.click("#sql-form button")
         assert "only read statements" in page.inner_text("#sql-error") and not (run_copy / "evil.csv").exists()
+
+        tid, trid = _hostile_run(run_copy)  # model and tool text full of markup: shown, never run
+        dialogs = []
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.goto(f"{server.url}/trajectories/{trid}")
+        page.click("#toggle-all")
+        assert HOSTILE in page.inner_text("#conversation") and page.locator("#conversation img").count() == 0
+        page.goto(f"{server.url}/tasks/{tid}")
+        assert page.inner_text("#question") == HOSTILE and not dialogs
+        shot("hostile")
 
         page.click("nav >> text=Compare")
         page.select_option("select[name=a]", "scripted-good")
