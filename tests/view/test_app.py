@@ -284,3 +284,11 @@ def test_a_runaway_query_is_stopped(client, monkeypatch):
     monkeypatch.setattr(db_module, "QUERY_TIMEOUT_S", 0.3)
     r = client.get("/sql", params={"q": "SELECT count(*) FROM range(1000000000000) a, range(10) b"})
     assert r.status_code == 400 and "query stopped after" in r.text
+
+
+def test_an_empty_run_shows_every_page(tmp_path):
+    with TestClient(create_app(RunDB(tmp_path), "alice"), base_url="http://127.0.0.1") as c:
+        for url in ("/", "/tasks", "/compare", "/sql?q=SELECT * FROM trajectories", "/sql.csv?q=SELECT 1"):
+            assert c.get(url).status_code == 200, url
+        assert "0 matching" in c.get("/tasks").text and "no evaluation yet" in c.get("/compare").text
+        assert c.get("/tasks/x").status_code == 404 and c.get("/trajectories/y").status_code == 404
