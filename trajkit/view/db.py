@@ -7,11 +7,14 @@ of an allowlisted kind (``SELECT``, ``WITH``, ``DESCRIBE``, ``SHOW``, ``SUMMARIZ
 Shards are read, never locked: a stage may write the run while it is viewed; when
 the set of shards changes (new shards, a ``--fresh`` rerun deleting some) the views
 are rebuilt, and a query that met a vanished file is run once more on fresh views.
+Pages look rows up in in-memory copies of light columns (``cached``), rebuilt with
+the views.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -113,16 +116,25 @@ class RunDB:
             timer.cancel()
             cur.close()
 
-    def cached(self, name: str, select: str) -> str:
-        """The name of an in-memory table holding ``select``'s rows, built once per change of the run.
+    def cached(self, name: str, select: Callable[[], str]) -> str:
+        """The name of an in-memory table holding the rows of the query ``select()`` writes, built
+        once per change of the run (once more on fresh views if a shard vanished meanwhile).
 
         Pages look rows up by key in these (a few ms for a million rows) instead of scanning
         every shard through the views; the heavy columns are then read from one shard."""
+        import duckdb
+
+        try:
+            return self._build(name, select, fresh=False)
+        except duckdb.IOException:
+            return self._build(name, select, fresh=True)
+
+    def _build(self, name: str, select: Callable[[], str], fresh: bool) -> str:
         table = f"_cached_{name}"
-        con = self.connection()
+        con = self.connection(force=fresh)
         with self._lock:
             if name not in self._cached:
-                con.execute(f'CREATE OR REPLACE TABLE "{table}" AS {select}')
+                con.execute(f'CREATE OR REPLACE TABLE "{table}" AS {select()}')
                 self._cached.add(name)
         return table
 

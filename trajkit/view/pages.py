@@ -1,4 +1,5 @@
-"""What each page shows, read from the run's views: plain dicts and lists, never markup."""
+"""What each page shows: read from the run's views (rows looked up by key in in-memory copies of their light
+columns), returned as plain dicts and lists, never markup."""
 
 from __future__ import annotations
 
@@ -125,7 +126,7 @@ def tasks_page(db: RunDB, q: TaskQuery) -> dict[str, Any]:
 
 def tasks_table(db: RunDB) -> str:
     """The tasks view with its annotations, in memory without the raw generator output."""
-    return db.cached("tasks", "SELECT * EXCLUDE (raw_output) FROM tasks")
+    return db.cached("tasks", lambda: "SELECT * EXCLUDE (raw_output) FROM tasks")
 
 
 def facets(db: RunDB) -> dict[str, list[Any]]:
@@ -191,14 +192,20 @@ def light_tables(db: RunDB) -> dict[str, str]:
     return {
         "trajectories": db.cached(
             "trajectories",
-            "SELECT traj_id, task_id, parent_id, rollout_index, model, status, reason, num_turns, num_tool_calls, "
-            f"left(final_answer, 300) AS final_answer, filename, file_row_number FROM {db.shards_of('trajectories')}",
+            lambda: (
+                "SELECT traj_id, task_id, parent_id, rollout_index, model, status, reason, num_turns, num_tool_calls, "
+                f"left(final_answer, 300) AS final_answer, filename, file_row_number FROM {db.shards_of('trajectories')}"
+            ),
         ),
-        "trajectory_quality": db.cached("trajectory_quality", "SELECT * EXCLUDE (judge_raw) FROM trajectory_quality"),
+        "trajectory_quality": db.cached(
+            "trajectory_quality", lambda: "SELECT * EXCLUDE (judge_raw) FROM trajectory_quality"
+        ),
         "samples": db.cached(
             "samples",
-            "SELECT sample_id, task_id, sample_index, model, verdict, score, runtime_s, left(completion, 400) "
-            "AS completion, traj_id, details FROM samples",
+            lambda: (
+                "SELECT sample_id, task_id, sample_index, model, verdict, score, runtime_s, left(completion, 400) "
+                "AS completion, traj_id, details FROM samples"
+            ),
         ),
     }
 
