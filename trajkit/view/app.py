@@ -16,7 +16,7 @@ import secrets
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 from jinja2 import Environment, FileSystemLoader
 from starlette.applications import Starlette
@@ -151,12 +151,10 @@ class Viewer:
         decision, note = str(form.get("decision", "")), str(form.get("note", "")).strip()
         if kind not in S.REVIEW_TARGETS or decision not in S.REVIEW_DECISIONS:
             return PlainTextResponse("bad review: target_kind or decision\n", status_code=400)
-        table = "tasks" if kind == "task" else "trajectories"
-        key = S.table(table).key
-        if not await run_in_threadpool(self.db.rows, f"SELECT 1 FROM {table} WHERE {key} = ? LIMIT 1", [target]):
+        if not await run_in_threadpool(pages.exists, self.db, kind, target):
             return PlainTextResponse(f"bad review: no {kind} {target!r}\n", status_code=400)
         await run_in_threadpool(add_review, self.db.store, kind, target, decision, self.reviewer, note[:4000])
-        where = f"/tasks/{target}" if kind == "task" else f"/trajectories/{target}"
+        where = f"/tasks/{quote(target)}" if kind == "task" else f"/trajectories/{quote(target)}"
         return RedirectResponse(where, status_code=303)
 
     def not_found(self, request: Request, what: str) -> Response:
