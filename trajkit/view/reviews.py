@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from datetime import UTC, datetime
 
@@ -9,7 +10,7 @@ from trajkit import schema as S
 from trajkit.store import Store
 
 STAGE = "review"
-_lock = threading.Lock()  # one writer at a time: shard sequence numbers are taken from the folder
+_lock = threading.Lock()  # one writer per process at a time: shard sequence numbers are taken from the folder
 
 
 def add_review(store: Store, target_kind: str, target_id: str, decision: str, reviewer: str, note: str = "") -> dict:
@@ -24,6 +25,6 @@ def add_review(store: Store, target_kind: str, target_id: str, decision: str, re
         "reviewer": reviewer,
         "reviewed_at": at,
     }
-    with _lock:
-        store.write("reviews", STAGE, [row])
+    with _lock:  # each process writes under its own rank, so two viewers of one run never take the same shard name
+        store.write("reviews", STAGE, [row], rank=os.getpid())
     return row
