@@ -3,7 +3,7 @@
 Standard library only (``ctypes`` for the system calls Python 3.11's ``os``
 lacks), because the worker imports it as a plain script. Every function
 raises ``OSError`` when the kernel refuses; the worker decides what a refusal
-means (a fallback with a warning, or a failed sample).
+means: ``require`` is the one downgrade rule for code and MCP servers alike.
 """
 
 from __future__ import annotations
@@ -54,6 +54,22 @@ def _check(result: int, what: str) -> None:
     if result != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+ALLOW_WEAKER_FLAG = "--allow-weaker-sandbox"
+
+
+class ProtectionMissing(RuntimeError):
+    """A protection the machine cannot give, and the user did not accept running without it."""
+
+
+def require(protection: str, missing: str | None, allow_weaker: bool) -> None:
+    """The one downgrade rule: ``missing`` (why ``protection`` cannot be given, None when it can) stops
+    the start with one line naming the protection, unless the user passed ``--allow-weaker-sandbox``."""
+    if missing is not None and not allow_weaker:
+        raise ProtectionMissing(
+            f"sandbox: this machine cannot give {protection} ({missing}); pass {ALLOW_WEAKER_FLAG} to run without it"
+        )
 
 
 def _b(value: str | None) -> bytes | None:
