@@ -158,20 +158,26 @@ class Sandbox:
         memory_mb: int = 1024,
         *,
         preload: tuple[str, ...] = (),
+        tests: dict | None = None,
     ) -> RunResult:
         """Run a Python program (as ``__main__``) with ``stdin`` as its input, under the limits.
 
         ``preload`` names trusted modules the worker imports before forking
-        (once per worker), so programs that use them start warm.
+        (once per worker), so programs that use them start warm. ``tests``
+        (``program`` and ``names``, from ``unit_test_parts``) runs trusted test
+        code in a second process against the program's functions; only its end
+        decides the verdict.
         """
         if not self._started:
             self.start()
         request = {"program": program, "stdin": stdin, "timeout_s": timeout_s, "memory_mb": memory_mb}
         if preload:
             request["preload"] = list(preload)
+        if tests is not None:
+            request["tests"] = True  # sent as a second message, after the solution's process is forked
         worker = self._idle.get()
         try:
-            answer = worker.request(request, timeout_s + 30 + 30 * bool(preload))
+            answer = worker.request(request, timeout_s + 30 + 30 * bool(preload), tests)
         except _WorkerLost as exc:
             worker.stop()
             return RunResult("error", reason=f"sandbox worker lost: {exc}")
@@ -238,7 +244,7 @@ class _Worker:
             raise _WorkerLost(f"worker {self.slot} did not start: {ready}")
         self.missing = ready["missing"]
 
-    def request(self, message: dict, wait_s: float) -> dict:
+    def request(self, message: dict, wait_s: float, follow: dict | None = None) -> dict:
         if self.proc is None or self.proc.poll() is not None:
             self.stop()
             try:
@@ -247,6 +253,8 @@ class _Worker:
             except (OSError, _WorkerLost) as exc:
                 raise _WorkerLost(f"cannot restart worker {self.slot}: {exc}") from None
         _send(self.proc.stdin.fileno(), message)
+        if follow is not None:
+            _send(self.proc.stdin.fileno(), follow)
         return _receive(self.proc.stdout.fileno(), time.monotonic() + wait_s)
 
     def stop(self) -> None:
