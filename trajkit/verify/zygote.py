@@ -97,8 +97,8 @@ class Zygote:
         """Run one program; the answer says how it ended (the verdict) and what it printed.
 
         With ``tests`` (a dict, or True when they come as the next message,
-        read only after the solution's process is forked so that its memory
-        never holds them) the program is a solution served to the tests in a
+        which the tests' process reads itself, so that no solution's process,
+        forked from this one, ever holds them) the program is a solution served to the tests in a
         second process, whose end alone decides the verdict (``harness.py``).
         """
         for name in request.get("preload", ()):
@@ -128,10 +128,12 @@ class Zygote:
             if solution == 0:
                 fds = {0: stdin_fd, 1: out_w, 2: err_w, 4: call_r, 5: reply_w}
                 self._child(fds, limits, lambda: harness.serve(program, 4, 5))
-            tests = request["tests"] if isinstance(request["tests"], dict) else next_message()
             nonce = os.urandom(16).hex()
             pid = os.fork()
             if pid == 0:
+                # the tests' own process reads them, still as root: the zygote, which forks every
+                # later solution, never holds them
+                tests = request["tests"] if isinstance(request["tests"], dict) else _read_or_exit(next_message)
                 fds = {0: _stdin_fd(None), 1: out_w, 2: err_w, 3: st_w, 4: call_w, 5: reply_r}
                 self._child(
                     fds,
@@ -208,6 +210,16 @@ class Zygote:
             outcome.emergency_status(status_fd, nonce, f"{type(exc).__name__}: {exc}")
             os._exit(126)
         body()
+
+
+def _read_or_exit(next_message) -> dict:
+    try:
+        tests = next_message()
+    except BaseException:  # noqa: BLE001 - the zygote sees a run without a status: an error
+        os._exit(126)
+    if not isinstance(tests, dict):
+        os._exit(126)
+    return tests
 
 
 def _solution_end(pid: int, wait_status: int, cpu_s: float) -> tuple[int, float]:
