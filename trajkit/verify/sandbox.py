@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import itertools
 import json
 import logging
 import os
@@ -28,12 +29,15 @@ import time
 from pathlib import Path
 from typing import Self
 
+from trajkit.errors import UserError
+from trajkit.verify import isolation
 from trajkit.verify.result import RunResult
 
 log = logging.getLogger("trajkit.verify")
 
 WORKER = Path(__file__).with_name("worker.py")
 _HEADER = struct.Struct(">I")
+_SERIALS = itertools.count(1)
 
 # Modules the zygote imports once so that programs find them warm.
 DEFAULT_PRELOAD = (
@@ -50,6 +54,7 @@ EFFECT_IF_MISSING = {
     "net_namespace": "programs can open network connections, including to services on loopback",
     "mount_namespace": "the filesystem is not read-only for programs and /tmp is shared: only file permissions stop writes",
     "cgroup": "memory and process limits are per process (rlimits), not per program",
+    "seccomp": "programs can create user namespaces, and inside them mount and network namespaces of their own",
 }
 
 
@@ -61,16 +66,17 @@ _PROVIDES = {
 }
 
 
-class SandboxUnavailable(RuntimeError):
-    """A protection the caller required (``namespaces=True`` and so on) is not available here."""
+class SandboxUnavailable(UserError):
+    """A protection the caller required, or any the machine cannot give without ``--allow-weaker-sandbox``."""
 
 
 class Sandbox:
     """A pool of confined workers; ``run(program)`` executes one Python program in one of them.
 
-    ``namespaces``, ``drop_privileges`` and ``cgroups``: None uses each where
-    the kernel and privileges allow it (logging a warning for what is
-    missing), True requires it, False turns it off (the fallback path).
+    ``namespaces``, ``drop_privileges`` and ``cgroups``: None requires each
+    unless ``allow_weaker`` (default: ``--allow-weaker-sandbox`` was passed),
+    in which case a missing one is logged as a warning; True requires it
+    regardless; False turns it off (the fallback path).
     """
 
     def __init__(
@@ -88,8 +94,10 @@ class Sandbox:
         preload: tuple[str, ...] = DEFAULT_PRELOAD,
         env: dict[str, str] | None = None,
         hide: tuple[str, ...] | None = None,
+        allow_weaker: bool | None = None,
     ):
         self.workers = workers or len(os.sched_getaffinity(0))
+        self.allow_weaker = allow_weaker  # None: whether --allow-weaker-sandbox was passed
         self.options = {"namespaces": namespaces, "drop_privileges": drop_privileges, "cgroups": cgroups}
         self.config = {
             "max_procs": max_procs,
@@ -135,6 +143,13 @@ class Sandbox:
             if lacking:
                 self._shutdown()
                 raise SandboxUnavailable(", ".join(f"{p}: {self.missing[p]}" for p in lacking))
+            turned_off = {p for option, wanted in self.options.items() if wanted is False for p in _PROVIDES[option]}
+            try:
+                for protection in sorted(set(self.missing) - turned_off):
+                    isolation.require(protection, self.missing[protection], self.allow_weaker)
+            except isolation.ProtectionMissing as exc:
+                self._shutdown()
+                raise SandboxUnavailable(str(exc)) from None
             for w in self._pool:
                 self._idle.put(w)
             self._started = True
@@ -222,7 +237,7 @@ class _Worker:
         self.serial = 0
 
     def spawn(self) -> None:
-        self.serial += 1
+        self.serial = next(_SERIALS)  # unique in this process: pools may share slot numbers
         self.proc = subprocess.Popen(
             [sys.executable, "-s", "-B", str(WORKER)],
             stdin=subprocess.PIPE,
@@ -337,8 +352,12 @@ _SYSTEM_DIRS = {"/", "/bin", "/dev", "/etc", "/lib", "/lib64", "/opt", "/proc", 
 
 def _hidden(hide: tuple[str, ...] | None) -> list[str]:
     """Directories programs see empty: by default the caller's working directory and home
-    (a repository's .env, run directories, credentials), never a system directory."""
+    (a repository's .env, run directories, credentials) and trajkit's own checkout when it runs
+    from one, never a system directory."""
+    checkout = Path(__file__).resolve().parents[2]
     paths = hide if hide is not None else (os.getcwd(), os.path.expanduser("~"))
+    if (checkout / "pyproject.toml").is_file():
+        paths = (*paths, str(checkout))
     return sorted({os.path.realpath(p) for p in paths} - _SYSTEM_DIRS)
 
 

@@ -50,14 +50,19 @@ class Zygote:
             self.cgroup.join()  # children are born in it: no per-program migration
             _oom_score_adj(-1000)  # under memory pressure, the program dies, never the zygote
         if self.namespaces:
-            needed = [sys.prefix, sys.base_prefix, *sys.path]
-            failed = isolation.confine_filesystem(self.uid, needed, self.config.get("hide", []))
+            hidden = [*self.config.get("hide", []), "/sys/fs/cgroup"]  # the host's cgroups, ours included
+            needed = [sys.prefix, sys.base_prefix, *(p for p in sys.path if os.path.realpath(p) not in hidden)]
+            failed = isolation.confine_filesystem(self.uid, needed, hidden)
             if "/" in failed:
                 self.missing["mount_namespace"] = "could not remount / read-only"
             isolation.sethostname("sandbox")
         else:
             isolation.prctl(isolation.PR_SET_CHILD_SUBREAPER, 1)
         isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
+        try:
+            isolation.forbid_user_namespaces()  # inherited by every program's process
+        except OSError as exc:
+            self.missing["seccomp"] = str(exc)
         self._fresh_tmp()
         os.environ.update(HOME=self.tmp, TMPDIR=self.tmp)  # the rest was scrubbed by the caller
         tempfile.tempdir = self.tmp
