@@ -165,10 +165,15 @@ def export(
 
     if fmt not in FORMATS:
         raise _user(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    if output.is_dir():
+        raise _user(f"{output} is a directory: give the path of a .jsonl file")
     rows = Store(run).sql(f"SELECT * FROM trajectories WHERE {where}").to_pylist()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with open(output, "w") as f:
-        f.writelines(json.dumps(rec, ensure_ascii=False, default=str) + "\n" for rec in convert(rows, fmt))
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with open(output, "w") as f:
+            f.writelines(json.dumps(rec, ensure_ascii=False, default=str) + "\n" for rec in convert(rows, fmt))
+    except OSError as e:
+        raise _user(f"cannot write {output}: {e.strerror or e}") from None
     typer.echo(f"wrote {len(rows)} trajectories to {output} ({fmt})", err=True)
 
 

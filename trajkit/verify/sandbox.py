@@ -38,6 +38,7 @@ log = logging.getLogger("trajkit.verify")
 WORKER = Path(__file__).with_name("worker.py")
 _HEADER = struct.Struct(">I")
 _SERIALS = itertools.count(1)
+WORKERS_PER_CPU = 8  # each worker is three processes and a uid; more only queue for the CPUs
 
 # Modules the zygote imports once so that programs find them warm.
 DEFAULT_PRELOAD = (
@@ -97,6 +98,12 @@ class Sandbox:
         allow_weaker: bool | None = None,
     ):
         self.workers = workers or len(os.sched_getaffinity(0))
+        limit = WORKERS_PER_CPU * len(os.sched_getaffinity(0))
+        if not 1 <= self.workers <= limit:
+            raise SandboxUnavailable(
+                f"{self.workers} sandbox workers: this machine can run 1 to {limit} "
+                f"({WORKERS_PER_CPU} per CPU, {len(os.sched_getaffinity(0))} CPUs)"
+            )
         self.allow_weaker = allow_weaker  # None: whether --allow-weaker-sandbox was passed
         self.options = {"namespaces": namespaces, "drop_privileges": drop_privileges, "cgroups": cgroups}
         self.config = {
