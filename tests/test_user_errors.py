@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -108,3 +109,25 @@ def test_the_real_command_prints_one_line_and_exits_2(tmp_path):
     proc = trajkit("sql", "", "-r", str(tmp_path), check=False)
     assert proc.returncode == 2 and proc.stderr == "error: the SQL query is empty\n"
     assert json.dumps(proc.stdout) == '""'
+
+
+def test_unknown_stage_in_set_is_an_error(tmp_path):
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text("stages:\n  - stage: curate.import\n    config: {preset: humaneval, limit: 1}\n")
+    message = user_error("run", str(pipeline), "-r", str(tmp_path / "run"), "--set", "nostage.limit=2")
+    assert "no stage named 'nostage'" in message and "import" in message
+
+
+def test_statement_without_rows_in_sql(imported):
+    assert "returns no rows" in user_error("sql", ";", "-r", str(imported))
+
+
+def test_pipeline_paths_resolve_from_any_directory(tmp_path, monkeypatch):
+    """``${here}`` is the pipeline file's directory: the file runs the same from anywhere."""
+    from trajkit.pipeline import load_pipeline
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(tmp_path)
+    plan = load_pipeline(root / "examples" / "demo.yaml", [], {"run": "r", "here": str(root / "examples")})
+    harvest = next(cfg for spec, name, cfg in plan if name == "harvest")
+    assert Path(harvest.servers) == root / "examples" / "servers.json" and Path(harvest.servers).is_file()
