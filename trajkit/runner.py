@@ -334,6 +334,11 @@ def run_stage(
         )
     done = store.manifest(name, rank, world_size)
     if done is not None and not fresh:
+        for table in spec.outputs:  # a complete stage whose shard was damaged since: name it, never skip silently
+            try:
+                store.validate(table, stage=name)
+            except UserError as e:
+                raise UserError(f"stage {name!r} is complete but {e}; rerun with --fresh to redo it") from None
         if not quiet:
             _console().print(f"[dim]{name}[/]: already complete, skipped ({_summary(done)})", highlight=False)
         return done
