@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from trajkit import accepted as A
@@ -108,3 +110,19 @@ def test_default_thresholds_are_documented():
     doc = (Path(__file__).resolve().parent.parent / "docs" / "schema.md").read_text()
     for name, value in vars(A.DEFAULT).items():
         assert f"`{name}={value}`" in doc
+
+
+def test_export_writes_accepted_rows_unless_all(store, tmp_path):
+    from tests.test_cli import invoke
+
+    A.add_review(store, "human", "trajectory", "reject", reviewer="ann")
+    out = tmp_path / "out.jsonl"
+    res = invoke("export", str(out), "--run", str(store.root), "--format", "jsonl")
+    assert [json.loads(line)["traj_id"] for line in out.read_text().splitlines()] == ["ok", "taskout"]
+    assert "wrote 2 accepted trajectories" in res.output
+    invoke("export", str(out), "--run", str(store.root), "--format", "jsonl", "--all", "--where", "task_id = 'B'")
+    assert sorted(json.loads(line)["traj_id"] for line in out.read_text().splitlines()) == [
+        "filtered",
+        "human",
+        "vfail",
+    ]
