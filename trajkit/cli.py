@@ -21,6 +21,7 @@ from trajkit.eval.cli import app as eval_app
 from trajkit.models.cli import app as model_app
 from trajkit.synth.cli import app as synth_app
 from trajkit.train.cli import app as train_app
+from trajkit.view import cli as view_cli
 
 app = typer.Typer(
     name="trajkit",
@@ -56,6 +57,7 @@ app.add_typer(eval_app, name="eval", help="pass@k, tool-call accuracy, diversity
 app.add_typer(model_app, name="model", help="Local models: build a tiny model for tests and demos.")
 app.command("card")(cards_cli.card)
 app.command("push")(cards_cli.push)
+app.command("view")(view_cli.view)
 
 RunExisting = Annotated[Path, typer.Option("--run", "-r", help="Run directory.")]
 DEMO_PIPELINE = Path(__file__).resolve().parent.parent / "examples" / "demo.yaml"

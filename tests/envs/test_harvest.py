@@ -151,7 +151,7 @@ def test_a_server_that_timed_out_is_harvested_again_on_resume(tmp_path, run_dir)
     assert CliRunner().invoke(app, args).exit_code == 0
     again = {r["name"]: r["status"] for r in store.rows("servers")}
     assert again == {"slow": "ok", "fine": "ok"} and store.count("servers") == 2
-    assert store.manifest("harvest")["summary"]["retried"] == 1
+    assert store.manifest("harvest")["counts"]["retried"] == 1
 
 
 def test_a_server_that_errors_on_tools_list_is_a_failed_row(tmp_path, run_dir):
