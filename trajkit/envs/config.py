@@ -73,6 +73,7 @@ class ServerConfig(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict)
     type: Literal["stdio", "http", "streamable-http", "streamableHttp"] | None = None
     disabled: bool = False
+    network: bool = True  # false: a contained stdio server runs without network
 
     @model_validator(mode="after")
     def _one_transport(self) -> ServerConfig:

@@ -24,11 +24,13 @@ import asyncio
 import contextlib
 import json
 import logging
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from trajkit.envs import contain
 from trajkit.envs.config import ServerConfig, child_environment, expand, resolve_command
 from trajkit.errors import UserError
 
@@ -167,8 +169,12 @@ class Connection:
             if any(SESSION_DIR in a for a in args):
                 workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"trajkit-{self.name}-"))
                 args = [a.replace(SESSION_DIR, workdir) for a in args]
+            command = resolve_command(self.cfg.command)
+            if contain.enabled():
+                args = contain.wrap(self.name, self.cfg, command, args)
+                command = sys.executable
             params = StdioServerParameters(
-                command=resolve_command(self.cfg.command),
+                command=command,
                 args=args,
                 env=child_environment(self.cfg),
                 cwd=self.cfg.cwd,

@@ -1,0 +1,75 @@
+"""A stateful MCP server keeping its state in a file named by ``STATE_FILE`` (for containment tests)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from mcp.server import MCPServer
+
+from trajkit.envs.servers import serve
+
+server = MCPServer("filekv", version="1.0", log_level="WARNING")
+PATH = os.environ.get("STATE_FILE", "")
+
+
+def _load() -> dict:
+    try:
+        with open(PATH) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return {}
+
+
+@server.tool()
+def put(key: str, value: str) -> str:
+    """Store a value in the state file."""
+    data = _load()
+    data[key] = value
+    with open(PATH, "w") as f:
+        json.dump(data, f)
+    return "ok"
+
+
+@server.tool()
+def dump() -> str:
+    """The state file's content."""
+    return json.dumps(_load(), sort_keys=True)
+
+
+@server.tool()
+def vandalize(path: str) -> str:
+    """Delete a file and write a new one beside it; report what happened."""
+    os.remove(path)
+    with open(path + ".new", "w") as f:
+        f.write("x")
+    return "done"
+
+
+@server.tool()
+def daemon() -> str:
+    """Fork a daemon (new session) that outlives this call, and return its pid."""
+    read, write = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.write(write, str(os.getpid()).encode())
+            time.sleep(300)
+        os._exit(0)
+    return os.read(read, 32).decode()
+
+
+@server.tool()
+def fill(mb: int) -> str:
+    """Write ``mb`` MiB to /tmp; report the error when the disk is full."""
+    try:
+        with open("/tmp/fill.bin", "wb") as f:
+            f.writelines(b"\0" * (1 << 20) for _ in range(mb))
+        return "written"
+    except OSError as e:
+        return f"error: {e.strerror}"
+
+
+if __name__ == "__main__":
+    serve(server)

@@ -1,0 +1,150 @@
+"""Run one stdio MCP server contained for one trajectory.
+
+``python -m trajkit.envs.contain SPEC_JSON -- COMMAND ARGS...`` enters new mount and pid
+namespaces (and a network namespace when the spec says ``network: false``), makes every
+host mount read-only, and puts a copy-on-write overlay over each path the server may
+write (``spec["writable"]``: paths named in its args/env/cwd, its home, /tmp). The
+overlays' upper layers sit on a size-capped tmpfs private to the namespace, so writes
+vanish with the trajectory and no other trajectory or the host sees them; with
+``spec["keep"]`` (a folder under the run directory) they land there instead. The server
+is pid 1's only child: when it exits or the launcher is killed, the kernel kills every
+process left in the namespace (daemons included).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import sys
+import tempfile
+
+from trajkit.envs.config import ServerConfig, child_environment
+from trajkit.verify import isolation as iso
+
+ENV_OFF = "TRAJKIT_UNCONTAINED"  # "1": servers run on the host as they are (tests of the bare transport)
+ENV_KEEP = "TRAJKIT_KEEP_ENV_STATE"  # a folder: each instance's writes are kept in a subfolder of it
+DISK_MB = 512
+MS_RDONLY_REMOUNT = iso.MS_REMOUNT | iso.MS_BIND | iso.MS_RDONLY
+SKIP_RO = ("/proc", "/sys", "/dev")
+
+
+def writable_paths(args: list[str], env: dict[str, str], cwd: str | None, home: str | None) -> list[str]:
+    """The folders a server may write: absolute paths in args/env/cwd (a file's folder), home and /tmp."""
+    found = ["/tmp"]
+    for value in [*args, *env.values(), cwd or "", home or ""]:
+        for part in value.split(os.pathsep) if value.startswith("/") else []:
+            path = os.path.realpath(part)
+            folder = path if os.path.isdir(path) else os.path.dirname(path)
+            while folder != "/" and not os.path.isdir(folder):
+                folder = os.path.dirname(folder)
+            if folder != "/" and not folder.startswith(SKIP_RO):
+                found.append(folder)
+    outer = []
+    for path in sorted(set(found), key=len):
+        if not any(path == o or path.startswith(o + "/") for o in outer):
+            outer.append(path)
+    return outer
+
+
+@functools.cache
+def _missing() -> str | None:
+    """Why this machine cannot contain a server (None when it can): tried once in a child."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            iso.unshare(iso.CLONE_NEWNS | iso.CLONE_NEWPID)
+            os._exit(0)
+        except OSError:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    return None if status == 0 else "mount and pid namespaces cannot be created here"
+
+
+def enabled() -> bool:
+    """Whether stdio servers run contained; a machine that cannot stops the start (one line) unless
+    ``--allow-weaker-sandbox`` was passed."""
+    if os.environ.get(ENV_OFF) == "1":
+        return False
+    missing = _missing()
+    iso.require("per-trajectory server containment", missing)
+    return missing is None
+
+
+def wrap(name: str, cfg: ServerConfig, command: str, args: list[str]) -> list[str]:
+    """The launcher's arguments (after ``python``) that run ``command args`` contained."""
+    env = child_environment(cfg)
+    home = os.path.expanduser("~")
+    keep = os.environ.get(ENV_KEEP)
+    if keep:
+        keep = tempfile.mkdtemp(prefix=f"{name}-", dir=keep)
+    spec = {
+        "writable": writable_paths(args, env, cfg.cwd, home),
+        "network": cfg.network,
+        "disk_mb": DISK_MB,
+        "keep": keep,
+    }
+    return ["-m", "trajkit.envs.contain", json.dumps(spec), "--", command, *args]
+
+
+def _contain(spec: dict) -> None:
+    """In the new mount namespace: host read-only, an overlay over each writable path."""
+    iso.mount(None, "/", None, iso.MS_REC | iso.MS_PRIVATE)
+    layers = spec["keep"] or spec["scratch"]
+    if not spec["keep"]:
+        iso.mount("tmpfs", layers, "tmpfs", iso.MS_NOSUID | iso.MS_NODEV, f"size={spec['disk_mb']}m,mode=700")
+    for point, flags in iso.mounts():
+        if point.startswith(SKIP_RO) or point == layers or point.startswith(layers + "/"):
+            continue
+        try:
+            iso.mount(None, point, None, MS_RDONLY_REMOUNT | flags)
+        except OSError as e:  # a mount hidden under another one cannot be reached: its cover is read-only
+            if e.errno not in (2, 13, 22):
+                raise
+    for i, path in enumerate(spec["writable"]):
+        upper, work = f"{layers}/{i}/upper", f"{layers}/{i}/work"
+        os.makedirs(upper, exist_ok=True)
+        os.makedirs(work, exist_ok=True)
+        iso.mount("overlay", path, "overlay", 0, f"lowerdir={path},upperdir={upper},workdir={work}")
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(argv[0])
+    command = argv[argv.index("--") + 1 :]
+    spec["scratch"] = tempfile.mkdtemp(prefix="trajkit-env-", dir="/dev/shm")
+    try:
+        return _run(spec, command)
+    finally:
+        os.rmdir(spec["scratch"])
+
+
+def _run(spec: dict, command: list[str]) -> int:
+    flags = iso.CLONE_NEWNS | iso.CLONE_NEWPID | (0 if spec.get("network", True) else iso.CLONE_NEWNET)
+    iso.unshare(flags)
+    _contain(spec)
+    pid = os.fork()  # the child is pid 1 of the new pid namespace
+    if pid == 0:
+        os.setsid()
+        iso.mount(None, "/proc", None, iso.MS_REC | iso.MS_PRIVATE)
+        iso.mount("proc", "/proc", "proc", iso.MS_NOSUID | iso.MS_NODEV | iso.MS_NOEXEC)
+        if spec.get("memory_mb"):
+            import resource
+
+            cap = spec["memory_mb"] << 20
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+        server = os.fork()
+        if server == 0:
+            os.execvp(command[0], command)
+        while True:  # pid 1: reap everything; when the server is gone, leaving kills the rest
+            done, status = os.wait()
+            if done == server:
+                os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda s, _f: os.kill(pid, signal.SIGKILL))
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) & 0xFF
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
