@@ -59,6 +59,7 @@ def test_ctrl_c_shuts_every_server_down(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
         cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "TRAJKIT_UNCONTAINED": "1"},  # the servers report host pids (contained, each is pid 2)
     )
     pids: set[int] = set()
     for _ in range(4):

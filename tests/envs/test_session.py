@@ -92,7 +92,8 @@ async def test_read_only_servers_share_a_pool_and_stateful_ones_get_fresh_proces
                 assert (await ep.call("shared", "count", {})).text == "1"
 
 
-async def test_a_pooled_server_that_crashed_is_replaced(raw_server):
+async def test_a_pooled_server_that_crashed_is_replaced(raw_server, monkeypatch):
+    monkeypatch.setenv("TRAJKIT_UNCONTAINED", "1")  # host pids tell instances apart (contained, each is pid 2)
     cfg = raw_server()
     rows = await rows_for(raw_server, raw=cfg)
     async with ToolEnv(rows, config={"raw": cfg}, pool_size=1) as env:
@@ -122,7 +123,8 @@ class CountingEnv(ToolEnv):
         return conn
 
 
-async def test_live_processes_are_bounded_without_deadlock(raw_server):
+async def test_live_processes_are_bounded_without_deadlock(raw_server, monkeypatch):
+    monkeypatch.setenv("TRAJKIT_UNCONTAINED", "1")  # host pids tell instances apart (contained, each is pid 2)
     a, b = raw_server("--no-readonly"), raw_server("--no-readonly")
     rows = await rows_for(raw_server, a=a, b=b)
     async with CountingEnv(rows, config={"a": a, "b": b}, max_processes=3) as env:

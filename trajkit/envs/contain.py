@@ -13,6 +13,7 @@ process left in the namespace (daemons included).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -116,6 +117,8 @@ def main(argv: list[str]) -> int:
     try:
         return _run(spec, command)
     finally:
+        with contextlib.suppress(OSError):  # the layers' tmpfs is mounted there in this namespace
+            iso.umount(spec["scratch"])
         os.rmdir(spec["scratch"])
 
 
