@@ -17,6 +17,7 @@ import contextlib
 import functools
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -75,6 +76,8 @@ def enabled() -> bool:
 
 def wrap(name: str, cfg: ServerConfig, command: str, args: list[str]) -> list[str]:
     """The launcher's arguments (after ``python``) that run ``command args`` contained."""
+    if shutil.which(command) is None:  # as a bare spawn would fail, before any namespace is made
+        raise FileNotFoundError(f"[Errno 2] No such file or directory: {command!r}")
     env = child_environment(cfg)
     home = os.path.expanduser("~")
     keep = os.environ.get(ENV_KEEP)
@@ -138,7 +141,11 @@ def _run(spec: dict, command: list[str]) -> int:
             resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
         server = os.fork()
         if server == 0:
-            os.execvp(command[0], command)
+            try:
+                os.execvp(command[0], command)
+            except OSError as e:
+                print(f"cannot start server: {e}", file=sys.stderr)
+                os._exit(127)
         while True:  # pid 1: reap everything; when the server is gone, leaving kills the rest
             done, status = os.wait()
             if done == server:
