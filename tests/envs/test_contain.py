@@ -26,7 +26,7 @@ def _alive(pid: int) -> bool:
 def test_writable_paths_cover_args_env_cwd_home_and_tmp():
     args = ["--db", "/etc/hosts", "plain", "/usr/share/no-such-dir/state.json", "/proc/self/x", "/"]
     paths = writable_paths(args, {"CERTS": "/etc/ssl", "N": "3"}, "/var/log", "/root")
-    assert paths == ["/tmp", "/etc", "/root", "/var/log", "/usr/share"]
+    assert paths == ["/etc", "/tmp", "/root", "/var/log", "/usr/share"]
 
 
 async def test_writes_stay_inside_each_trajectory_and_the_host_is_untouched(tmp_path):

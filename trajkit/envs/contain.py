@@ -44,7 +44,7 @@ def writable_paths(args: list[str], env: dict[str, str], cwd: str | None, home: 
             if folder != "/" and not folder.startswith(SKIP_RO):
                 found.append(folder)
     outer = []
-    for path in sorted(set(found), key=len):
+    for path in sorted(set(found), key=lambda p: (len(p), p)):
         if not any(path == o or path.startswith(o + "/") for o in outer):
             outer.append(path)
     return outer
