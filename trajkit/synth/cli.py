@@ -187,10 +187,14 @@ def judge(
 def filter_(
     run: RunDir,
     rule: Annotated[list[str] | None, typer.Option(help="Rule filter to apply; repeatable (default: all).")] = None,
-    min_completeness: Annotated[float | None, typer.Option(help="Judge's completeness at least this.")] = None,
+    min_completeness: Annotated[
+        float | None, typer.Option(help="Judge's completeness at least this (default 3).")
+    ] = None,
     min_conciseness: Annotated[float | None, typer.Option(help="Judge's conciseness at least this.")] = None,
     min_tool_accuracy: Annotated[float | None, typer.Option(help="Share of target tools used at least this.")] = None,
-    min_task_quality: Annotated[float | None, typer.Option(help="The task's mean judge score at least this.")] = None,
+    min_task_quality: Annotated[
+        float | None, typer.Option(help="The task's mean judge score at least this (default 3).")
+    ] = None,
     custom: Annotated[
         list[str] | None, typer.Option(help="pkg.module:fn(trajectory) -> reason | None; repeatable.")
     ] = None,
