@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from trajkit import __version__
 from trajkit import schema as S
-from trajkit.config import StageConfig, config_hash, hashed_dict
+from trajkit.config import StageConfig, config_differences, config_hash, hashed_dict
 from trajkit.errors import StageStopped, UserError
 from trajkit.store import ShardWriter, Store, atomic_write_json
 
@@ -298,17 +298,20 @@ def run_stage(
     if fresh:
         store.drop_stage(name)
     elif previous is not None and previous["config_hash"] != chash:
-        raise UserError(
-            f"stage {name!r} in {store.root} was run with a different config "
-            f"({previous['config_hash']} != {chash}); pass --fresh to start it over"
-        )
+        differ = config_differences(previous["config"], hashed_dict(cfg))
+        if differ:
+            raise UserError(
+                f"stage {name!r} in {store.root} was run with a different config ({'; '.join(differ)}); "
+                "pass --fresh to start it over"
+            )
+        previous = None  # made before a field left the hash: same data, so re-pin under today's hash
     done = store.manifest(name, rank, world_size)
     if done is not None and not fresh:
         if not quiet:
             _console().print(f"[dim]{name}[/]: already complete, skipped ({_summary(done)})", highlight=False)
         return done
     store.clean_temp(name, rank)
-    if store.stage_config(name) is None:
+    if previous is None or fresh:
         atomic_write_json(
             store.stage_dir(name) / "_config.json",
             {"stage": name, "kind": spec.kind, "config": hashed_dict(cfg), "config_hash": chash},
@@ -321,6 +324,11 @@ def run_stage(
     except StageStopped as e:
         ctx.flush()
         raise StageStopped(f"stage {name!r} stopped: {e}; rerun to resume") from None
+    except BaseException:
+        ctx.flush()
+        if not any(store.shards(t, name) for t in S.TABLES):
+            (store.stage_dir(name) / "_config.json").unlink(missing_ok=True)  # no rows: pin nothing
+        raise
     finally:
         ctx.flush()
     ctx.recount()
