@@ -19,6 +19,7 @@ import functools
 import hashlib
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -234,6 +235,10 @@ class StageContext:
         if self.quiet:
             yield lambda n=1: None
             return
+        if not _console().is_terminal:
+            with _plain_progress(f"{self.name} {description}", total) as advance:
+                yield advance
+            return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         columns = [TextColumn(f"{self.name} {description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
@@ -247,6 +252,32 @@ class StageContext:
             yield advance
             done = bar.tasks[0].completed
             bar.update(task, description=f"{done / max(time.monotonic() - start, 1e-9):.1f}/s")
+
+
+PLAIN_PROGRESS_S = 10.0
+
+
+@contextlib.contextmanager
+def _plain_progress(label: str, total: int | None) -> Iterator[Callable[[int], None]]:
+    """Progress for logs (output not a terminal): a plain line every ``PLAIN_PROGRESS_S`` and at the end."""
+    done, start, stop = [0], time.monotonic(), threading.Event()
+
+    def line() -> None:
+        of = "" if total is None else f" of {total}"
+        print(f"{label}: {done[0]}{of} in {time.monotonic() - start:.0f}s", file=sys.stderr, flush=True)
+
+    def tick() -> None:
+        while not stop.wait(PLAIN_PROGRESS_S):
+            line()
+
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    try:
+        yield lambda n=1: done.__setitem__(0, done[0] + n)
+    finally:
+        stop.set()
+        thread.join()
+        line()
 
 
 @functools.cache
