@@ -13,11 +13,14 @@ from pathlib import Path
 from typing import Any
 
 
-def addition_rows(n: int, seed: int = 0, max_digits: int = 4) -> list[dict[str, Any]]:
+def addition_rows(n: int, seed: int = 0, max_digits: int = 4, split: str | None = None) -> list[dict[str, Any]]:
+    """``n`` addition prompts; ``split`` "train" or "heldout" keeps only pairs of that split (a fifth held out)."""
     rng = random.Random(seed)
-    rows = []
-    for _ in range(n):
+    rows: list[dict[str, Any]] = []
+    while len(rows) < n:
         a, b = (rng.randint(1, 10 ** rng.randint(1, max_digits) - 1) for _ in range(2))
+        if split is not None and ((a + 7 * b) % 5 == 0) != (split == "heldout"):
+            continue
         rows.append(
             {
                 "prompt": [{"role": "user", "content": f"What is {a} plus {b}? Answer with the number."}],

@@ -51,7 +51,7 @@ PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12}
 QWEN2_VOCAB = 151_936
 VARIANTS = ("trl-defaults", "batch-shape", "kernels", "trajkit")
 LEARNING_VARIANTS = ("trl-defaults", "trajkit", "pure-bf16")
-SFT_ROWS = 20000  # the warm start's training prompts (seed 0); held-out prompts are none of them
+SFT_ROWS = 20000  # the warm start's training prompts; held-out prompts are pairs no training prompt has
 BASELINE = "TRL defaults, gradient accumulation set to give {} completions per step"
 
 
@@ -121,7 +121,7 @@ def train_variant(name: str, model_dir: Path, args: argparse.Namespace, steps: i
     config, dtype, compiled = variant_config(name, args, steps, seed, args.lr)
     tok = load_tokenizer(str(model_dir))
     model = load_model(str(model_dir), dtype)
-    rows = addition_rows(args.prompts_per_step * steps * 2, seed=100 + seed, max_digits=args.digits)
+    rows = addition_rows(args.prompts_per_step * steps * 2, seed=100 + seed, max_digits=args.digits, split="train")
     trainer = GRPOTrainer(
         model=model, reward_funcs=sum_reward, args=config, train_dataset=Dataset.from_list(rows), processing_class=tok
     )
@@ -271,11 +271,9 @@ def main() -> None:
         args.warmup, args.steps, args.steps_per_generation = 1, min(args.steps, 4 if learning else 2), 2
         args.digits, args.heldout, args.eval_every = (1, 64, 2) if learning else (args.digits, 0, 0)
     if args.variant:  # a child process: one variant, result as JSON
-        heldout = addition_rows(args.heldout, seed=1, max_digits=args.digits) if learning else None
+        heldout = addition_rows(args.heldout, seed=1, max_digits=args.digits, split="heldout") if learning else None
         steps = args.steps if learning else args.warmup + args.steps
-        result = train_variant(
-            args.variant, args.model_dir, args, steps, args.seed, heldout and disjoint(heldout, args)
-        )
+        result = train_variant(args.variant, args.model_dir, args, steps, args.seed, heldout)
         args.result.write_text(json.dumps(result))
         return
     if args.updates:
@@ -296,12 +294,6 @@ def child_flags(args: argparse.Namespace) -> list[str]:
     flags += ["steps", "digits", "eval_every", "heldout"]
     argv = [x for f in flags for x in (f"--{f.replace('_', '-')}", str(getattr(args, f)))]
     return argv + (["--lr", str(args.lr)] if args.lr else []) + (["--learning"] if args.learning else [])
-
-
-def disjoint(heldout: list[dict], args: argparse.Namespace) -> list[dict]:
-    """Held-out prompts that are in no SFT or GRPO training prompt."""
-    seen = {r["prompt"][0]["content"] for r in addition_rows(SFT_ROWS, seed=0, max_digits=args.digits)}
-    return [r for r in heldout if r["prompt"][0]["content"] not in seen] or heldout
 
 
 def updates(args: argparse.Namespace) -> None:
@@ -326,8 +318,8 @@ def learn(args: argparse.Namespace) -> None:
     model_dir = args.model_dir or Path(tempfile.mkdtemp(prefix="grpo-learning-")) / "warm"
     t0 = time.time()
     shape = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2} if args.tiny else {}
-    rows = addition_rows(SFT_ROWS, seed=0, max_digits=args.digits)
-    heldout = disjoint(addition_rows(args.heldout, seed=1, max_digits=args.digits), args)
+    rows = addition_rows(SFT_ROWS, seed=0, max_digits=args.digits, split="train")
+    heldout = addition_rows(args.heldout, seed=1, max_digits=args.digits, split="heldout")
     warm = warm_start(model_dir, rows, heldout[:256], batch=32 if args.tiny else 64, **shape)
     print(f"warm start: {warm['steps']} SFT steps, held-out pass@1 {warm['pass1']:.3f} in {time.time() - t0:.0f}s")
     names = (args.variants or ",".join(LEARNING_VARIANTS)).split(",")
