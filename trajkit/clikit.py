@@ -20,6 +20,13 @@ Name = Annotated[str | None, typer.Option("--name", help="Stage name in the run 
 Fresh = Annotated[bool, typer.Option("--fresh", help="Delete this stage's output and start over.")]
 Rank = Annotated[int, typer.Option("--rank", help="This process's shard, 0-based.")]
 WorldSize = Annotated[int, typer.Option("--world-size", help="Number of shards the stage is split into.")]
+Executor = Annotated[
+    str,
+    typer.Option("--executor", help="local: run shard --rank here; ray: run all --world-size shards on a Ray cluster."),
+]
+Address = Annotated[
+    str | None, typer.Option("--address", help="Ray cluster address (default: start a local one for the run).")
+]
 BudgetTokens = Annotated[int | None, typer.Option("--budget-tokens", help="Stop cleanly after this many tokens.")]
 BudgetCost = Annotated[float | None, typer.Option("--budget-cost", help="Stop cleanly after this cost.")]
 ModelName = Annotated[
@@ -49,9 +56,13 @@ def run_command(
     world_size: int = 1,
     budget_tokens: int | None = None,
     budget_cost: float | None = None,
-) -> dict[str, Any]:
-    """Build a stage's config from YAML, options and overrides, validate it, run the stage."""
+    executor: str = "local",
+    address: str | None = None,
+) -> dict[str, Any] | list[dict[str, Any]]:
+    """Build a stage's config from YAML, options and overrides, validate it, run the stage (its shard
+    ``rank`` here, or with ``executor="ray"`` all ``world_size`` shards on Ray)."""
     from trajkit.config import build, read_yaml
+    from trajkit.errors import UserError
     from trajkit.pipeline import get_stage
     from trajkit.runner import run_stage
     from trajkit.store import Store
@@ -59,6 +70,15 @@ def run_command(
     spec = get_stage(kind)
     from_file = read_yaml(config) if config else {}
     cfg = build(spec.config, from_file, options, overrides=overrides or [], where=kind)
+    if executor not in ("local", "ray"):
+        raise UserError(f"--executor must be local or ray, not {executor!r}")
+    if executor == "ray":
+        if rank:
+            raise UserError("--rank is for the local executor; --executor ray runs every shard")
+        from trajkit.executors.ray import run_on_ray
+
+        name = name or spec.kind.split(".")[-1]
+        return run_on_ray(run, kind, cfg, name, fresh, world_size, address, budget_tokens, budget_cost)
     store = Store(run, create=True)
     return run_stage(
         store,

@@ -277,6 +277,20 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
+def check_config(store: Store, name: str, cfg: StageConfig, fresh: bool) -> str:
+    """Drop the stage if ``fresh``, else refuse a config other than the one it was run with; return the hash."""
+    chash = config_hash(cfg)
+    previous = store.stage_config(name)
+    if fresh:
+        store.drop_stage(name)
+    elif previous is not None and previous["config_hash"] != chash:
+        raise UserError(
+            f"stage {name!r} in {store.root} was run with a different config "
+            f"({previous['config_hash']} != {chash}); pass --fresh to start it over"
+        )
+    return chash
+
+
 def run_stage(
     store: Store,
     spec: StageSpec,
@@ -293,15 +307,7 @@ def run_stage(
     name = name or spec.kind.split(".")[-1]
     if not 0 <= rank < world_size:
         raise UserError(f"rank {rank} is not in 0..{world_size - 1}")
-    chash = config_hash(cfg)
-    previous = store.stage_config(name)
-    if fresh:
-        store.drop_stage(name)
-    elif previous is not None and previous["config_hash"] != chash:
-        raise UserError(
-            f"stage {name!r} in {store.root} was run with a different config "
-            f"({previous['config_hash']} != {chash}); pass --fresh to start it over"
-        )
+    chash = check_config(store, name, cfg, fresh)
     done = store.manifest(name, rank, world_size)
     if done is not None and not fresh:
         if not quiet:
