@@ -33,13 +33,20 @@ ModelName = Annotated[
     str | None, typer.Option("--model", "-m", help="Model: a local directory, Hub id or served name.")
 ]
 Backend = Annotated[str | None, typer.Option("--backend", help="transformers, openai or vllm.")]
-BaseUrl = Annotated[str | None, typer.Option("--base-url", help="OpenAI-compatible endpoint (backend openai).")]
+BaseUrl = Annotated[
+    list[str] | None,
+    typer.Option("--base-url", help="OpenAI-compatible endpoint (backend openai); repeat for several endpoints."),
+]
 Seed = Annotated[int | None, typer.Option("--seed", help="Base seed; every row derives its own from it.")]
 Concurrency = Annotated[int | None, typer.Option("--concurrency", help="Requests or episodes in flight.")]
 
 
-def model_spec(model: str | None, backend: str | None = None, base_url: str | None = None) -> dict[str, Any] | None:
+def model_spec(
+    model: str | None, backend: str | None = None, base_url: list[str] | None = None
+) -> dict[str, Any] | None:
     """The ``model:`` mapping a stage config takes, from the common options (None if none given)."""
+    if base_url is not None:
+        base_url = base_url[0] if len(base_url) == 1 else base_url or None
     spec = {k: v for k, v in {"model": model, "backend": backend, "base_url": base_url}.items() if v is not None}
     return spec or None
 

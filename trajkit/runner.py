@@ -63,6 +63,7 @@ class Usage:
     calls: int = 0
     cached_calls: int = 0
     cost: float = 0.0
+    endpoints: dict[str, dict[str, float]] = field(default_factory=dict)  # openai: url -> requests, errors, seconds
 
     def add(self, prompt_tokens: int = 0, completion_tokens: int = 0, cost: float = 0.0, cached: bool = False) -> None:
         if cached:
@@ -88,7 +89,19 @@ class Usage:
             "calls": self.calls,
             "cached_calls": self.cached_calls,
             "cost": round(self.cost, 6),
+            **({"endpoints": _endpoint_summary(self.endpoints)} if self.endpoints else {}),
         }
+
+
+def _endpoint_summary(endpoints: dict[str, dict[str, float]]) -> dict[str, dict[str, Any]]:
+    return {
+        url: {
+            "requests": int(e["requests"]),
+            "errors": int(e["errors"]),
+            "mean_latency_s": round(e["seconds"] / e["requests"], 4) if e["requests"] else None,
+        }
+        for url, e in sorted(endpoints.items())
+    }
 
 
 # per table, the column whose values the manifest tallies as "<prefix>.<value>"
