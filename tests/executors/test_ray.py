@@ -3,12 +3,20 @@ over the nodes, per-rank manifests as with ranks run by hand."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import sys
+import threading
+import time
+
+import pytest
 
 from tests.curate.test_passk import K, _model, coder
 from tests.synth.compare import assert_same_output
 from tests.synth.conftest import model, pipeline_configs, stage, with_servers
 from trajkit.clikit import run_command
+from trajkit.errors import UserError
 from trajkit.models.scripted_server import ScriptedServer
 from trajkit.store import Store
 
@@ -52,3 +60,41 @@ def test_passk_on_ray_equal_local(tmp_path, ray_cluster):
         local.sql("SELECT task_id, difficulty FROM tasks ORDER BY 1").to_pylist()
         == on_ray.sql("SELECT task_id, difficulty FROM tasks ORDER BY 1").to_pylist()
     )
+
+
+def test_a_worker_killed_mid_shard_is_retried_without_loss_or_duplicates(tmp_path, ray_cluster, calculator_rows, brain):
+    import psutil
+
+    base = with_servers(tmp_path / "base", calculator_rows)
+    with ScriptedServer(brain, delay_s=0.05) as slow:
+        stage(base, "synth.tasks", pipeline_configs(slow)["tasks"])
+        local, on_ray = tmp_path / "local", tmp_path / "ray"
+        shutil.copytree(base, local)
+        shutil.copytree(base, on_ray)
+        rollouts = {"model": model(slow, cache=False), "pool_size": 1, "concurrency": 1}
+        stage(local, "synth.rollouts", rollouts)
+        killed: list[int] = []
+
+        def kill_one_shard() -> None:
+            deadline = time.monotonic() + 30
+            while not killed and time.monotonic() < deadline:
+                for p in psutil.process_iter(["pid", "cmdline"]):
+                    if "ray::_shard" in " ".join(p.info["cmdline"] or []):
+                        time.sleep(0.5)  # mid-shard: some episodes done, others in flight
+                        os.kill(p.info["pid"], signal.SIGKILL)
+                        killed.append(p.info["pid"])
+                        return
+                time.sleep(0.05)
+
+        killer = threading.Thread(target=kill_one_shard)
+        killer.start()
+        run_command("synth.rollouts", on_ray, rollouts, world_size=2, executor="ray", address=ray_cluster)
+        killer.join()
+    assert killed and not psutil.pid_exists(killed[0])
+    assert_same_output(local, on_ray, "rollouts")
+
+
+def test_without_ray_the_executor_fails_with_one_line(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(UserError, match=r"^--executor ray needs Ray: pip install 'trajkit\[ray\]'$"):
+        run_command("synth.rollouts", tmp_path, {"model": {"model": "m"}}, world_size=2, executor="ray")
