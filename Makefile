@@ -9,7 +9,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test bench gpu-bundle clean
+.PHONY: setup chromium demo test bench gpu-bundle clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
@@ -31,7 +31,12 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/trajkit demo --run runs/demo
 
-test: setup
+# the viewer's browser tests drive Debian's chromium (Playwright downloads no browser of its own)
+chromium:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -q && apt-get install -y -q chromium; } \
+		|| { echo "install Debian's chromium package (apt-get install chromium) for tests/view"; exit 1; }
+
+test: setup chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q tests

@@ -33,7 +33,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise UserError(f"config file not found: {p}")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except (UnicodeDecodeError, OSError) as e:
+        raise UserError(f"{p}: not a readable UTF-8 text file ({e})") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

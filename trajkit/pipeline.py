@@ -4,13 +4,18 @@ A pipeline file lists stages by kind, each with an optional name and a config::
 
     stages:
       - stage: synth.harvest
-        config: {servers: examples/servers.json}
+        config: {servers: "${here}/servers.json"}
       - stage: curate.passk
         name: passk-tools
         config: {model: runs/demo/models/agent, k: 8}
 
 Every stage's config is validated before the first stage starts, and every
 error is reported at once. Each stage resumes on a rerun; ``fresh`` starts all over.
+
+Paths: ``${run}`` is the run directory and ``${here}`` the pipeline file's own
+directory; any other relative path resolves against the current directory, as
+on the command line. Files shipped next to a pipeline are written
+``${here}/servers.json``, so the pipeline runs from any directory.
 """
 
 from __future__ import annotations
@@ -99,6 +104,13 @@ def load_pipeline(
             errors.append(str(e))
             continue
         plan.append((spec, name, cfg))
+    for o in overrides:
+        target = o.split("=", 1)[0]
+        if "." not in target or target.split(".", 1)[0] not in names:
+            errors.append(
+                f"--set {o!r}: no stage named {target.split('.', 1)[0]!r} (give NAME.key=value; stages: "
+                f"{', '.join(sorted(names))})"
+            )
     if errors:
         raise UserError(f"{path}: {len(errors)} problem(s): " + " | ".join(errors))
     return plan
@@ -115,7 +127,7 @@ def run_pipeline(
 ) -> list[dict]:
     """Run every stage of a pipeline file in order, each resumable; returns the manifests (with
     ``executor="ray"``, each stage's ``world_size`` shards on one Ray cluster, all their manifests)."""
-    plan = load_pipeline(path, overrides, {"run": str(run_dir)})
+    plan = load_pipeline(path, overrides, {"run": str(run_dir), "here": str(Path(path).resolve().parent)})
     if executor == "ray":
         from trajkit.executors.ray import cluster, run_on_ray
 

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from trajkit import __version__
 from trajkit import schema as S
+from trajkit.concurrency import bounded
 from trajkit.config import StageConfig, config_hash, hashed_dict
 from trajkit.errors import StageStopped, UserError
 from trajkit.store import ShardWriter, Store, atomic_write_json
@@ -38,7 +39,14 @@ from trajkit.store import ShardWriter, Store, atomic_write_json
 
 @dataclass(frozen=True)
 class StageSpec:
-    """What a stage is: its kind (``curate.import``), config class, function and tables."""
+    """What a stage is: its kind (``curate.import``), config class, function and tables.
+
+    ``retry`` is the stage's one retry rule: called with the context and config
+    before the stage runs (a first run finds nothing), it drops this rank's rows
+    that a previous run left failed in a way a rerun may cure (a model request or
+    a server that failed or timed out) and returns how many units run again; the
+    runner counts them as ``retried``.
+    """
 
     kind: str
     config: type[StageConfig]
@@ -46,6 +54,7 @@ class StageSpec:
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
     help: str = ""
+    retry: Callable[[StageContext, Any], int] | None = None
 
 
 @dataclass
@@ -136,12 +145,14 @@ class StageContext:
             self._writers[table] = self.store.writer(table, self.name, self.rank, rows_per_shard)
         return self._writers[table]
 
-    def write(self, table: str, rows: dict[str, Any] | Iterable[dict[str, Any]] | pa.Table) -> None:
+    def write(self, table: str, rows: dict[str, Any] | Iterable[dict[str, Any]] | pa.Table) -> int:
+        """Add rows to this stage's shards of ``table``; returns how many."""
         rows = [rows] if isinstance(rows, dict) else rows
         if not isinstance(rows, pa.Table):
             rows = list(rows)
         self.writer(table).write(rows)
         self.counts[f"rows.{table}"] += len(rows)
+        return len(rows)
 
     def reject(self, table: str, row_id: str, reason: str, detail: str | None = None) -> None:
         """Record that a row was rejected (it stays in its table), once per (row, reason) across resumes.
@@ -190,6 +201,35 @@ class StageContext:
 
         return wrote
 
+    async def fan_out(
+        self,
+        items: Iterable[Any],
+        fn: Callable[[Any], Awaitable[Any]],
+        *,
+        concurrency: int,
+        unit: str,
+        write: Callable[[Any, Any], int | None],
+        flush: tuple[int, tuple[str, ...]] | None = None,
+    ) -> None:
+        """The one way a stage fans out: ``fn`` over ``items`` with at most ``concurrency`` in flight.
+
+        Each (item, result) goes to ``write`` in this coroutine as it finishes (no
+        locks needed), which returns the rows it wrote; with ``flush=(rows,
+        tables)`` those tables are flushed in order every ``rows`` rows, so shards
+        end only between items. A progress bar counts items as ``unit``. An
+        exception from ``fn`` or ``write`` (a bug, a budget cap) cancels the work
+        in flight and propagates; faults that are data are rows made inside ``fn``.
+        """
+        items = list(items)
+        wrote = self.flush_every(*flush) if flush else None
+        with self.progress(len(items), unit) as advance:
+            async with contextlib.aclosing(bounded(items, fn, concurrency)) as results:
+                async for item, result in results:
+                    rows = write(item, result)
+                    if wrote is not None:
+                        wrote(rows or 0)
+                    advance(1)
+
     def recount(self) -> None:
         """Set ``rows.<table>`` (and the tallies below) from this stage's and rank's shards, so a
         resumed run's manifest counts what an uninterrupted run's does."""
@@ -219,16 +259,6 @@ class StageContext:
     def done(self, table: str) -> set[str]:
         """Ids of rows this stage (any rank) already wrote to a table."""
         return self.store.ids(table, stage=self.name)
-
-    def retry_aborted(self, table: str, status_column: str = "status") -> set[str]:
-        """Drop this rank's aborted rows from the stage's own shards so they run again."""
-        data = self.store.read(table, [S.table(table).key, status_column], stage=self.name)
-        ids = {
-            k for k, s in zip(data.column(0).to_pylist(), data.column(1).to_pylist()) if s == "aborted" and self.mine(k)
-        }
-        if ids:
-            self.store.drop_rows(table, self.name, ids)
-        return ids
 
     def mine(self, row_id: str) -> bool:
         """Whether this rank owns a row: a hash partition, so shards split the same rows."""
@@ -323,6 +353,11 @@ def run_stage(
     chash = check_config(store, name, cfg, fresh)
     done = store.manifest(name, rank, world_size)
     if done is not None and not fresh:
+        for table in spec.outputs:  # a complete stage whose shard was damaged since: name it, never skip silently
+            try:
+                store.validate(table, stage=name)
+            except UserError as e:
+                raise UserError(f"stage {name!r} is complete but {e}; rerun with --fresh to redo it") from None
         if not quiet:
             _console().print(f"[dim]{name}[/]: already complete, skipped ({_summary(done)})", highlight=False)
         return done
@@ -336,6 +371,10 @@ def run_stage(
     started, t0 = _now(), time.monotonic()
     inputs = {t: {"rows": store.count(t), "shards": len(store.shards(t))} for t in spec.inputs}
     try:
+        retried = spec.retry(ctx, cfg) if spec.retry is not None else 0
+        if retried:
+            ctx.counts["retried"] += retried
+            ctx.log(f"running again {retried} unit(s) that failed in a way a rerun may cure")
         extra = spec.run(ctx, cfg) or {}
     except StageStopped as e:
         ctx.flush()

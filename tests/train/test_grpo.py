@@ -177,23 +177,3 @@ def test_generation_steps_batch_the_steps_and_keep_completions_per_step(tmp_path
         4,
         4,
     )
-
-
-def test_generation_is_compiled_only_for_half_precision_weights():
-    from types import SimpleNamespace
-
-    from transformers import GenerationConfig
-
-    from trajkit.train.speed import compile_generation
-
-    def trainer(dtype):
-        return SimpleNamespace(
-            model=torch.nn.Linear(2, 2).to(dtype), generation_config=GenerationConfig(), generation_kwargs={}
-        )
-
-    fp32, bf16 = trainer(torch.float32), trainer(torch.bfloat16)
-    assert (
-        not compile_generation(fp32) and fp32.generation_kwargs == {}
-    )  # a static cache would meet bf16 autocast values
-    assert compile_generation(bf16) and bf16.generation_kwargs == {"cache_implementation": "static"}
-    assert bf16.generation_config.disable_compile is False

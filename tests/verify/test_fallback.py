@@ -33,7 +33,8 @@ def fallback_pool():
 
 
 def test_fallback_warns_and_names_each_missing_protection(fallback_pool):
-    assert fallback_pool.protections == dict.fromkeys(fallback_pool.protections, False)
+    # every protection the options turned off is off; the seccomp filter needs none of them
+    assert {p for p, on in fallback_pool.protections.items() if on} == {"seccomp"}
     [warning] = fallback_pool.startup_warnings
     for protection in ("uid", "pid_namespace", "net_namespace", "mount_namespace", "cgroup"):
         assert protection in warning
@@ -68,3 +69,31 @@ def test_fallback_survives_a_program_that_kills_its_parent(fallback_pool):
     assert r.verdict == "error" and "worker" in r.reason
     again = fallback_pool.run("print('back')")
     assert again.verdict == "pass" and again.stdout == "back\n"
+
+
+NO_CGROUPS = """
+from trajkit.verify import Sandbox, SandboxUnavailable
+try:
+    Sandbox(workers=1, allow_weaker={allow}).start().close()
+    print("started")
+except SandboxUnavailable as exc:
+    print(exc)
+"""
+
+
+def test_a_protection_the_machine_cannot_give_stops_the_start_unless_allowed():
+    """With no cgroup hierarchy to write (an empty tmpfs over /sys/fs/cgroup in a private mount namespace),
+    the pool refuses to start without the flag, in one line naming the protection."""
+    import shlex
+    import subprocess
+    import sys
+
+    def start(allow: str) -> str:
+        python = shlex.join([sys.executable, "-c", NO_CGROUPS.format(allow=allow)])
+        command = ["unshare", "-m", "sh", "-c", f"mount -t tmpfs none /sys/fs/cgroup && {python}"]
+        return subprocess.run(command, check=False, capture_output=True, text=True, timeout=60).stdout.strip()
+
+    refused = start("None")
+    assert refused.startswith("sandbox: this machine cannot give cgroup") and "--allow-weaker-sandbox" in refused
+    assert "\n" not in refused
+    assert start("True") == "started"

@@ -9,6 +9,7 @@ left running on the host.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import select
@@ -147,3 +148,21 @@ print(os.path.exists({str(REPO / "pyproject.toml")!r}))
     *_, listing, pyproject = r.stdout.splitlines()
     assert set(json.loads(listing)) <= {".venv"}, "the repository (the caller's working directory) is visible"
     assert pyproject == "False"
+
+
+def test_no_user_namespaces_no_host_cgroups_no_checkout(hostile_pool):
+    """Inside, user namespaces cannot be created (seccomp), and the host's cgroups and trajkit's checkout are empty."""
+    program = (
+        "import ctypes, os, subprocess\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.unshare(0x10000000), ctypes.get_errno())\n"
+        "print(subprocess.run(['unshare', '-U', 'true'], capture_output=True).returncode)\n"
+        "print(os.listdir('/sys/fs/cgroup'))\n"
+        f"print(sorted(os.listdir({str(REPO)!r})))\n"
+    )
+    r = hostile_pool.run(program)
+    assert r.verdict == "pass", r
+    unshare, tool, cgroups, checkout = r.stdout.splitlines()
+    assert unshare == "-1 1" and tool != "0"
+    assert cgroups == "[]"
+    assert set(ast.literal_eval(checkout)) <= {".venv"}  # the interpreter's environment is bound back, nothing else
+    assert hostile_pool.protections["seccomp"]

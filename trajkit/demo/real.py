@@ -24,7 +24,11 @@ WARMUP = "warmup"
 
 def with_model(pipeline: str | Path, run: str | Path, model: str, backend: str, base_url: str | None) -> Path:
     """Write ``RUN/pipeline.yaml``: ``pipeline`` with every role played by ``model``; returns its path."""
-    data = read_yaml(pipeline)
+    from trajkit.pipeline import substitute
+
+    data = substitute(read_yaml(pipeline), {"here": str(Path(pipeline).resolve().parent)})  # the copy lives elsewhere
+    if Path(model).exists():
+        model = str(Path(model).resolve())  # a local directory, relative to where the command runs
     spec = data.get(MODEL_KEY)
     if not isinstance(spec, dict):
         raise UserError(f"{pipeline}: --model needs a top-level {MODEL_KEY!r} mapping (the model every role uses)")

@@ -63,18 +63,23 @@ class GRPOStageConfig(StageConfig):
     tool_timeout_s: float = Field(30.0, gt=0, description="Per tool call, as in rollouts.")
     max_tool_output_chars: int = Field(4000, ge=1, description="Tool output beyond it is cut, as in rollouts.")
     system_prompt: str | None = Field(None, description="A system message put before each task's question.")
-    dtype: str | None = Field(None, description="Weights dtype when loading (default float32; bf16 autocast on GPU).")
+    dtype: str | None = Field(
+        None,
+        description="Weights dtype when loading (default float32: fp32 master weights, bf16 autocast and TF32 on GPU). "
+        "bfloat16 trains the weights in bf16, where updates at RL learning rates round away.",
+    )
     compiled_generation: bool = Field(
         True,
-        description="On one CUDA GPU or DDP, without vLLM, with dtype bfloat16: static KV cache, compiled decode "
-        "(trajkit.train.speed).",
+        description="On one CUDA GPU or DDP, without vLLM: generate from a bf16 copy of the policy, refreshed after "
+        "every optimizer step, with a static KV cache and compiled decode (trajkit.train.speed).",
     )
     generation_steps: int | None = Field(
         None,
         ge=1,
         description="Generate this many optimizer steps' completions in one generate call and train each step as one "
         "micro-batch without activation recompute (trajkit.train.speed.batch_shape; 4.4x tokens/s on an H200 in "
-        "bench/grpo_gpu.py). The step's activations must fit in memory.",
+        "bench/grpo_gpu.py). Steps 2..N of a generation train on completions 1..N-1 optimizer steps old (the importance "
+        "ratio clip bounds it; train_metrics has staleness and clip_fraction). The step's activations must fit in memory.",
     )
 
 
@@ -83,6 +88,8 @@ def grpo_args(cfg: GRPOStageConfig, output_dir: str, weights: list[float], num_g
     import torch
     from trl import GRPOConfig
 
+    from trajkit.train.speed import fast_settings
+
     defaults: dict[str, Any] = {
         **TRAJKIT_GRPO,
         "logging_steps": 1,
@@ -90,8 +97,7 @@ def grpo_args(cfg: GRPOStageConfig, output_dir: str, weights: list[float], num_g
         "save_strategy": "no",
         "reward_weights": weights,
     }
-    if not torch.cuda.is_available():
-        defaults.update(bf16=False, gradient_checkpointing=False)
+    defaults.update(fast_settings(torch.cuda.is_available()))
     if num_generations:
         defaults["num_generations"] = num_generations
     user = typed(GRPOConfig, cfg.grpo)
@@ -258,8 +264,7 @@ def _train(
     if cfg.compiled_generation and trainer.accelerator.device.type == "cuda" and not sharded:
         from trajkit.train.speed import compile_generation
 
-        if not compile_generation(trainer):
-            ctx.log("generation not compiled: it needs transformers generation and bf16 weights (dtype: bfloat16)")
+        compile_generation(trainer)
     try:
         ctx.log(f"{len(rows)} tasks, {cfg.steps} steps, {args.num_generations} generations per prompt")
         trainer.train()

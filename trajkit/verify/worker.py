@@ -82,7 +82,7 @@ def supervise(config: dict) -> None:
         try:
             write_message(1, {"ready": True, **zygote.setup()})
             while (request := read_message(0)) is not None:
-                write_message(1, _serve(zygote, request))
+                write_message(1, _serve(zygote, request, lambda: read_message(0)))
             zygote.close()
         except BaseException:  # noqa: BLE001 - say why on stderr, then end the namespace with it
             traceback.print_exc()
@@ -111,9 +111,9 @@ def _covered_by_private_mounts() -> str | None:
     return None
 
 
-def _serve(zygote: Zygote, request: dict) -> dict:
+def _serve(zygote: Zygote, request: dict, next_message=None) -> dict:
     try:
-        return zygote.run(request)
+        return zygote.run(request, next_message)
     except Exception as exc:  # noqa: BLE001 - a fault of the sandbox itself (fork refused...): an error verdict
         isolation.kill_everything(zygote.namespaces)
         return outcome.answer("error", reason=f"sandbox: {type(exc).__name__}: {exc}")
