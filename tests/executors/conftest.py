@@ -3,6 +3,7 @@ started once per module with the ``ray`` command and stopped after it."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -27,6 +28,10 @@ def ray_cluster() -> str:
     """The address of a two-node Ray cluster (head + worker) on 127.0.0.1."""
     address = f"127.0.0.1:{_free_port()}"
     port = address.split(":")[1]
+    # loopback only, and the same mode for nodes and drivers whatever ~/.ray holds (Ray 2.60 turns token
+    # authentication on for a cluster when it finds a token there)
+    saved = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
     try:
         subprocess.run(
             [RAY, "start", "--head", f"--port={port}", "--include-dashboard=false", *NODE],
@@ -38,3 +43,7 @@ def ray_cluster() -> str:
         yield address
     finally:
         subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120, check=False)
+        if saved is None:
+            del os.environ["RAY_AUTH_MODE"]
+        else:
+            os.environ["RAY_AUTH_MODE"] = saved

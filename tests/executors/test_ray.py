@@ -3,9 +3,11 @@ over the nodes, per-rank manifests as with ranks run by hand."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -98,3 +100,39 @@ def test_without_ray_the_executor_fails_with_one_line(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(UserError, match=r"^--executor ray needs Ray: pip install 'trajkit\[ray\]'$"):
         run_command("synth.rollouts", tmp_path, {"model": {"model": "m"}}, world_size=2, executor="ray")
+
+
+def test_a_killed_driver_takes_its_shards_with_it_and_a_rerun_resumes(tmp_path, ray_cluster, calculator_rows, brain):
+    import psutil
+
+    base = with_servers(tmp_path / "base", calculator_rows)
+    with ScriptedServer(brain, delay_s=0.05) as slow:
+        stage(base, "synth.tasks", pipeline_configs(slow)["tasks"])
+        local, on_ray = tmp_path / "local", tmp_path / "ray"
+        shutil.copytree(base, local)
+        shutil.copytree(base, on_ray)
+        rollouts = {"model": model(slow, cache=False), "pool_size": 1, "concurrency": 1}
+        stage(local, "synth.rollouts", rollouts)
+        config = tmp_path / "rollouts.json"
+        config.write_text(json.dumps(rollouts))
+        cmd = [sys.executable, "-m", "trajkit.cli", "synth", "rollouts", "--run", str(on_ray), "--config", str(config)]
+        driver = subprocess.Popen([*cmd, "--executor", "ray", "--world-size", "2", "--address", ray_cluster])
+
+        def shards() -> list[int]:
+            return [
+                p.pid for p in psutil.process_iter(["cmdline"]) if "ray::_shard" in " ".join(p.info["cmdline"] or [])
+            ]
+
+        deadline = time.monotonic() + 60
+        while not shards() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        driver.kill()
+        driver.wait()
+        deadline = time.monotonic() + 30
+        while shards() and time.monotonic() < deadline:  # Ray ends the dead driver's job and its tasks
+            time.sleep(0.1)
+        assert not shards()
+        assert Store(on_ray).manifest("rollouts", 0, 2) is None or Store(on_ray).manifest("rollouts", 1, 2) is None
+        run_command("synth.rollouts", on_ray, rollouts, world_size=2, executor="ray", address=ray_cluster)
+    assert_same_output(local, on_ray, "rollouts")
