@@ -158,10 +158,14 @@ def export(
         str, typer.Option("--format", "-f", help="jsonl (all columns), openai (messages+tools) or sharegpt.")
     ] = "openai",
     where: Annotated[
-        str, typer.Option(help="SQL filter on the trajectories view.")
-    ] = "status = 'completed' AND reject_reason IS NULL",
+        str | None, typer.Option(help='Extra SQL filter on the trajectories view, e.g. "num_turns <= 8".')
+    ] = None,
+    all_rows: Annotated[
+        bool, typer.Option("--all", help="Every trajectory, failed and rejected ones too (not training-ready).")
+    ] = False,
 ) -> None:
-    """Write trajectories as JSON lines for other tools (OpenAI fine-tuning, ShareGPT, raw)."""
+    """Write accepted trajectories (docs/schema.md, "Accepted rows") as JSON lines for other tools."""
+    from trajkit.accepted import accepted_where
     from trajkit.export import FORMATS, convert
     from trajkit.store import Store
 
@@ -169,14 +173,17 @@ def export(
         raise _user(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     if output.is_dir():
         raise _user(f"{output} is a directory: give the path of a .jsonl file")
-    rows = Store(run).sql(f"SELECT * FROM trajectories WHERE {where}").to_pylist()
+    conds = ([] if all_rows else [accepted_where("trajectories")]) + ([f"({where})"] if where else [])
+    query = "SELECT * FROM trajectories" + (" WHERE " + " AND ".join(conds) if conds else "") + " ORDER BY traj_id"
+    rows = Store(run).sql(query).to_pylist()
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         with open(output, "w") as f:
             f.writelines(json.dumps(rec, ensure_ascii=False, default=str) + "\n" for rec in convert(rows, fmt))
     except OSError as e:
         raise _user(f"cannot write {output}: {e.strerror or e}") from None
-    typer.echo(f"wrote {len(rows)} trajectories to {output} ({fmt})", err=True)
+    kind = "trajectories" if all_rows else "accepted trajectories"
+    typer.echo(f"wrote {len(rows)} {kind} to {output} ({fmt})", err=True)
 
 
 @app.command("run")

@@ -30,9 +30,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from trajkit import schema as S
+from trajkit.accepted import add_review
 from trajkit.view import pages
 from trajkit.view.db import QueryError, RunDB
-from trajkit.view.reviews import add_review
 
 HERE = Path(__file__).resolve().parent
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost"]
@@ -153,7 +153,9 @@ class Viewer:
             return PlainTextResponse("bad review: target_kind or decision\n", status_code=400)
         if not await run_in_threadpool(pages.exists, self.db, kind, target):
             return PlainTextResponse(f"bad review: no {kind} {target!r}\n", status_code=400)
-        await run_in_threadpool(add_review, self.db.store, kind, target, decision, self.reviewer, note[:4000])
+        await run_in_threadpool(
+            add_review, self.db.store, target, kind, decision, note[:4000] or None, self.reviewer, check_target=False
+        )
         where = f"/tasks/{quote(target)}" if kind == "task" else f"/trajectories/{quote(target)}"
         return RedirectResponse(where, status_code=303)
 
