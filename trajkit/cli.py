@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from trajkit.clikit import Overrides, RunDir
+from trajkit.clikit import Address, Executor, Overrides, RunDir, WorldSize
 from trajkit.curate.cli import app as curate_app
 from trajkit.data_cards import cli as cards_cli
 from trajkit.eval.cli import app as eval_app
@@ -192,11 +192,14 @@ def run_cmd(
     run: RunDir,
     fresh: Annotated[bool, typer.Option("--fresh", help="Start every stage over.")] = False,
     overrides: Overrides = None,
+    executor: Executor = "local",
+    address: Address = None,
+    world_size: WorldSize = 1,
 ) -> None:
     """Run a pipeline file stage by stage; a rerun resumes where it stopped."""
     from trajkit.pipeline import run_pipeline
 
-    run_pipeline(pipeline, run, fresh=fresh, overrides=overrides or [])
+    run_pipeline(pipeline, run, fresh, overrides or [], executor, address, world_size)
 
 
 @app.command()

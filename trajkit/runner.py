@@ -73,6 +73,7 @@ class Usage:
     calls: int = 0
     cached_calls: int = 0
     cost: float = 0.0
+    endpoints: dict[str, dict[str, float]] = field(default_factory=dict)  # openai: url -> requests, errors, seconds
 
     def add(self, prompt_tokens: int = 0, completion_tokens: int = 0, cost: float = 0.0, cached: bool = False) -> None:
         if cached:
@@ -98,7 +99,19 @@ class Usage:
             "calls": self.calls,
             "cached_calls": self.cached_calls,
             "cost": round(self.cost, 6),
+            **({"endpoints": _endpoint_summary(self.endpoints)} if self.endpoints else {}),
         }
+
+
+def _endpoint_summary(endpoints: dict[str, dict[str, float]]) -> dict[str, dict[str, Any]]:
+    return {
+        url: {
+            "requests": int(e["requests"]),
+            "errors": int(e["errors"]),
+            "mean_latency_s": round(e["seconds"] / e["requests"], 4) if e["requests"] else None,
+        }
+        for url, e in sorted(endpoints.items())
+    }
 
 
 # per table, the column whose values the manifest tallies as "<prefix>.<value>"
@@ -338,6 +351,26 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
+def check_config(store: Store, name: str, cfg: StageConfig, fresh: bool) -> tuple[str, bool]:
+    """Drop the stage if ``fresh``, else refuse a config whose data-changing fields differ from the one
+    it was run with (each differing field named with both values); return the hash and whether the
+    config is to be (re)pinned: a new or fresh stage, or one pinned before a field left the hash."""
+    chash = config_hash(cfg)
+    previous = store.stage_config(name)
+    if fresh:
+        store.drop_stage(name)
+        return chash, True
+    if previous is not None and previous["config_hash"] != chash:
+        differ = config_differences(previous["config"], hashed_dict(cfg))
+        if differ:
+            raise UserError(
+                f"stage {name!r} in {store.root} was run with a different config ({'; '.join(differ)}); "
+                "pass --fresh to start it over"
+            )
+        return chash, True  # made before a field left the hash: same data, so re-pin under today's hash
+    return chash, previous is None
+
+
 def run_stage(
     store: Store,
     spec: StageSpec,
@@ -354,18 +387,7 @@ def run_stage(
     name = name or spec.kind.split(".")[-1]
     if not 0 <= rank < world_size:
         raise UserError(f"rank {rank} is not in 0..{world_size - 1}")
-    chash = config_hash(cfg)
-    previous = store.stage_config(name)
-    if fresh:
-        store.drop_stage(name)
-    elif previous is not None and previous["config_hash"] != chash:
-        differ = config_differences(previous["config"], hashed_dict(cfg))
-        if differ:
-            raise UserError(
-                f"stage {name!r} in {store.root} was run with a different config ({'; '.join(differ)}); "
-                "pass --fresh to start it over"
-            )
-        previous = None  # made before a field left the hash: same data, so re-pin under today's hash
+    chash, pin = check_config(store, name, cfg, fresh)
     done = store.manifest(name, rank, world_size)
     if done is not None and not fresh:
         for table in spec.outputs:  # a complete stage whose shard was damaged since: name it, never skip silently
@@ -377,7 +399,7 @@ def run_stage(
             _console().print(f"[dim]{name}[/]: already complete, skipped ({_summary(done)})", highlight=False)
         return done
     store.clean_temp(name, rank)
-    if previous is None or fresh:
+    if pin:
         atomic_write_json(
             store.stage_dir(name) / "_config.json",
             {"stage": name, "kind": spec.kind, "config": hashed_dict(cfg), "config_hash": chash},
