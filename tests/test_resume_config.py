@@ -78,3 +78,11 @@ def test_a_stage_that_wrote_nothing_pins_no_config(run_dir):
     assert store.stage_config("gen") is None
     run_stage(store, GEN, GenConfig(model=ModelSpec(model="m"), n=2), quiet=True)
     assert store.count("tasks") == 2
+
+
+def test_manifests_keep_endpoints_without_credentials(run_dir):
+    store = Store(run_dir)
+    manifest = run_stage(store, GEN, _cfg(base_url="https://user:pw@api.example.com/v1?key=abc"), quiet=True)
+    assert manifest["config"]["model"]["base_url"] == "https://api.example.com/v1"
+    assert "pw" not in (store.stage_dir("gen") / "_manifest.json").read_text()
+    assert "pw" not in (store.stage_dir("gen") / "_config.json").read_text()

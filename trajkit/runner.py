@@ -35,6 +35,7 @@ from trajkit import schema as S
 from trajkit.concurrency import bounded
 from trajkit.config import StageConfig, config_differences, config_hash, hashed_dict
 from trajkit.errors import StageStopped, UserError
+from trajkit.redact import clean_endpoints
 from trajkit.store import ShardWriter, Store, atomic_write_json
 
 
@@ -427,7 +428,7 @@ def run_stage(
     manifest = {
         "stage": name,
         "kind": spec.kind,
-        "config": cfg.model_dump(mode="json"),
+        "config": clean_endpoints(cfg.model_dump(mode="json")),
         "config_hash": chash,
         "inputs": inputs,
         "outputs": {t: store.count(t, stage=name) for t in S.TABLES if store.shards(t, name)},

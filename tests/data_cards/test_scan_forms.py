@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from trajkit.data_cards.provenance import _compact
-from trajkit.data_cards.secret_scan import clean_endpoint, scan_text
+from trajkit.data_cards.secret_scan import scan_text
+from trajkit.redact import clean_endpoint
 
 ZW = "\u200b"
 

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from trajkit.data_cards.markdown import fmt_num, table
-from trajkit.data_cards.secret_scan import clean_endpoint
+from trajkit.redact import clean_endpoint
 
 _MODEL_KEYS = ("model", "backend", "base_url")
 

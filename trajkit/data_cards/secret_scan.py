@@ -68,18 +68,6 @@ def env_secrets(environ: dict[str, str] | None = None) -> dict[str, str]:
     }
 
 
-def clean_endpoint(url: str) -> str:
-    """An endpoint for display: no user, password, query string or fragment."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    netloc = f"[{host}]" if ":" in host else host
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
 def redact(value: str) -> str:
     return f"{value[:4]}… {len(value)} chars"
 
