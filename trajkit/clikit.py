@@ -70,8 +70,8 @@ def run_command(
     ``rank`` here, or with ``executor="ray"`` all ``world_size`` shards on Ray)."""
     from trajkit.config import build, read_yaml
     from trajkit.errors import UserError
-    from trajkit.pipeline import get_stage
     from trajkit.runner import run_stage
+    from trajkit.stages import get_stage
     from trajkit.store import Store
 
     spec = get_stage(kind)

@@ -101,8 +101,8 @@ def _shard(root, kind, cfg, name, rank, world_size, budget_tokens, budget_cost) 
     """One shard, inside a Ray worker: the same ``run_stage`` a hand-started rank runs."""
     import ray
 
-    from trajkit.pipeline import get_stage
     from trajkit.runner import run_stage
+    from trajkit.stages import get_stage
     from trajkit.store import Store
 
     spec = get_stage(kind)
