@@ -9,14 +9,14 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test bench gpu-bundle clean
+.PHONY: setup chromium demo test bench gpu-bundle clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# the CPU build of torch first, so nothing pulls a multi-GB CUDA build
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[dev,e2b]"
+	$(BIN)/pip install -q -e ".[dev,e2b,ray]"
 	# BFCL's data and checker: pinned, without its dependencies (it pins an old numpy)
 	$(BIN)/pip install -q --no-deps bfcl-eval==2026.3.23
 	# third-party MCP servers run in their own environments, as MCP clients run them (uvx);
@@ -31,7 +31,12 @@ setup: $(STAMP)
 demo: setup
 	$(BIN)/trajkit demo --run runs/demo
 
-test: setup
+# the viewer's browser tests drive Debian's chromium (Playwright downloads no browser of its own)
+chromium:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -q && apt-get install -y -q chromium; } \
+		|| { echo "install Debian's chromium package (apt-get install chromium) for tests/view"; exit 1; }
+
+test: setup chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q tests

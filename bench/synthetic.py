@@ -1,8 +1,12 @@
-"""Synthetic trajectories for benchmarks: realistic shape, built column-wise with numpy.
+"""Synthetic runs for benchmarks: realistic shape, built column-wise with numpy.
 
 ``write_trajectories(run_dir, n)`` writes ``n`` rows of 4-12 messages each (a user
 turn, tool-calling assistant turns with their tool results, a final answer) into
 a run directory through the store, and returns the seconds spent writing.
+``write_run(run_dir, n)`` writes those and every other table a run has: servers,
+tasks (one per 8 trajectories), their judge scores, pass@k, samples, splits,
+curriculum, rejections, trajectory judges, and an evaluation of two models.
+Ids are hashes, as in real runs (no min/max pruning by luck).
 """
 
 from __future__ import annotations
@@ -53,8 +57,17 @@ def _strings(rng: np.random.Generator, count: int, pool_size: int = 512, words: 
     return pool.take(pa.array(rng.integers(0, pool_size, count)))
 
 
-def make_batch(n: int, seed: int, offset: int = 0) -> pa.Table:
-    """``n`` trajectories as an Arrow table in the trajectories schema."""
+def traj_ids(ids: np.ndarray) -> pa.Array:
+    return pa.array([S.content_id("traj", int(i)) for i in ids])
+
+
+def task_ids(ids: np.ndarray) -> pa.Array:
+    return pa.array([S.content_id("task", int(i)) for i in ids])
+
+
+def make_batch(n: int, seed: int, offset: int = 0, n_tasks: int | None = None, traced_every: int = 0) -> pa.Table:
+    """``n`` trajectories as an Arrow table in the trajectories schema; every ``traced_every``-th row
+    (by index) also has a token trace of 1,000-3,000 tokens."""
     rng = np.random.default_rng(seed)
     calls = rng.integers(1, 6, n)  # tool calls per row -> 2 + 2*calls messages (4..12)
     n_msgs = 2 + 2 * calls
@@ -96,13 +109,15 @@ def make_batch(n: int, seed: int, offset: int = 0) -> pa.Table:
         pa.array(np.concatenate([[0], np.cumsum(calls)]).astype(np.int32)), names.take(pa.array(call_idx))
     )
     ids = np.arange(offset, offset + n)
-    task_ids = rng.integers(0, max(n // 8, 1), n)
+    task_ids_ = rng.integers(0, max(n_tasks or n // 8, 1), n)
     status = np.array(["completed", "truncated", "failed"])[rng.choice(3, n, p=[0.85, 0.1, 0.05])]
     final = _strings(rng, n)
+    traced = (ids % traced_every == 0) if traced_every else np.zeros(n, bool)
     return pa.table(
         {
-            "traj_id": pa.array(np.char.add("t", ids.astype(str))),
-            "task_id": pa.array(np.char.add("task", task_ids.astype(str))),
+            **_token_traces(rng, traced),
+            "traj_id": traj_ids(ids),
+            "task_id": task_ids(task_ids_),
             "rollout_index": pa.array(rng.integers(0, 4, n).astype(np.int32)),
             "model": pa.array(["Qwen/Qwen3-8B"] * n),
             "backend": pa.array(["vllm"] * n),
@@ -122,6 +137,24 @@ def make_batch(n: int, seed: int, offset: int = 0) -> pa.Table:
     )
 
 
+def _token_traces(rng: np.random.Generator, traced: np.ndarray) -> dict[str, pa.Array]:
+    """token_ids, loss_mask (the prompt 0, then sampled turns 1 between tool outputs 0) and logprobs."""
+    lengths = np.where(traced, rng.integers(1000, 3001, len(traced)), 0)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    total = int(lengths.sum())
+    pos = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    mask = ((pos >= 600) & ((pos // 150) % 2 == 0)).astype(np.int8)
+    logprobs = np.where(mask == 1, -rng.gamma(0.5, 0.4, total), 0.0).astype(np.float32)
+    absent = pa.array(~traced)
+    return {
+        "token_ids": pa.ListArray.from_arrays(
+            offsets, pa.array(rng.integers(0, 151_000, total).astype(np.int32)), mask=absent
+        ),
+        "loss_mask": pa.ListArray.from_arrays(offsets, pa.array(mask), mask=absent),
+        "logprobs": pa.ListArray.from_arrays(offsets, pa.array(logprobs), mask=absent),
+    }
+
+
 def write_trajectories(run_dir: str | Path, n: int, seed: int = 0, batch: int = 100_000) -> float:
     """Write ``n`` synthetic trajectories through the store; returns seconds spent writing."""
     store = Store(run_dir, create=True)
@@ -135,3 +168,169 @@ def write_trajectories(run_dir: str | Path, n: int, seed: int = 0, batch: int = 
     t0 = time.perf_counter()
     writer.close()
     return spent + time.perf_counter() - t0
+
+
+def _pick(rng: np.random.Generator, values, n: int, p=None) -> pa.Array:
+    return pa.array(np.array(values)[rng.choice(len(values), n, p=p)])
+
+
+def write_run(run_dir: str | Path, n: int, seed: int = 0, batch: int = 100_000) -> dict[str, int]:
+    """A run with every table populated around ``n`` trajectories; returns the rows per table."""
+    store = Store(run_dir, create=True)
+    n_tasks = max(n // 8, 1)
+    rng = np.random.default_rng(seed + 1)
+    writer = store.writer("trajectories", "synthetic", rows_per_shard=batch)
+    for start in range(0, n, batch):
+        writer.write(make_batch(min(batch, n - start), seed + start, start, n_tasks=n_tasks, traced_every=100))
+    writer.close()
+    server_ids = [S.content_id("server", s) for s in SERVERS]
+    store.write(
+        "servers",
+        "harvest",
+        [{"server_id": i, "name": s, "transport": "stdio", "status": "ok"} for i, s in zip(server_ids, SERVERS)],
+    )
+    tids = task_ids(np.arange(n_tasks))
+    k = rng.integers(1, 3, n_tasks)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(k)]).astype(np.int32))
+    spec = pa.array(['{"answer": "42", "answer_match": "number"}'] * n_tasks)
+    store.write(
+        "tasks",
+        "synthetic",
+        pa.table(
+            {
+                "task_id": tids,
+                "source": _pick(rng, ["synth", "humaneval", "mbpp"], n_tasks, p=[0.8, 0.1, 0.1]),
+                "source_id": pa.array(np.char.add("req", rng.integers(0, n_tasks, n_tasks).astype(str))),
+                "question": _strings(rng, n_tasks, pool_size=4096, words=20),
+                "target_tools": pa.ListArray.from_arrays(offsets, _pick(rng, TOOLS, int(k.sum()))),
+                "server_ids": pa.ListArray.from_arrays(offsets, _pick(rng, server_ids, int(k.sum()))),
+                "mode": _pick(rng, ["single_tool", "multi_tool", "multi_server"], n_tasks),
+                "generator_model": pa.array(["Qwen/Qwen3-32B"] * n_tasks),
+                "verifier": pa.StructArray.from_arrays(
+                    [pa.array(["tool_outcome"] * n_tasks), spec], fields=list(S.VERIFIER)
+                ),
+            }
+        ),
+    )
+    score = lambda m: pa.array(rng.integers(1, 6, m).astype(float))
+    store.write(
+        "task_quality",
+        "judge",
+        pa.table(
+            {
+                "task_id": tids,
+                "judge_model": pa.array(["Qwen/Qwen3-32B"] * n_tasks),
+                **{d: score(n_tasks) for d in ("question_quality", "scenario_realism", "verifiability", "stability")},
+                "quality_score": pa.array(np.round(rng.uniform(1, 5, n_tasks), 2)),
+            }
+        ),
+    )
+    correct = rng.binomial(8, rng.beta(1, 1, n_tasks)).astype(np.int32)
+    pass1 = correct / 8
+    difficulty = np.select([correct == 0, correct <= 2, correct <= 5, correct <= 7], S.DIFFICULTIES[:4], "trivial")
+    pass_at = pa.ListArray.from_arrays(
+        pa.array(np.arange(0, 2 * n_tasks + 1, 2, dtype=np.int32)),
+        pa.StructArray.from_arrays(
+            [
+                pa.array(np.tile([1, 8], n_tasks).astype(np.int32)),
+                pa.array(np.ravel(np.c_[pass1, correct > 0]).astype(float)),
+            ],
+            fields=list(S.PASS_AT),
+        ),
+    )
+    store.write(
+        "passk",
+        "passk",
+        pa.table(
+            {
+                "task_id": tids,
+                "model": pa.array(["Qwen/Qwen3-8B"] * n_tasks),
+                "samples": pa.array(np.full(n_tasks, 8, np.int32)),
+                "correct": pa.array(correct),
+                "pass_at_1": pa.array(pass1),
+                "pass_at": pass_at,
+                "difficulty": pa.array(difficulty),
+            }
+        ),
+    )
+    held = rng.random(n_tasks) < 0.1
+    store.write("splits", "split", pa.table({"task_id": tids, "split": pa.array(np.where(held, "held_out", "train"))}))
+    train = np.nonzero(~held)[0]
+    store.write(
+        "curriculum",
+        "curriculum",
+        pa.table(
+            {
+                "task_id": tids.take(pa.array(train)),
+                "stage": pa.array(np.where(difficulty[train] == "hard", "hard", "broad")),
+                "rollouts_per_prompt": pa.array(np.full(len(train), 8, np.int32)),
+            }
+        ),
+    )
+    per_task = 4
+    sample_task = np.repeat(np.arange(n_tasks), per_task)
+    verdict = _pick(rng, ["pass", "fail", "timeout", "error"], len(sample_task), p=[0.5, 0.4, 0.05, 0.05])
+    store.write(
+        "samples",
+        "passk",
+        pa.table(
+            {
+                "sample_id": pa.array([S.content_id("sample", int(i)) for i in range(len(sample_task))]),
+                "task_id": tids.take(pa.array(sample_task)),
+                "sample_index": pa.array(np.tile(np.arange(per_task, dtype=np.int32), n_tasks)),
+                "model": pa.array(["Qwen/Qwen3-8B"] * len(sample_task)),
+                "completion": _strings(rng, len(sample_task)),
+                "traj_id": traj_ids(rng.integers(0, n, len(sample_task))),
+                "verdict": verdict,
+                "score": pa.array((np.array(verdict) == "pass").astype(float)),
+            }
+        ),
+    )
+    judged = rng.random(n) < 0.5
+    store.write(
+        "trajectory_quality",
+        "judge",
+        pa.table(
+            {
+                "traj_id": traj_ids(np.nonzero(judged)[0]),
+                "judge_model": pa.array(["Qwen/Qwen3-32B"] * int(judged.sum())),
+                "completeness": score(int(judged.sum())),
+                "conciseness": score(int(judged.sum())),
+                "tool_accuracy": pa.array(rng.random(int(judged.sum()))),
+            }
+        ),
+    )
+    bad_traj = np.nonzero(rng.random(n) < 0.05)[0]
+    bad_task = np.nonzero(rng.random(n_tasks) < 0.05)[0]
+    rows = len(bad_traj) + len(bad_task)
+    store.write(
+        "rejected",
+        "filter",
+        pa.table(
+            {
+                "reject_id": pa.array([S.content_id("rej", i) for i in range(rows)]),
+                "row_id": pa.concat_arrays([traj_ids(bad_traj), tids.take(pa.array(bad_task))]),
+                "table_name": pa.array(["trajectories"] * len(bad_traj) + ["tasks"] * len(bad_task)),
+                "stage": pa.array(["filter"] * rows),
+                "reason": _pick(rng, ["no_tool_call", "too_short", "odd_answer", "contaminated"], rows),
+            }
+        ),
+    )
+    evaluated = np.nonzero(held)[0]
+    for model in ("Qwen/Qwen3-8B", "trained/grpo-hard"):
+        got = rng.binomial(4, rng.beta(1, 1, len(evaluated))).astype(np.int32)
+        store.write(
+            "eval_passk",
+            f"eval-{S.content_id(model)[:6]}",
+            pa.table(
+                {
+                    "eval_id": pa.array([S.content_id("eval", model, int(i)) for i in evaluated]),
+                    "model": pa.array([model] * len(evaluated)),
+                    "task_id": tids.take(pa.array(evaluated)),
+                    "difficulty": pa.array(difficulty[evaluated]),
+                    "samples": pa.array(np.full(len(evaluated), 4, np.int32)),
+                    "correct": pa.array(got),
+                }
+            ),
+        )
+    return {t: store.count(t) for t in store.tables()}

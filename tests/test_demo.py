@@ -27,7 +27,7 @@ TRAJKIT = [sys.executable, "-m", "trajkit.cli"]
 
 def shortened(path: Path) -> Path:
     """examples/demo.yaml with fewer tasks, samples and steps (the same stages and configs otherwise)."""
-    text = DEMO.read_text()
+    text = DEMO.read_text().replace("${here}", str(DEMO.parent))  # the copy lives elsewhere
     data = yaml.safe_load(text)
     stages = {s.get("name") or s["stage"].split(".")[-1]: s for s in data["stages"]}
     warmup = stages["warmup"]["config"]

@@ -7,19 +7,21 @@ line and exits 2; heavy libraries are imported inside the commands only.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from trajkit.clikit import Overrides, RunDir
+from trajkit.clikit import Address, Executor, Overrides, RunDir, WorldSize
 from trajkit.curate.cli import app as curate_app
 from trajkit.data_cards import cli as cards_cli
 from trajkit.eval.cli import app as eval_app
 from trajkit.models.cli import app as model_app
 from trajkit.synth.cli import app as synth_app
 from trajkit.train.cli import app as train_app
+from trajkit.view import cli as view_cli
 
 app = typer.Typer(
     name="trajkit",
@@ -28,13 +30,34 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+
+
+@app.callback()
+def _options(
+    allow_weaker_sandbox: Annotated[
+        bool,
+        typer.Option(
+            "--allow-weaker-sandbox",
+            help="Run code and MCP servers even where this machine cannot give every sandbox protection "
+            "(each missing one is logged). Without it, a missing protection stops the start.",
+        ),
+    ] = False,
+) -> None:
+    """Post-training data for tool-using LLM agents."""
+    if allow_weaker_sandbox:
+        from trajkit.verify.isolation import ALLOW_WEAKER_ENV
+
+        os.environ[ALLOW_WEAKER_ENV] = "1"
+
+
 app.add_typer(synth_app, name="synth", help="Harvest MCP servers, synthesize tasks, roll out, judge, extend.")
 app.add_typer(curate_app, name="curate", help="Import, verify, pass@k-tag, dedup, decontaminate, split, curriculum.")
 app.add_typer(train_app, name="train", help="SFT and GRPO with TRL on the curated data.")
 app.add_typer(eval_app, name="eval", help="pass@k, tool-call accuracy, diversity.")
-app.add_typer(model_app, name="model", help="Local models: build a tiny model for tests and demos.")
+app.add_typer(model_app, name="model", help="Local models: build a tiny model, serve a stand-in model for dry runs.")
 app.command("card")(cards_cli.card)
 app.command("push")(cards_cli.push)
+app.command("view")(view_cli.view)
 
 RunExisting = Annotated[Path, typer.Option("--run", "-r", help="Run directory.")]
 DEMO_PIPELINE = Path(__file__).resolve().parent.parent / "examples" / "demo.yaml"
@@ -135,20 +158,32 @@ def export(
         str, typer.Option("--format", "-f", help="jsonl (all columns), openai (messages+tools) or sharegpt.")
     ] = "openai",
     where: Annotated[
-        str, typer.Option(help="SQL filter on the trajectories view.")
-    ] = "status = 'completed' AND reject_reason IS NULL",
+        str | None, typer.Option(help='Extra SQL filter on the trajectories view, e.g. "num_turns <= 8".')
+    ] = None,
+    all_rows: Annotated[
+        bool, typer.Option("--all", help="Every trajectory, failed and rejected ones too (not training-ready).")
+    ] = False,
 ) -> None:
-    """Write trajectories as JSON lines for other tools (OpenAI fine-tuning, ShareGPT, raw)."""
+    """Write accepted trajectories (docs/schema.md, "Accepted rows") as JSON lines for other tools."""
+    from trajkit.accepted import accepted_where
     from trajkit.export import FORMATS, convert
     from trajkit.store import Store
 
     if fmt not in FORMATS:
         raise _user(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
-    rows = Store(run).sql(f"SELECT * FROM trajectories WHERE {where}").to_pylist()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with open(output, "w") as f:
-        f.writelines(json.dumps(rec, ensure_ascii=False, default=str) + "\n" for rec in convert(rows, fmt))
-    typer.echo(f"wrote {len(rows)} trajectories to {output} ({fmt})", err=True)
+    if output.is_dir():
+        raise _user(f"{output} is a directory: give the path of a .jsonl file")
+    conds = ([] if all_rows else [accepted_where("trajectories")]) + ([f"({where})"] if where else [])
+    query = "SELECT * FROM trajectories" + (" WHERE " + " AND ".join(conds) if conds else "") + " ORDER BY traj_id"
+    rows = Store(run).sql(query).to_pylist()
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with open(output, "w") as f:
+            f.writelines(json.dumps(rec, ensure_ascii=False, default=str) + "\n" for rec in convert(rows, fmt))
+    except OSError as e:
+        raise _user(f"cannot write {output}: {e.strerror or e}") from None
+    kind = "trajectories" if all_rows else "accepted trajectories"
+    typer.echo(f"wrote {len(rows)} {kind} to {output} ({fmt})", err=True)
 
 
 @app.command("run")
@@ -157,11 +192,14 @@ def run_cmd(
     run: RunDir,
     fresh: Annotated[bool, typer.Option("--fresh", help="Start every stage over.")] = False,
     overrides: Overrides = None,
+    executor: Executor = "local",
+    address: Address = None,
+    world_size: WorldSize = 1,
 ) -> None:
     """Run a pipeline file stage by stage; a rerun resumes where it stopped."""
     from trajkit.pipeline import run_pipeline
 
-    run_pipeline(pipeline, run, fresh=fresh, overrides=overrides or [])
+    run_pipeline(pipeline, run, fresh, overrides or [], executor, address, world_size)
 
 
 @app.command()
@@ -198,12 +236,13 @@ def _user(message: str) -> Exception:
 def main() -> None:
     """Entry point: user errors become one line and exit status 2."""
     from trajkit.errors import StageStopped, UserError
+    from trajkit.verify.isolation import ProtectionMissing
 
     try:
         app()
-    except UserError as e:
+    except (UserError, ProtectionMissing) as e:
         typer.echo(f"error: {e}", err=True)
-        sys.exit(e.exit_code)
+        sys.exit(2)
     except StageStopped as e:
         typer.echo(f"stopped: {e}", err=True)
         sys.exit(e.exit_code)

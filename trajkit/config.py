@@ -33,7 +33,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise UserError(f"config file not found: {p}")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except (UnicodeDecodeError, OSError) as e:
+        raise UserError(f"{p}: not a readable UTF-8 text file ({e})") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -116,6 +118,26 @@ def _strip(model: BaseModel, data: dict[str, Any]) -> dict[str, Any]:
                 if isinstance(item, BaseModel) and isinstance(item_data, dict):
                     _strip(item, item_data)
     return data
+
+
+def config_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """``field: stored -> current`` for each field that both configs have and that differs.
+
+    Fields only one side has are left out: a field that left the hash (an endpoint, say)
+    or a field added since keeps a stored run resumable.
+    """
+    old, new = _flatten(stored), _flatten(current)
+    return [
+        f"{k}: {json.dumps(old[k])} -> {json.dumps(new[k])}"
+        for k in sorted(old.keys() & new.keys())
+        if old[k] != new[k]
+    ]
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict) and data:
+        return {k: v for key, value in data.items() for k, v in _flatten(value, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): data}
 
 
 def config_hash(cfg: BaseModel) -> str:

@@ -4,13 +4,18 @@ A pipeline file lists stages by kind, each with an optional name and a config::
 
     stages:
       - stage: synth.harvest
-        config: {servers: examples/servers.json}
+        config: {servers: "${here}/servers.json"}
       - stage: curate.passk
         name: passk-tools
         config: {model: runs/demo/models/agent, k: 8}
 
 Every stage's config is validated before the first stage starts, and every
 error is reported at once. Each stage resumes on a rerun; ``fresh`` starts all over.
+
+Paths: ``${run}`` is the run directory and ``${here}`` the pipeline file's own
+directory; any other relative path resolves against the current directory, as
+on the command line. Files shipped next to a pipeline are written
+``${here}/servers.json``, so the pipeline runs from any directory.
 """
 
 from __future__ import annotations
@@ -99,14 +104,41 @@ def load_pipeline(
             errors.append(str(e))
             continue
         plan.append((spec, name, cfg))
+    for o in overrides:
+        target = o.split("=", 1)[0]
+        if "." not in target or target.split(".", 1)[0] not in names:
+            errors.append(
+                f"--set {o!r}: no stage named {target.split('.', 1)[0]!r} (give NAME.key=value; stages: "
+                f"{', '.join(sorted(names))})"
+            )
     if errors:
         raise UserError(f"{path}: {len(errors)} problem(s): " + " | ".join(errors))
     return plan
 
 
-def run_pipeline(path: str | Path, run_dir: str | Path, fresh: bool = False, overrides: list[str] = ()) -> list[dict]:
-    """Run every stage of a pipeline file in order, each resumable; returns the manifests."""
-    plan = load_pipeline(path, overrides, {"run": str(run_dir)})
+def run_pipeline(
+    path: str | Path,
+    run_dir: str | Path,
+    fresh: bool = False,
+    overrides: list[str] = (),
+    executor: str = "local",
+    address: str | None = None,
+    world_size: int = 1,
+) -> list[dict]:
+    """Run every stage of a pipeline file in order, each resumable; returns the manifests (with
+    ``executor="ray"``, each stage's ``world_size`` shards on one Ray cluster, all their manifests)."""
+    plan = load_pipeline(path, overrides, {"run": str(run_dir), "here": str(Path(path).resolve().parent)})
+    if executor == "ray":
+        from trajkit.executors.ray import cluster, run_on_ray
+
+        with cluster(address, world_size):
+            return [
+                m
+                for spec, name, cfg in plan
+                for m in run_on_ray(Path(run_dir), spec.kind, cfg, name, fresh, world_size)
+            ]
+    if executor != "local" or world_size != 1:
+        raise UserError("trajkit run takes --world-size only with --executor ray (executors: local, ray)")
     store = Store(run_dir, create=True)
     return [run_stage(store, spec, cfg, name=name, fresh=fresh) for spec, name, cfg in plan]
 

@@ -19,9 +19,10 @@ import functools
 import hashlib
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,14 +32,22 @@ import pyarrow.parquet as pq
 
 from trajkit import __version__
 from trajkit import schema as S
-from trajkit.config import StageConfig, config_hash, hashed_dict
+from trajkit.concurrency import bounded
+from trajkit.config import StageConfig, config_differences, config_hash, hashed_dict
 from trajkit.errors import StageStopped, UserError
 from trajkit.store import ShardWriter, Store, atomic_write_json
 
 
 @dataclass(frozen=True)
 class StageSpec:
-    """What a stage is: its kind (``curate.import``), config class, function and tables."""
+    """What a stage is: its kind (``curate.import``), config class, function and tables.
+
+    ``retry`` is the stage's one retry rule: called with the context and config
+    before the stage runs (a first run finds nothing), it drops this rank's rows
+    that a previous run left failed in a way a rerun may cure (a model request or
+    a server that failed or timed out) and returns how many units run again; the
+    runner counts them as ``retried``.
+    """
 
     kind: str
     config: type[StageConfig]
@@ -46,6 +55,7 @@ class StageSpec:
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
     help: str = ""
+    retry: Callable[[StageContext, Any], int] | None = None
 
 
 @dataclass
@@ -63,6 +73,7 @@ class Usage:
     calls: int = 0
     cached_calls: int = 0
     cost: float = 0.0
+    endpoints: dict[str, dict[str, float]] = field(default_factory=dict)  # openai: url -> requests, errors, seconds
 
     def add(self, prompt_tokens: int = 0, completion_tokens: int = 0, cost: float = 0.0, cached: bool = False) -> None:
         if cached:
@@ -88,7 +99,19 @@ class Usage:
             "calls": self.calls,
             "cached_calls": self.cached_calls,
             "cost": round(self.cost, 6),
+            **({"endpoints": _endpoint_summary(self.endpoints)} if self.endpoints else {}),
         }
+
+
+def _endpoint_summary(endpoints: dict[str, dict[str, float]]) -> dict[str, dict[str, Any]]:
+    return {
+        url: {
+            "requests": int(e["requests"]),
+            "errors": int(e["errors"]),
+            "mean_latency_s": round(e["seconds"] / e["requests"], 4) if e["requests"] else None,
+        }
+        for url, e in sorted(endpoints.items())
+    }
 
 
 # per table, the column whose values the manifest tallies as "<prefix>.<value>"
@@ -123,12 +146,14 @@ class StageContext:
             self._writers[table] = self.store.writer(table, self.name, self.rank, rows_per_shard)
         return self._writers[table]
 
-    def write(self, table: str, rows: dict[str, Any] | Iterable[dict[str, Any]] | pa.Table) -> None:
+    def write(self, table: str, rows: dict[str, Any] | Iterable[dict[str, Any]] | pa.Table) -> int:
+        """Add rows to this stage's shards of ``table``; returns how many."""
         rows = [rows] if isinstance(rows, dict) else rows
         if not isinstance(rows, pa.Table):
             rows = list(rows)
         self.writer(table).write(rows)
         self.counts[f"rows.{table}"] += len(rows)
+        return len(rows)
 
     def reject(self, table: str, row_id: str, reason: str, detail: str | None = None) -> None:
         """Record that a row was rejected (it stays in its table), once per (row, reason) across resumes.
@@ -177,6 +202,35 @@ class StageContext:
 
         return wrote
 
+    async def fan_out(
+        self,
+        items: Iterable[Any],
+        fn: Callable[[Any], Awaitable[Any]],
+        *,
+        concurrency: int,
+        unit: str,
+        write: Callable[[Any, Any], int | None],
+        flush: tuple[int, tuple[str, ...]] | None = None,
+    ) -> None:
+        """The one way a stage fans out: ``fn`` over ``items`` with at most ``concurrency`` in flight.
+
+        Each (item, result) goes to ``write`` in this coroutine as it finishes (no
+        locks needed), which returns the rows it wrote; with ``flush=(rows,
+        tables)`` those tables are flushed in order every ``rows`` rows, so shards
+        end only between items. A progress bar counts items as ``unit``. An
+        exception from ``fn`` or ``write`` (a bug, a budget cap) cancels the work
+        in flight and propagates; faults that are data are rows made inside ``fn``.
+        """
+        items = list(items)
+        wrote = self.flush_every(*flush) if flush else None
+        with self.progress(len(items), unit) as advance:
+            async with contextlib.aclosing(bounded(items, fn, concurrency)) as results:
+                async for item, result in results:
+                    rows = write(item, result)
+                    if wrote is not None:
+                        wrote(rows or 0)
+                    advance(1)
+
     def recount(self) -> None:
         """Set ``rows.<table>`` (and the tallies below) from this stage's and rank's shards, so a
         resumed run's manifest counts what an uninterrupted run's does."""
@@ -207,16 +261,6 @@ class StageContext:
         """Ids of rows this stage (any rank) already wrote to a table."""
         return self.store.ids(table, stage=self.name)
 
-    def retry_aborted(self, table: str, status_column: str = "status") -> set[str]:
-        """Drop this rank's aborted rows from the stage's own shards so they run again."""
-        data = self.store.read(table, [S.table(table).key, status_column], stage=self.name)
-        ids = {
-            k for k, s in zip(data.column(0).to_pylist(), data.column(1).to_pylist()) if s == "aborted" and self.mine(k)
-        }
-        if ids:
-            self.store.drop_rows(table, self.name, ids)
-        return ids
-
     def mine(self, row_id: str) -> bool:
         """Whether this rank owns a row: a hash partition, so shards split the same rows."""
         if self.world_size == 1:
@@ -234,6 +278,10 @@ class StageContext:
         if self.quiet:
             yield lambda n=1: None
             return
+        if not _console().is_terminal:
+            with _plain_progress(f"{self.name} {description}", total) as advance:
+                yield advance
+            return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         columns = [TextColumn(f"{self.name} {description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
@@ -247,6 +295,32 @@ class StageContext:
             yield advance
             done = bar.tasks[0].completed
             bar.update(task, description=f"{done / max(time.monotonic() - start, 1e-9):.1f}/s")
+
+
+PLAIN_PROGRESS_S = 10.0
+
+
+@contextlib.contextmanager
+def _plain_progress(label: str, total: int | None) -> Iterator[Callable[[int], None]]:
+    """Progress for logs (output not a terminal): a plain line every ``PLAIN_PROGRESS_S`` and at the end."""
+    done, start, stop = [0], time.monotonic(), threading.Event()
+
+    def line() -> None:
+        of = "" if total is None else f" of {total}"
+        print(f"{label}: {done[0]}{of} in {time.monotonic() - start:.0f}s", file=sys.stderr, flush=True)
+
+    def tick() -> None:
+        while not stop.wait(PLAIN_PROGRESS_S):
+            line()
+
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    try:
+        yield lambda n=1: done.__setitem__(0, done[0] + n)
+    finally:
+        stop.set()
+        thread.join()
+        line()
 
 
 @functools.cache
@@ -277,6 +351,26 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
+def check_config(store: Store, name: str, cfg: StageConfig, fresh: bool) -> tuple[str, bool]:
+    """Drop the stage if ``fresh``, else refuse a config whose data-changing fields differ from the one
+    it was run with (each differing field named with both values); return the hash and whether the
+    config is to be (re)pinned: a new or fresh stage, or one pinned before a field left the hash."""
+    chash = config_hash(cfg)
+    previous = store.stage_config(name)
+    if fresh:
+        store.drop_stage(name)
+        return chash, True
+    if previous is not None and previous["config_hash"] != chash:
+        differ = config_differences(previous["config"], hashed_dict(cfg))
+        if differ:
+            raise UserError(
+                f"stage {name!r} in {store.root} was run with a different config ({'; '.join(differ)}); "
+                "pass --fresh to start it over"
+            )
+        return chash, True  # made before a field left the hash: same data, so re-pin under today's hash
+    return chash, previous is None
+
+
 def run_stage(
     store: Store,
     spec: StageSpec,
@@ -293,22 +387,19 @@ def run_stage(
     name = name or spec.kind.split(".")[-1]
     if not 0 <= rank < world_size:
         raise UserError(f"rank {rank} is not in 0..{world_size - 1}")
-    chash = config_hash(cfg)
-    previous = store.stage_config(name)
-    if fresh:
-        store.drop_stage(name)
-    elif previous is not None and previous["config_hash"] != chash:
-        raise UserError(
-            f"stage {name!r} in {store.root} was run with a different config "
-            f"({previous['config_hash']} != {chash}); pass --fresh to start it over"
-        )
+    chash, pin = check_config(store, name, cfg, fresh)
     done = store.manifest(name, rank, world_size)
     if done is not None and not fresh:
+        for table in spec.outputs:  # a complete stage whose shard was damaged since: name it, never skip silently
+            try:
+                store.validate(table, stage=name)
+            except UserError as e:
+                raise UserError(f"stage {name!r} is complete but {e}; rerun with --fresh to redo it") from None
         if not quiet:
             _console().print(f"[dim]{name}[/]: already complete, skipped ({_summary(done)})", highlight=False)
         return done
     store.clean_temp(name, rank)
-    if store.stage_config(name) is None:
+    if pin:
         atomic_write_json(
             store.stage_dir(name) / "_config.json",
             {"stage": name, "kind": spec.kind, "config": hashed_dict(cfg), "config_hash": chash},
@@ -317,10 +408,19 @@ def run_stage(
     started, t0 = _now(), time.monotonic()
     inputs = {t: {"rows": store.count(t), "shards": len(store.shards(t))} for t in spec.inputs}
     try:
+        retried = spec.retry(ctx, cfg) if spec.retry is not None else 0
+        if retried:
+            ctx.counts["retried"] += retried
+            ctx.log(f"running again {retried} unit(s) that failed in a way a rerun may cure")
         extra = spec.run(ctx, cfg) or {}
     except StageStopped as e:
         ctx.flush()
         raise StageStopped(f"stage {name!r} stopped: {e}; rerun to resume") from None
+    except BaseException:
+        ctx.flush()
+        if not any(store.shards(t, name) for t in S.TABLES):
+            (store.stage_dir(name) / "_config.json").unlink(missing_ok=True)  # no rows: pin nothing
+        raise
     finally:
         ctx.flush()
     ctx.recount()

@@ -118,6 +118,25 @@ class ShardWriter:
     close = flush
 
 
+def _read_json(path: Path) -> dict[str, Any]:
+    """A manifest or config the store wrote; a damaged one is a user error naming it."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as e:
+        raise UserError(f"{path}: damaged ({e}); remove it to redo that stage, or rerun with --fresh") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: damaged (not a JSON object); remove it to redo that stage, or rerun with --fresh")
+    return data
+
+
+_OPENED: set[str] = set()
+
+
+def opened_runs() -> list[str]:
+    """Every run directory this process has opened: the sandbox hides them from programs."""
+    return sorted(_OPENED)
+
+
 class Store:
     """A run directory. ``create=False`` makes a missing directory a user error."""
 
@@ -126,7 +145,11 @@ class Store:
         if not self.root.is_dir():
             if not create:
                 raise UserError(f"run directory not found: {self.root}")
-            self.root.mkdir(parents=True)
+            try:
+                self.root.mkdir(parents=True)
+            except OSError as e:
+                raise UserError(f"cannot create the run directory {self.root}: {e.strerror or e}") from None
+        _OPENED.add(os.path.realpath(self.root))
 
     # ------------------------------------------------------------ paths
     def table_dir(self, table: str) -> Path:
@@ -181,9 +204,9 @@ class Store:
             raise UserError(f"wrong schema: {e}") from None
         return f
 
-    def validate(self, table: str) -> list[Path]:
-        """Open every shard of a table and check its schema; returns the shard paths."""
-        paths = self.shards(table)
+    def validate(self, table: str, stage: str | None = None) -> list[Path]:
+        """Open every shard of a table (or of one stage's) and check its schema; returns the shard paths."""
+        paths = self.shards(table, stage)
         for p in paths:
             self._open(p, table)
         return paths
@@ -238,17 +261,17 @@ class Store:
 
     def manifest(self, stage: str, rank: int = 0, world_size: int = 1) -> dict[str, Any] | None:
         p = self.manifest_path(stage, rank, world_size)
-        return json.loads(p.read_text()) if p.is_file() else None
+        return _read_json(p) if p.is_file() else None
 
     def manifests(self) -> list[dict[str, Any]]:
         """Every manifest of the run, oldest first."""
         root = self.root / STAGES_DIR
-        found = [json.loads(p.read_text()) for p in root.glob("*/_manifest*.json")] if root.is_dir() else []
+        found = [_read_json(p) for p in root.glob("*/_manifest*.json")] if root.is_dir() else []
         return sorted(found, key=lambda m: (m.get("finished_at", ""), m.get("stage", "")))
 
     def stage_config(self, stage: str) -> dict[str, Any] | None:
         p = self.stage_dir(stage) / "_config.json"
-        return json.loads(p.read_text()) if p.is_file() else None
+        return _read_json(p) if p.is_file() else None
 
     def clean_temp(self, stage: str, rank: int = 0) -> None:
         """Remove temporary shard files a killed writer of this stage and rank left behind
@@ -349,9 +372,14 @@ class Store:
     def sql(self, query: str) -> pa.Table:
         import duckdb
 
+        if not query.strip():
+            raise UserError("the SQL query is empty")
         con = self.duckdb()
         try:
-            return con.sql(query).to_arrow_table()
+            relation = con.sql(query)
+            if relation is None:
+                raise UserError("the SQL statement returns no rows: give a query (SELECT, WITH, ...)")
+            return relation.to_arrow_table()
         except duckdb.Error as e:
             raise UserError(f"SQL error: {str(e).splitlines()[0]}") from None
         finally:

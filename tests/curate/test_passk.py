@@ -102,7 +102,7 @@ def test_budget_stop_then_resume_per_sample_and_retry_failed_attempts(humaneval_
         assert len(server.chat_requests) == 2 + 2 * K  # the failed attempt ran again; nothing else twice
     samples = store.rows("samples")
     assert {s["sample_id"] for s in samples} == _expected_ids(store) and len(samples) == 2 * K
-    assert "error" not in {s["verdict"] for s in samples} and m["summary"]["retried"] == 1
+    assert "error" not in {s["verdict"] for s in samples} and m["counts"]["retried"] == 1
     assert {r["samples"] for r in store.rows("passk")} == {K}
 
 
@@ -263,6 +263,6 @@ def test_resume_drops_transient_failures_and_keeps_orphan_trajectories_to_reuse(
             sample_row("s3", "t", 2, "m", None, Result.error("a verifier bug", transient=False)),
         ],
     )
-    assert retry_transient(StageContext(store, "passk", "curate.passk")) == 1
+    assert retry_transient(StageContext(store, "passk", "curate.passk"), None) == 1
     assert store.ids("samples") == {"s1", "s3"}
     assert store.ids("trajectories") == {"judged", "orphan-ok", "orphan-crash"}

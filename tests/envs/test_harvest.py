@@ -151,7 +151,21 @@ def test_a_server_that_timed_out_is_harvested_again_on_resume(tmp_path, run_dir)
     assert CliRunner().invoke(app, args).exit_code == 0
     again = {r["name"]: r["status"] for r in store.rows("servers")}
     assert again == {"slow": "ok", "fine": "ok"} and store.count("servers") == 2
-    assert store.manifest("harvest")["summary"]["retried"] == 1
+    assert store.manifest("harvest")["counts"]["retried"] == 1
+
+
+def test_a_server_that_errors_on_tools_list_is_a_failed_row(tmp_path, run_dir):
+    """A JSON-RPC error from one server is that server's failed row (its message kept), on every rerun."""
+    config = {"mcpServers": {"broken": raw("--error-list"), "fine": raw()}}
+    path = tmp_path / "servers.json"
+    path.write_text(json.dumps(config))
+    args = ["synth", "harvest", "-s", str(path), "-r", str(run_dir)]
+    for _ in range(2):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+    rows = {r["name"]: (r["status"], r["reason"]) for r in Store(run_dir).rows("servers")}
+    assert rows["fine"] == ("ok", None)
+    assert rows["broken"][0] == "failed" and "tools/list is broken here" in rows["broken"][1]
 
 
 def test_bad_servers_file_is_a_user_error(tmp_path, run_dir):

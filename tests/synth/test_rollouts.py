@@ -163,4 +163,4 @@ def test_an_episode_whose_model_request_failed_runs_again_on_resume(tmp_path, ca
     rows = {r["traj_id"]: r for r in store.rows("trajectories")}
     assert len(rows) == first["counts"]["rows.trajectories"] == again["counts"]["rows.trajectories"]
     assert "HTTP 503" not in (rows[failed[0]["traj_id"]]["reason"] or "")  # the same episode, run again
-    assert again["counts"]["resumed.retried_transient"] == 1
+    assert again["counts"]["retried"] == 1

@@ -128,7 +128,7 @@ def test_a_failing_model_becomes_rows_not_a_crash_and_is_retried_on_resume(synth
         store.manifest_path("tasks").unlink()  # as a kill before the manifest leaves it: the stage resumes
         again = stage(synth_run, "synth.tasks", cfg)
         assert len(server.chat_requests) == 2 + 2 + 1  # the failed request alone was asked again
-    assert again["counts"]["requests.retried"] == 1 and "rejected.generation_error" not in again["counts"]
+    assert again["counts"]["retried"] == 1 and "rejected.generation_error" not in again["counts"]
     tasks = store.rows("tasks")
     assert len(tasks) == 3 * 2 and all(t["question"] for t in tasks)
     assert len({t["task_id"] for t in tasks}) == 6 and not store.rows("rejected")

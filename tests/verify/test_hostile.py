@@ -9,6 +9,7 @@ left running on the host.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import select
@@ -147,3 +148,38 @@ print(os.path.exists({str(REPO / "pyproject.toml")!r}))
     *_, listing, pyproject = r.stdout.splitlines()
     assert set(json.loads(listing)) <= {".venv"}, "the repository (the caller's working directory) is visible"
     assert pyproject == "False"
+
+
+def test_no_user_namespaces_no_host_cgroups_no_checkout(hostile_pool):
+    """Inside, user namespaces cannot be created (seccomp), and the host's cgroups and trajkit's checkout are empty."""
+    program = (
+        "import ctypes, os, subprocess\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.unshare(0x10000000), ctypes.get_errno())\n"
+        "print(subprocess.run(['unshare', '-U', 'true'], capture_output=True).returncode)\n"
+        "print(os.listdir('/sys/fs/cgroup'))\n"
+        f"print(sorted(os.listdir({str(REPO)!r})))\n"
+    )
+    r = hostile_pool.run(program)
+    assert r.verdict == "pass", r
+    unshare, tool, cgroups, checkout = r.stdout.splitlines()
+    assert unshare == "-1 1" and tool != "0"
+    assert cgroups == "[]"
+    assert set(ast.literal_eval(checkout)) <= {".venv"}  # the interpreter's environment is bound back, nothing else
+    assert hostile_pool.protections["seccomp"]
+
+
+def test_run_directories_this_process_opened_are_hidden(tmp_path):
+    """A run directory outside the working directory (here under /var/tmp) is still empty for programs."""
+    import shutil
+
+    from trajkit.store import Store
+
+    run = Path("/var/tmp") / f"trajkit-run-{uuid.uuid4().hex}"
+    try:
+        Store(run, create=True)
+        (run / "secret.txt").write_text(SECRET)
+        with Sandbox(workers=1) as sandbox:
+            r = sandbox.run(f"import os\nprint(os.listdir({str(run)!r}))")
+        assert r.verdict == "pass" and r.stdout == "[]\n"
+    finally:
+        shutil.rmtree(run, ignore_errors=True)

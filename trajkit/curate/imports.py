@@ -85,10 +85,24 @@ def _verifier(kind: str, spec: dict[str, Any]) -> dict[str, str]:
     return {"kind": kind, "spec": json.dumps(spec, ensure_ascii=False, sort_keys=True)}
 
 
-def _need(rec: dict[str, Any], keys: tuple[str, ...], where: str) -> None:
+def _need(rec: dict[str, Any], keys: tuple[str, ...], where: str, nullable: bool = False) -> None:
     missing = [k for k in keys if k not in rec]
     if missing:
         raise UserError(f"{where}: missing field(s) {', '.join(missing)}; found {', '.join(sorted(rec)) or 'none'}")
+    nulls = [] if nullable else [k for k in keys if rec[k] is None]
+    if nulls:
+        raise UserError(f"{where}: required field(s) {', '.join(nulls)} are null")
+
+
+def _text(value: Any, field: str, where: str) -> str:
+    """A text field as it will be stored: a string that UTF-8 can encode (no lone surrogates)."""
+    if not isinstance(value, str):
+        raise UserError(f"{where}: field {field} must be text, not {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise UserError(f"{where}: field {field} is not valid Unicode text ({e.reason} at {e.start})") from None
+    return value
 
 
 def humaneval_task(rec: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]:
@@ -132,7 +146,8 @@ def mbpp_task(rec: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]:
 
 def generic_task(rec: dict[str, Any], where: str, ordinal: int, cfg: ImportConfig) -> tuple[str, dict[str, Any]]:
     """A record mapped through ``cfg.fields``; without an id column the record's ordinal is its id."""
-    _need(rec, tuple(cfg.fields.values()) + tuple(cfg.metadata), where)
+    _need(rec, tuple(cfg.fields.values()), where)
+    _need(rec, tuple(cfg.metadata), where, nullable=True)
     source_id = str(rec[cfg.fields["id"]]) if "id" in cfg.fields else str(ordinal)
     spec = {k: rec[col] for k, col in cfg.fields.items() if k not in ("id", "question")}
     meta = {c: rec[c] for c in cfg.metadata}
@@ -187,7 +202,7 @@ def task_rows(cfg: ImportConfig) -> list[dict[str, Any]]:
                 "task_id": content_id(source, source_id),
                 "source_id": source_id,
                 "source": source,
-                "question": parts["question"],
+                "question": _text(parts["question"], "question", where),
                 "mode": "imported",
                 "verifier": parts["verifier"],
                 "metadata": json.dumps(parts["metadata"], ensure_ascii=False, sort_keys=True, default=str),

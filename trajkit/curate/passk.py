@@ -90,7 +90,7 @@ def _tasks(ctx: StageContext, cfg: PassKConfig) -> list[dict[str, Any]]:
     return out[: cfg.limit] if cfg.limit else out
 
 
-def retry_transient(ctx: StageContext) -> int:
+def retry_transient(ctx: StageContext, _: PassKConfig) -> int:
     """Drop this rank's samples whose attempt failed transiently, and their trajectories, so they run again.
 
     A trajectory no sample refers to (a kill between the two flushes) stays to be
@@ -123,9 +123,6 @@ def run_passk(ctx: StageContext, cfg: PassKConfig) -> dict[str, Any]:
 
     tasks = _tasks(ctx, cfg)
     check_custom_verifiers(t["verifier"] for t in tasks)
-    retried = retry_transient(ctx)
-    if retried:
-        ctx.log(f"retrying {retried} attempts that failed transiently")
     done = ctx.done("samples")
     work = []
     for task in tasks:
@@ -140,65 +137,49 @@ def run_passk(ctx: StageContext, cfg: PassKConfig) -> dict[str, Any]:
         asyncio.run(_sample_all(ctx, cfg, work))
     ctx.flush()
     histogram = write_passk(ctx, cfg.model.model, cfg.ks or None, cfg.thresholds)
-    return {"tasks": len(tasks), "k": cfg.k, "retried": retried, "difficulty": histogram}
+    return {"tasks": len(tasks), "k": cfg.k, "difficulty": histogram}
 
 
 async def _sample_all(ctx: StageContext, cfg: PassKConfig, work: list[tuple[str, dict, int, int]]) -> None:
     """Run every attempt with ``concurrency`` in flight; write each (trajectory, then sample) as it is judged."""
-    from trajkit.envs.agent import AgentLimits, load_rollout
-    from trajkit.envs.solve import is_tool_task
-    from trajkit.models import SamplingParams, make_backend
-    from trajkit.verify import make_sandbox
+    from trajkit.envs.agent import AgentLimits
+    from trajkit.envs.solve import Solver
+    from trajkit.models import SamplingParams
 
-    rollout = load_rollout(cfg.rollout) if cfg.rollout else None
-    env = None
-    if any(is_tool_task(t) for _, t, _, _ in work):
-        from trajkit.envs.env import ToolEnv
-
-        env = ToolEnv(ctx.store.rows("servers"), config=cfg.servers_config)
-    backend = make_backend(cfg.model, usage=ctx.usage, cache_dir=ctx.store.root / "_cache")
     params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed)
     limits = AgentLimits(cfg.max_turns, cfg.max_context_tokens, cfg.tool_timeout_s, cfg.max_tool_output_chars)
     written = ctx.done("trajectories")
-    wrote = ctx.flush_every(cfg.flush_rows, ("trajectories", "samples"))
-    try:
-        with make_sandbox(cfg.sandbox, cfg.workers) as sandbox, ctx.progress(len(work), "samples") as advance:
-            queue: asyncio.Queue = asyncio.Queue()
-            for item in work:
-                queue.put_nowait(item)
-
-            async def worker() -> None:
-                while not queue.empty():
-                    item = queue.get_nowait()
-                    solved = await _one(ctx, item, backend, env, params, limits, rollout, sandbox, cfg)
-                    wrote(_write(ctx, cfg, item, solved, written))
-                    advance()
-
-            await asyncio.gather(*(worker() for _ in range(min(cfg.concurrency, len(work)))))
-    finally:
-        if env is not None:
-            await env.aclose()
-        await backend.aclose()
-
-
-async def _one(ctx, item, backend, env, params, limits, rollout, sandbox, cfg) -> Any:
-    from trajkit.envs.solve import solve
-
-    _, task, index, seed = item
-    solved = await solve(
-        task,
-        backend,
-        env,
-        params,
-        limits,
-        sample_index=index,
-        seed=seed,
+    solver = Solver(
+        [cfg.model],
+        [task for _, task, _, _ in work],
+        ctx.store.rows("servers"),
+        params=params,
+        limits=limits,
+        seed=cfg.seed,
+        usage=ctx.usage,
+        cache_dir=ctx.store.root / "_cache",
+        servers_config=cfg.servers_config,
         system_prompt=cfg.system_prompt,
-        rollout=rollout,
-        sandbox=sandbox,
+        rollout=cfg.rollout,
+        sandbox=cfg.sandbox,
+        workers=cfg.workers,
     )
-    ctx.usage.check()  # a budget reached during the attempt stops the stage before its sample is written
-    return solved
+
+    async def one(item: tuple[str, dict, int, int]) -> Any:
+        _, task, index, _ = item
+        solved = await solver.solve(task, cfg.model.model, index)
+        ctx.usage.check()  # a budget reached during the attempt stops the stage before its sample is written
+        return solved
+
+    async with solver:
+        await ctx.fan_out(
+            work,
+            one,
+            concurrency=cfg.concurrency,
+            unit="samples",
+            write=lambda item, solved: _write(ctx, cfg, item, solved, written),
+            flush=(cfg.flush_rows, ("trajectories", "samples")),
+        )
 
 
 def _write(ctx: StageContext, cfg: PassKConfig, item: tuple, solved: Any, written: set[str]) -> int:
@@ -221,6 +202,7 @@ PASSK = StageSpec(
     "curate.passk",
     PassKConfig,
     run_passk,
+    retry=retry_transient,
     inputs=("tasks", "servers"),
     outputs=("samples", "trajectories", "passk"),
     help="Sample k completions per task (tool tasks through the agent loop), verify them, write pass@k and difficulty.",

@@ -92,6 +92,11 @@ def run_verify(ctx: StageContext, cfg: VerifyConfig) -> dict[str, Any]:
     from trajkit.verify import check_custom_verifiers, make_sandbox, verify_many
 
     records = read_records(cfg.completions, ["task_id", "completion"])
+    for i, rec in enumerate(records):
+        completion = rec.get("completion")  # a missing field is named below, with the others
+        if completion is not None and not isinstance(completion, str):
+            kind = type(completion).__name__
+            raise UserError(f"{cfg.completions} record {i + 1}: completion must be text, not {kind}")
     items, skipped = match_tasks(ctx, records, cfg.completions)
     for reason, n in skipped.items():
         ctx.counts[f"skipped.{reason}"] += n

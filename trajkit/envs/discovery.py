@@ -89,6 +89,8 @@ async def describe_server(
         return row | {"tools": records, "num_tools": len(records), "status": "ok", "reason": None}
     except ServerFault as e:
         return row | {"status": "failed", "reason": str(e)}
+    except Exception as e:  # noqa: BLE001 - any other fault of this one server (a JSON-RPC error) is its row
+        return row | {"status": "failed", "reason": f"{type(e).__name__.lstrip('_')}: {e}"[:2000]}
     finally:
         await conn.aclose()
 

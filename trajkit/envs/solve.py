@@ -6,17 +6,19 @@ end state the outcome check reads. Every other task (code, math, free text)
 is one chat completion from a prompt built from the task. Faults are data
 (``Attempt.error``, with ``transient`` set for the faults a retry may cure),
 never exceptions. ``solve`` is an attempt judged by the task's verifier, as
-``curate.passk`` and ``eval.passk`` both run it; ``attempt_seed`` is the seed of
+``curate.passk`` and ``eval.passk`` both run it through one ``Solver`` (backends,
+servers and sandbox opened once per stage); ``attempt_seed`` is the seed of
 sample ``index`` of a task, whichever the model.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from trajkit.envs.agent import MODEL_ERROR, AgentLimits, RolloutFn, is_transient, run_episode
 from trajkit.envs.env import ToolEnv
@@ -172,3 +174,80 @@ async def solve(
     else:
         result = await asyncio.to_thread(verify, task["verifier"], a.completion or "", a.context, sandbox)
     return Solved(a, result)
+
+
+class Solver:
+    """What attempts at a stage's tasks need, opened once: a backend per model, the run's servers as a
+    ``ToolEnv`` (only when a task needs tools) and the sandbox. ``curate.passk`` and ``eval.passk`` both
+    solve through it::
+
+        async with Solver(models, tasks, servers, ...) as solver:
+            solved = await solver.solve(task, model_name, index)
+    """
+
+    def __init__(
+        self,
+        models: list[Any],
+        tasks: list[dict[str, Any]],
+        servers: list[dict[str, Any]],
+        *,
+        params: SamplingParams,
+        limits: AgentLimits,
+        seed: int,
+        usage: Any,
+        cache_dir: Any,
+        servers_config: str | None = None,
+        system_prompt: str | None = None,
+        rollout: str | None = None,
+        sandbox: str = "local",
+        workers: int | None = None,
+    ):
+        self.models, self.tasks, self.servers = models, tasks, servers
+        self.params, self.limits, self.seed = params, limits, seed
+        self.usage, self.cache_dir, self.servers_config = usage, cache_dir, servers_config
+        self.system_prompt, self.rollout_path = system_prompt, rollout
+        self.sandbox_kind, self.workers = sandbox, workers
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> Self:
+        from trajkit.envs.agent import load_rollout
+        from trajkit.models import make_backend
+        from trajkit.verify import make_sandbox
+
+        try:
+            self.rollout = load_rollout(self.rollout_path) if self.rollout_path else None
+            self.backends = {}
+            for spec in self.models:
+                backend = make_backend(spec, usage=self.usage, cache_dir=self.cache_dir)
+                self._stack.push_async_callback(backend.aclose)
+                self.backends[spec.model] = backend
+            self.env = None
+            if any(is_tool_task(t) for t in self.tasks):
+                self.env = ToolEnv(self.servers, config=self.servers_config)
+                self._stack.push_async_callback(self.env.aclose)
+            self.sandbox = self._stack.enter_context(make_sandbox(self.sandbox_kind, self.workers))
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+    def attempt_seed(self, task: dict[str, Any], index: int) -> int:
+        return attempt_seed(self.seed, task["task_id"], index)
+
+    async def solve(self, task: dict[str, Any], model: str, index: int) -> Solved:
+        """Attempt ``index`` of ``model`` at ``task`` (seeded by ``attempt_seed``), judged."""
+        return await solve(
+            task,
+            self.backends[model],
+            self.env,
+            self.params,
+            self.limits,
+            sample_index=index,
+            seed=self.attempt_seed(task, index),
+            system_prompt=self.system_prompt,
+            rollout=self.rollout,
+            sandbox=self.sandbox,
+        )

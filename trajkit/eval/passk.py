@@ -117,8 +117,9 @@ def load_tasks(store: Store, split: str | None, limit: int | None, counts: Any =
     return out[:limit] if limit else out
 
 
-def retry_unjudged(ctx: StageContext, n: int) -> int:
+def retry_unjudged(ctx: StageContext, cfg: EvalPasskConfig) -> int:
     """Drop this rank's rows with fewer judged attempts than ``n``, so their units run again."""
+    n = cfg.n
     data = ctx.store.read("eval_passk", ["eval_id", "samples"], stage=ctx.name).to_pylist()
     again = {r["eval_id"] for r in data if r["samples"] < n and ctx.mine(r["eval_id"])}
     return ctx.store.drop_rows("eval_passk", ctx.name, again)
@@ -129,7 +130,6 @@ def run_eval_passk(ctx: StageContext, cfg: EvalPasskConfig) -> dict[str, Any]:
 
     tasks = load_tasks(ctx.store, cfg.split, cfg.limit, ctx.counts)
     check_custom_verifiers(t["verifier"] for t in tasks)
-    ctx.counts["retried"] += retry_unjudged(ctx, cfg.n)
     done = ctx.done("eval_passk")
     todo = [
         (m, t) for m in cfg.models for t in tasks if (i := eval_id(m, t["task_id"], cfg)) not in done and ctx.mine(i)
@@ -146,37 +146,42 @@ def run_eval_passk(ctx: StageContext, cfg: EvalPasskConfig) -> dict[str, Any]:
 
 async def _evaluate(ctx: StageContext, cfg: EvalPasskConfig, todo: list[tuple[ModelSpec, dict[str, Any]]]) -> None:
     from trajkit.envs.agent import AgentLimits
-    from trajkit.envs.env import ToolEnv
-    from trajkit.envs.solve import is_tool_task
-    from trajkit.models import make_backend
+    from trajkit.envs.solve import Solver
     from trajkit.models.base import SamplingParams
-    from trajkit.verify import make_sandbox
 
     params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed)
     limits = AgentLimits(
         max_turns=cfg.max_turns, tool_timeout_s=cfg.tool_timeout_s, max_tool_output_chars=cfg.max_tool_output_chars
     )
-    env = None
-    if any(is_tool_task(t) for _, t in todo):
-        env = ToolEnv(ctx.store.rows("servers"), config=cfg.servers_config)
-    backends = {m.model: make_backend(m, ctx.usage, ctx.store.root / "_cache") for m in cfg.models}
-    gate = asyncio.Semaphore(cfg.concurrency)
-    wrote = ctx.flush_every(cfg.flush_rows, ("eval_passk",))
-    try:
-        with make_sandbox(cfg.sandbox, cfg.workers) as sandbox, ctx.progress(len(todo), "tasks") as advance:
-            units = [
-                _unit(ctx, cfg, spec, task, backends[spec.model], env, params, limits, gate, sandbox)
-                for spec, task in todo
-            ]
-            for finished in asyncio.as_completed(units):
-                ctx.write("eval_passk", await finished)
-                wrote(1)
-                advance(1)
-    finally:
-        if env is not None:
-            await env.aclose()
-        for backend in backends.values():
-            await backend.aclose()
+    solver = Solver(
+        cfg.models,
+        [task for _, task in todo],
+        ctx.store.rows("servers"),
+        params=params,
+        limits=limits,
+        seed=cfg.seed,
+        usage=ctx.usage,
+        cache_dir=ctx.store.root / "_cache",
+        servers_config=cfg.servers_config,
+        system_prompt=cfg.system_prompt,
+        sandbox=cfg.sandbox,
+        workers=cfg.workers,
+    )
+    gate = asyncio.Semaphore(cfg.concurrency)  # attempts in flight, across the units in flight
+
+    async def unit(item: tuple[ModelSpec, dict[str, Any]]) -> dict[str, Any]:
+        spec, task = item
+        return await _unit(ctx, cfg, spec, task, solver, gate)
+
+    async with solver:
+        await ctx.fan_out(
+            todo,
+            unit,
+            concurrency=cfg.concurrency,
+            unit="tasks",
+            write=lambda _, row: ctx.write("eval_passk", row),
+            flush=(cfg.flush_rows, ("eval_passk",)),
+        )
 
 
 async def _unit(
@@ -184,31 +189,15 @@ async def _unit(
     cfg: EvalPasskConfig,
     spec: ModelSpec,
     task: dict[str, Any],
-    backend: Any,
-    env: Any,
-    params: Any,
-    limits: Any,
+    solver: Any,
     gate: asyncio.Semaphore,
-    sandbox: Any,
 ) -> dict[str, Any]:
     """All attempts of one model at one task, judged: one eval_passk row."""
-    from trajkit.envs.solve import attempt_seed, solve
     from trajkit.verify import pass_at_k
 
     async def one(i: int) -> Any:
         async with gate:
-            seed = attempt_seed(cfg.seed, task["task_id"], i)
-            return await solve(
-                task,
-                backend,
-                env,
-                params,
-                limits,
-                sample_index=i,
-                seed=seed,
-                system_prompt=cfg.system_prompt,
-                sandbox=sandbox,
-            )
+            return await solver.solve(task, spec.model, i)
 
     results = [s.result for s in await asyncio.gather(*(one(i) for i in range(cfg.n)))]
     judged = [r.verdict == "pass" for r in results if r.verdict != "error"]
@@ -248,6 +237,7 @@ EVAL_PASSK = StageSpec(
     "eval.passk",
     EvalPasskConfig,
     run_eval_passk,
+    retry=retry_unjudged,
     inputs=("tasks", "passk", "splits"),
     outputs=("eval_passk",),
     help="pass@k (unbiased) of one or more models on a split, per difficulty bucket and overall.",

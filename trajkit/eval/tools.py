@@ -217,7 +217,7 @@ def _recover(raw: str) -> Call | None:
     return Call(fn["name"], args) if isinstance(args, dict) else None
 
 
-def retry_model_errors(ctx: StageContext) -> int:
+def retry_model_errors(ctx: StageContext, _: EvalToolsConfig) -> int:
     """Drop this rank's rows whose model request failed, so those turns are asked again."""
     data = ctx.store.read("eval_tools", ["eval_id", "reason"], stage=ctx.name).to_pylist()
     again = {r["eval_id"] for r in data if (r["reason"] or "").startswith(MODEL_ERROR) and ctx.mine(r["eval_id"])}
@@ -226,7 +226,6 @@ def retry_model_errors(ctx: StageContext) -> int:
 
 def run_eval_tools(ctx: StageContext, cfg: EvalToolsConfig) -> dict[str, Any]:
     turns = bfcl_turns(cfg) if cfg.bfcl else trajectory_turns(ctx.store, cfg, ctx.counts)
-    ctx.counts["retried"] += retry_model_errors(ctx)
     done = ctx.done("eval_tools")
     todo = [(m, t) for m in cfg.models for t in turns if (i := eval_id(m, t, cfg)) not in done and ctx.mine(i)]
     ctx.log(f"{len(turns)} turn(s) x {len(cfg.models)} model(s), {len(todo)} to evaluate")
@@ -252,17 +251,15 @@ async def _evaluate(ctx: StageContext, cfg: EvalToolsConfig, todo: list[tuple[Mo
 
     params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed)
     backends = {m.model: make_backend(m, ctx.usage, ctx.store.root / "_cache") for m in cfg.models}
-    gate = asyncio.Semaphore(cfg.concurrency)
 
     async def one(spec: ModelSpec, t: Turn) -> dict[str, Any]:
-        async with gate:
-            try:
-                completions = await backends[spec.model].generate(t.messages, t.tools or None, params)
-                c = completions[0] if completions else Completion(text="", error="no completion")
-            except (StageStopped, UserError):  # a budget cap or a bad config stops the stage
-                raise
-            except Exception as e:  # noqa: BLE001 - a backend fault is this turn's row, not the run's end
-                c = Completion(text="", finish_reason="error", error=f"{type(e).__name__}: {e}")
+        try:
+            completions = await backends[spec.model].generate(t.messages, t.tools or None, params)
+            c = completions[0] if completions else Completion(text="", error="no completion")
+        except (StageStopped, UserError):  # a budget cap or a bad config stops the stage
+            raise
+        except Exception as e:  # noqa: BLE001 - a backend fault is this turn's row, not the run's end
+            c = Completion(text="", finish_reason="error", error=f"{type(e).__name__}: {e}")
         row = {
             "eval_id": eval_id(spec, t, cfg),
             "model": spec.model,
@@ -291,13 +288,15 @@ async def _evaluate(ctx: StageContext, cfg: EvalToolsConfig, todo: list[tuple[Mo
             "reason": reason,
         }
 
-    wrote = ctx.flush_every(cfg.flush_rows, ("eval_tools",))
     try:
-        with ctx.progress(len(todo), "turns") as advance:
-            for finished in asyncio.as_completed([one(spec, t) for spec, t in todo]):
-                ctx.write("eval_tools", await finished)
-                wrote(1)
-                advance(1)
+        await ctx.fan_out(
+            todo,
+            lambda item: one(*item),
+            concurrency=cfg.concurrency,
+            unit="turns",
+            write=lambda _, row: ctx.write("eval_tools", row),
+            flush=(cfg.flush_rows, ("eval_tools",)),
+        )
     finally:
         for backend in backends.values():
             await backend.aclose()
@@ -343,6 +342,7 @@ EVAL_TOOLS = StageSpec(
     "eval.tools",
     EvalToolsConfig,
     run_eval_tools,
+    retry=retry_model_errors,
     inputs=("trajectories", "tasks", "splits"),
     outputs=("eval_tools",),
     help="Tool-call accuracy (BFCL-style) on held-out trajectories, or on BFCL's AST categories.",

@@ -14,6 +14,5 @@ Their parts: ``sampling.py`` (which servers and tools a request is about),
 ``candidates.py`` (candidate -> task, with its checks and verifier),
 ``ratings.py`` (judge scales and parser), ``tool_accuracy.py``, ``rules.py``,
 ``prompts.py`` (prompt files, ``examples/prompts/``), ``transcripts.py``
-(tool listings and conversations as prompt text), ``work.py`` (bounded
-concurrency), ``writing.py`` (resumable writes and counts).
+(tool listings and conversations as prompt text).
 """

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from contextlib import aclosing
 from typing import Any
 
 from pydantic import Field
@@ -32,9 +31,8 @@ from trajkit.envs.agent import episode_head
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec, SamplingParams
 from trajkit.runner import StageContext, StageSpec
-from trajkit.synth.prompts import load_prompt, render
+from trajkit.synth.prompts import load_prompt, quote_data, render
 from trajkit.synth.transcripts import conversation_text, tool_listing
-from trajkit.synth.work import bounded
 
 END = "<END_CONVERSATION>"
 ENDED = "user simulator ended the conversation"  # an aborted extension's reason
@@ -89,7 +87,6 @@ def run_extend(ctx: StageContext, cfg: ExtendConfig) -> dict[str, Any]:
     if not servers:
         raise UserError(f"no servers in {ctx.store.root}: run `trajkit synth harvest` first")
     prompt = load_prompt("user_simulator.md", cfg.prompts_dir, ("CONVERSATION",))
-    ctx.counts["resumed.retried_transient"] += retry_transient(ctx)
     chosen = set(ctx.store.sql(f"SELECT traj_id FROM trajectories WHERE ({cfg.where})").column(0).to_pylist())
     chosen -= ctx.store.ids("trajectories", stage=ctx.name)  # never this stage's own rows: those are later rounds
     roots = sorted((r for r in ctx.store.rows("trajectories") if r["traj_id"] in chosen), key=lambda r: r["traj_id"])
@@ -97,7 +94,7 @@ def run_extend(ctx: StageContext, cfg: ExtendConfig) -> dict[str, Any]:
     return {"extended": total, "rounds": cfg.rounds}
 
 
-def retry_transient(ctx: StageContext) -> int:
+def retry_transient(ctx: StageContext, _: ExtendConfig) -> int:
     """Drop this rank's extensions that failed transiently, so they run again."""
     from trajkit.envs.agent import is_transient
 
@@ -177,7 +174,9 @@ async def _extend(
         except KeyError as e:
             tools = f"(servers unavailable: {e})"
         text = render(
-            prompt, CONVERSATION=conversation_text(parent["messages"] or [], cfg.max_conversation_chars), TOOLS=tools
+            prompt,
+            CONVERSATION=quote_data(conversation_text(parent["messages"] or [], cfg.max_conversation_chars)),
+            TOOLS=quote_data(tools),
         )
         user_params = SamplingParams(n=1, temperature=cfg.user_temperature, max_tokens=cfg.user_max_tokens, seed=seed)
         [c] = await user.generate([{"role": "user", "content": text}], None, user_params)
@@ -206,11 +205,13 @@ async def _extend(
                 own = ctx.store.rows("trajectories", stage=ctx.name)
                 todo = [(p, round_) for p in parents_for_round(own, roots, round_)]
                 ctx.log(f"round {round_}: {len(todo)} conversations to extend")
-                with ctx.progress(len(todo), f"round {round_}") as advance:
-                    async with aclosing(bounded(todo, one, cfg.concurrency)) as results:
-                        async for _, row in results:
-                            ctx.write("trajectories", row)
-                            advance(1)
+                await ctx.fan_out(
+                    todo,
+                    one,
+                    concurrency=cfg.concurrency,
+                    unit=f"round {round_}",
+                    write=lambda _, row: ctx.write("trajectories", row),
+                )
                 total += len(todo)
     finally:
         await agent.aclose()
@@ -239,6 +240,7 @@ EXTEND = StageSpec(
     "synth.extend",
     ExtendConfig,
     run_extend,
+    retry=retry_transient,
     inputs=("trajectories", "tasks", "servers"),
     outputs=("trajectories",),
     help="Extend conversations: a user-simulator model writes a follow-up, the agent loop continues.",

@@ -36,7 +36,7 @@ class HarvestConfig(StageConfig):
     concurrency: int = Field(4, ge=1, json_schema_extra={"hash": False}, description="Servers harvested at once.")
 
 
-def retry_timed_out(ctx: StageContext) -> int:
+def retry_timed_out(ctx: StageContext, _: HarvestConfig) -> int:
     """Drop this rank's rows of servers whose harvest timed out, so they are harvested again."""
     from trajkit.envs.agent import is_transient
 
@@ -57,9 +57,6 @@ def run_harvest(ctx: StageContext, cfg: HarvestConfig) -> dict[str, Any]:
     servers = load_servers_config(cfg.servers)
     for name, server in servers.items():
         check_environment(name, server)
-    retried = retry_timed_out(ctx)
-    if retried:
-        ctx.log(f"harvesting again {retried} server(s) that timed out")
     done = ctx.done("servers")
     todo = {n: c for n, c in servers.items() if c.server_id(n) not in done and ctx.mine(c.server_id(n))}
     with ctx.progress(len(todo), "servers") as advance:
@@ -88,7 +85,6 @@ def run_harvest(ctx: StageContext, cfg: HarvestConfig) -> dict[str, Any]:
         "servers_ok": sum(r["status"] == "ok" for r in rows),
         "servers_failed": sum(r["status"] == "failed" for r in rows),
         "tools": sum(r["num_tools"] or 0 for r in rows),
-        "retried": retried,
     }
 
 
@@ -96,6 +92,7 @@ HARVEST = StageSpec(
     "synth.harvest",
     HarvestConfig,
     run_harvest,
+    retry=retry_timed_out,
     inputs=(),
     outputs=("servers",),
     help="Start each MCP server of an mcpServers file, list its tools, write the servers table.",

@@ -15,7 +15,6 @@ asks again, as every stage retries its transient failures.
 from __future__ import annotations
 
 import asyncio
-from contextlib import aclosing
 from typing import Any, Literal
 
 from pydantic import Field
@@ -24,11 +23,10 @@ from trajkit import schema as S
 from trajkit.config import StageConfig
 from trajkit.models.base import ModelSpec, SamplingParams
 from trajkit.runner import StageContext, StageSpec
-from trajkit.synth.prompts import load_prompt, render
+from trajkit.synth.prompts import load_prompt, quote_data, render
 from trajkit.synth.ratings import TASK_DIMENSIONS, TRAJECTORY_DIMENSIONS, mean_score, parse_judgment
 from trajkit.synth.tool_accuracy import tool_accuracy
 from trajkit.synth.transcripts import conversation_text, tool_listing
-from trajkit.synth.work import bounded
 
 REQUEST_FAILED = "judge request failed"  # the judge_reason of a failed judge request: retried on resume
 
@@ -51,7 +49,7 @@ class JudgeConfig(StageConfig):
     flush_rows: int = Field(256, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
 
 
-def retry_failed_requests(ctx: StageContext) -> int:
+def retry_failed_requests(ctx: StageContext, _: JudgeConfig) -> int:
     """Drop this rank's judgments whose request failed, so they are asked again."""
     dropped = 0
     for table in ("task_quality", "trajectory_quality"):
@@ -64,7 +62,6 @@ def retry_failed_requests(ctx: StageContext) -> int:
 
 def run_judge(ctx: StageContext, cfg: JudgeConfig) -> dict[str, Any]:
     store = ctx.store
-    ctx.counts["retried"] += retry_failed_requests(ctx)
     tasks = {t["task_id"]: t for t in store.rows("tasks") if t["question"]}
     items: list[tuple[str, dict[str, Any]]] = []
     if "tasks" in cfg.targets:
@@ -106,25 +103,20 @@ async def _judge_all(
                 tools = tool_listing(rows, tool_routes(servers, row["server_ids"]))
             except KeyError as e:
                 tools = f"(servers unavailable: {e})"
-            prompt = render(prompt_task, TOOLS=tools, QUESTION=row["question"], TARGET_TOOLS=_tools(row))
+            prompt = render(
+                prompt_task, TOOLS=quote_data(tools), QUESTION=quote_data(row["question"]), TARGET_TOOLS=_tools(row)
+            )
             raw, failure = await ask(prompt)
             return "task_quality", task_quality(row["task_id"], cfg.model.model, raw, failure)
         task = tasks.get(row["task_id"]) or {}
-        prompt = render(
-            prompt_traj,
-            QUESTION=task.get("question") or _first_user(row),
-            TARGET_TOOLS=_tools(task),
-            CONVERSATION=conversation_text(row["messages"] or [], cfg.max_conversation_chars),
-        )
+        prompt = trajectory_prompt(prompt_traj, task, row, cfg.max_conversation_chars)
         raw, failure = await ask(prompt)
         return "trajectory_quality", trajectory_quality(row, task.get("target_tools"), cfg.model.model, raw, failure)
 
     try:
-        with ctx.progress(len(items), "judged") as advance:
-            async with aclosing(bounded(items, judge, cfg.concurrency)) as results:
-                async for _, (table, out) in results:
-                    ctx.write(table, out)
-                    advance(1)
+        await ctx.fan_out(
+            items, judge, concurrency=cfg.concurrency, unit="judged", write=lambda _, out: ctx.write(*out)
+        )
     finally:
         await backend.aclose()
 
@@ -159,8 +151,18 @@ def trajectory_quality(
     }
 
 
+def trajectory_prompt(template: str, task: dict[str, Any], traj: dict[str, Any], max_chars: int) -> str:
+    """The judge's prompt for one trajectory: everything it rates quoted as data (``quote_data``)."""
+    return render(
+        template,
+        QUESTION=quote_data(task.get("question") or _first_user(traj)),
+        TARGET_TOOLS=_tools(task),
+        CONVERSATION=quote_data(conversation_text(traj["messages"] or [], max_chars)),
+    )
+
+
 def _tools(task: dict[str, Any]) -> str:
-    return ", ".join(task.get("target_tools") or []) or "(none given)"
+    return quote_data(", ".join(task.get("target_tools") or []) or "(none given)")
 
 
 def _first_user(traj: dict[str, Any]) -> str:
@@ -171,6 +173,7 @@ JUDGE = StageSpec(
     "synth.judge",
     JudgeConfig,
     run_judge,
+    retry=retry_failed_requests,
     inputs=("tasks", "trajectories", "servers"),
     outputs=("task_quality", "trajectory_quality"),
     help="LLM-judge tasks (Toucan's six dimensions) and trajectories (completeness, conciseness, tool accuracy).",

@@ -25,13 +25,13 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from trajkit import schema as S
+from trajkit.concurrency import cancel_all
 from trajkit.config import StageConfig
 from trajkit.envs.agent import episode_head
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec, SamplingParams
 from trajkit.runner import StageContext, StageSpec
 from trajkit.synth import rules
-from trajkit.synth.work import cancel_all
 
 ABORTED_REASON = "target reached"
 
@@ -108,17 +108,11 @@ def run_rollouts(ctx: StageContext, cfg: RolloutsConfig) -> dict[str, Any]:
         raise UserError(f"no servers in {ctx.store.root}: run `trajkit synth harvest` first")
     tasks = select_tasks(ctx, cfg.where, cfg.include_rejected_tasks)
     goal = _share(cfg.target, ctx.rank, ctx.world_size) if cfg.target is not None else None
-    from trajkit.envs.agent import is_transient
-
     mine = [r for r in ctx.store.rows("trajectories", stage=ctx.name) if r["parent_id"] is None]
-    failed = {r["traj_id"] for r in mine if r["status"] == "failed" and is_transient(r["reason"]) and _owned(ctx, r)}
-    if failed:
-        ctx.store.drop_rows("trajectories", ctx.name, failed)
-        ctx.counts["resumed.retried_transient"] += len(failed)
-        mine = [r for r in mine if r["traj_id"] not in failed]
     have = sum(accepted(r, cfg.accept_rules) for r in mine if _owned(ctx, r))
     if goal is not None and have < goal:
-        # like ctx.retry_aborted, but only this rank's rows: another rank's aborted rows are its own
+        # episodes cancelled once the target was met, by a run that was then killed: not failures, the
+        # over-sampling's own work left to do (only this rank's rows: another rank's are its own)
         again = [r for r in mine if r["status"] == "aborted" and _owned(ctx, r)]
         retried = {r["traj_id"] for r in again}
         ctx.store.drop_rows("trajectories", ctx.name, retried)
@@ -139,6 +133,21 @@ def run_rollouts(ctx: StageContext, cfg: RolloutsConfig) -> dict[str, Any]:
     retry = {(r["task_id"], r["rollout_index"]) for r in again}
     asyncio.run(_run(ctx, cfg, rollout, servers, todo, goal, have, retry))
     return {"tasks": len(tasks), "target": cfg.target}
+
+
+def retry_transient(ctx: StageContext, _: RolloutsConfig) -> int:
+    """Drop this rank's first-turn trajectories that failed transiently, so they run again."""
+    from trajkit.envs.agent import is_transient
+
+    mine = ctx.store.rows(
+        "trajectories", ["traj_id", "task_id", "rollout_index", "parent_id", "status", "reason"], stage=ctx.name
+    )
+    failed = {
+        r["traj_id"]
+        for r in mine
+        if r["parent_id"] is None and r["status"] == "failed" and is_transient(r["reason"]) and _owned(ctx, r)
+    }
+    return ctx.store.drop_rows("trajectories", ctx.name, failed)
 
 
 def _share(target: int, rank: int, world_size: int) -> int:
@@ -253,6 +262,7 @@ ROLLOUTS = StageSpec(
     "synth.rollouts",
     RolloutsConfig,
     run_rollouts,
+    retry=retry_transient,
     inputs=("tasks", "servers"),
     outputs=("trajectories",),
     help="Run the agent loop over tasks; --target N over-samples and cancels the rest once N are accepted.",

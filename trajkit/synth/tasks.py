@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -41,7 +40,6 @@ from trajkit.synth import vs
 from trajkit.synth.candidates import ToolIndex, is_refusal, to_task, utf8
 from trajkit.synth.prompts import load_prompt, render
 from trajkit.synth.transcripts import tool_listing
-from trajkit.synth.work import bounded
 
 Mode = Literal["single_tool", "multi_tool", "multi_server"]
 PROMPT_FILES = {m: f"task_{m}.md" for m in sampling_.MODES}
@@ -103,7 +101,7 @@ def turn_seed(request_id: str, turn: int) -> int:
     return S.seed_for(request_id, turn)
 
 
-def retry_failed_requests(ctx: StageContext) -> int:
+def retry_failed_requests(ctx: StageContext, _: TasksConfig) -> int:
     """Drop this rank's rows of requests whose generation failed, and their ``rejected`` rows, so they run again.
 
     Reads this rank's own shards: the stage's rejects are flushed before its
@@ -156,8 +154,6 @@ def run_tasks(ctx: StageContext, cfg: TasksConfig) -> dict[str, Any]:
     requests, skipped = plan_requests(cfg, servers)
     for mode, n in skipped.items():
         ctx.counts[f"skipped.{mode}.no_eligible_servers"] += n
-    retried = retry_failed_requests(ctx)
-    ctx.counts["requests.retried"] += retried
     done = ctx.done("tasks")
     todo = [r for r in requests if ctx.mine(r.request_id) and task_id(r.request_id, 0) not in done]
     ctx.counts["requests.resumed_done"] += sum(1 for r in requests if ctx.mine(r.request_id)) - len(todo)
@@ -173,22 +169,21 @@ async def _generate(
     from trajkit.models import make_backend
 
     backend = make_backend(cfg.model, usage=ctx.usage, cache_dir=ctx.store.root / "_cache")
-    flush = ctx.flush_every(cfg.flush_rows, ("rejected", "tasks"))
 
     async def one(req: Request) -> list[tuple[dict[str, Any], str | None, str | None]]:
         routes = tool_routes(servers_rows, [s["server_id"] for s in req.draw.servers])
         return await _request(backend, cfg, prompts, req, routes)
 
+    def keep(_: Request, results: list[tuple[dict[str, Any], str | None, str | None]]) -> int:
+        for row, reason, detail in results:
+            if reason:
+                ctx.reject("tasks", row["task_id"], reason, detail)
+        ctx.write("tasks", [row for row, _, _ in results])
+        return len(results)
+
+    flush = (cfg.flush_rows, ("rejected", "tasks"))
     try:
-        with ctx.progress(len(todo), "requests") as advance:
-            async with aclosing(bounded(todo, one, cfg.concurrency)) as done:
-                async for _, results in done:
-                    for row, reason, detail in results:
-                        if reason:
-                            ctx.reject("tasks", row["task_id"], reason, detail)
-                    ctx.write("tasks", [row for row, _, _ in results])
-                    flush(len(results))
-                    advance(1)
+        await ctx.fan_out(todo, one, concurrency=cfg.concurrency, unit="requests", write=keep, flush=flush)
     finally:
         await backend.aclose()
 
@@ -307,6 +302,7 @@ TASKS = StageSpec(
     "synth.tasks",
     TasksConfig,
     run_tasks,
+    retry=retry_failed_requests,
     inputs=("servers",),
     outputs=("tasks", "rejected"),
     help="Synthesize tool-use tasks (single tool, multi tool, multi server) with direct or verbalized sampling.",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from trajkit.verify.extract import extract_code, unit_test_program
+from trajkit.verify.extract import extract_code, unit_test_parts
 from trajkit.verify.result import Result, RunResult
 from trajkit.verify.specs import StdioSpec, UnitTestsSpec
 
@@ -13,9 +13,13 @@ _PRECEDENCE = ("error", "memory", "timeout", "fail")
 
 
 def unit_tests(spec: UnitTestsSpec, completion: str, context: dict, sandbox) -> Result:
-    """Run prompt + completion + tests; pass only if the program ran to its end without an error."""
-    program = unit_test_program(completion, spec.test, spec.prompt, spec.entry_point)
-    run = sandbox.run(program, timeout_s=spec.timeout_s, memory_mb=spec.memory_mb)
+    """Run prompt + completion against the tests; pass only if the tests ran to their end without an error.
+
+    The tests run in their own process, out of the solution's reach (``extract.unit_test_parts``).
+    """
+    solution, tests, names = unit_test_parts(completion, spec.test, spec.prompt, spec.entry_point)
+    tests_part = {"program": tests, "names": names}
+    run = sandbox.run(solution, timeout_s=spec.timeout_s, memory_mb=spec.memory_mb, tests=tests_part)
     passed = run.verdict == "pass" and run.finished
     verdict = "pass" if passed else ("fail" if run.verdict == "pass" else run.verdict)
     details = {"reason": "" if passed else run.reason or "tests failed", "exception": run.exception}

@@ -96,11 +96,16 @@ class E2BSandbox:
         memory_mb: int = 1024,
         *,
         preload: tuple[str, ...] = (),
+        tests: dict | None = None,
     ) -> RunResult:
-        """Run a Python program in a remote sandbox under the limits (``preload`` is a no-op here)."""
+        """Run a Python program in a remote sandbox under the limits (``preload`` is a no-op here);
+        ``tests`` as in ``Sandbox.run``, in the same request (the cloud VM holds nothing else)."""
         if self._sdk is None:
             self.start()
-        command = _command({"program": program, "stdin": stdin, "timeout_s": timeout_s, "memory_mb": memory_mb})
+        request = {"program": program, "stdin": stdin, "timeout_s": timeout_s, "memory_mb": memory_mb}
+        if tests is not None:
+            request["tests"] = tests
+        command = _command(request)
         if len(command.encode()) > MAX_COMMAND_BYTES:
             return RunResult("error", reason=f"program and input exceed the e2b backend's {MAX_COMMAND_BYTES} bytes")
         self._slots.acquire()

@@ -17,11 +17,15 @@ The rules (also in docs/sandbox.md):
 5. The test code follows; when it defines ``check`` and there is an entry
    point, ``check(entry_point)`` is called last. MBPP style (no prompt) runs
    the code then the asserts.
+6. The solution and the tests run in two processes (``unit_test_parts``):
+   the tests, with the prompt's own helpers (never the completion's), call
+   the solution's functions through stubs and get plain built-in values back.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import functools
 import re
 import threading
@@ -87,18 +91,55 @@ def without_main_guard(code: str) -> str:
 
 
 def unit_test_program(completion: str, test: str, prompt: str | None = None, entry_point: str | None = None) -> str:
-    """The program a ``unit_tests`` verifier runs for ``completion`` (rules in the module docstring)."""
+    """The program a ``unit_tests`` verifier runs for ``completion`` (rules in the module docstring) as one text."""
+    solution, tests, _ = unit_test_parts(completion, test, prompt, entry_point)
+    return solution.rstrip("\n") + "\n\n" + tests
+
+
+def unit_test_parts(
+    completion: str, test: str, prompt: str | None = None, entry_point: str | None = None
+) -> tuple[str, str, list[str]]:
+    """The two programs a unit-test run is made of, and the names that cross between them.
+
+    The *solution* (the prompt with the completion) runs in one process; the
+    *tests* (the prompt's own helpers, the test code, the final ``check``) run
+    in another, where each of ``names`` (the entry point and every function
+    of the completion the tests call) is a stub that calls into the solution's
+    process and gets back plain built-in values.
+    """
     code = without_main_guard(extract_code(completion, entry_point))
     if prompt and entry_point and defines(code, entry_point):
-        program = without_definition(prompt, entry_point).rstrip("\n") + "\n\n" + code
+        solution = without_definition(prompt, entry_point).rstrip("\n") + "\n\n" + code
     elif prompt:
-        program = prompt + code
+        solution = prompt + code
     else:
-        program = code
-    program = program.rstrip("\n") + "\n\n" + test.rstrip("\n") + "\n"
+        solution = code
+    helpers = without_definition(prompt, entry_point) if prompt and entry_point else (prompt or "")
+    tests = (helpers.rstrip("\n") + "\n\n" if helpers.strip() else "") + test.rstrip("\n") + "\n"
     if entry_point and defines(test, "check"):
-        program += f"\ncheck({entry_point})\n"
-    return program
+        tests += f"\ncheck({entry_point})\n"
+    wanted = _free_names(tests) | ({entry_point} if entry_point and not defines(tests, entry_point) else set())
+    return solution.rstrip("\n") + "\n", tests, sorted(wanted)
+
+
+def _free_names(code: str) -> set[str]:
+    """Names ``code`` reads but binds nowhere and that are not built-ins: those the solution must define."""
+    tree = _parse(code)
+    if tree is None:
+        return set()
+    read, bound = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    return read - bound - set(dir(builtins))
 
 
 @functools.lru_cache(maxsize=4096)  # pass@k re-reads the same prompts and tests k times

@@ -3,7 +3,7 @@
 Standard library only (``ctypes`` for the system calls Python 3.11's ``os``
 lacks), because the worker imports it as a plain script. Every function
 raises ``OSError`` when the kernel refuses; the worker decides what a refusal
-means (a fallback with a warning, or a failed sample).
+means: ``require`` is the one downgrade rule for code and MCP servers alike.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ _OPTION_FLAGS = {
     "relatime": MS_RELATIME,
     "strictatime": MS_STRICTATIME,
 }
-PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 36, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
 
 # Kernel file systems left as they are: their writable files belong to root, and
 # remounting /sys would also freeze the cgroup files the worker writes to.
@@ -54,6 +54,30 @@ def _check(result: int, what: str) -> None:
     if result != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+ALLOW_WEAKER_FLAG = "--allow-weaker-sandbox"
+ALLOW_WEAKER_ENV = "TRAJKIT_ALLOW_WEAKER_SANDBOX"  # set by the flag, so that every process of a run follows it
+
+
+class ProtectionMissing(RuntimeError):
+    """A protection the machine cannot give, and the user did not accept running without it."""
+
+
+def weaker_allowed() -> bool:
+    """Whether the user passed ``--allow-weaker-sandbox`` (for this process and those it starts)."""
+    return os.environ.get(ALLOW_WEAKER_ENV) == "1"
+
+
+def require(protection: str, missing: str | None, allow_weaker: bool | None = None) -> None:
+    """The one downgrade rule: ``missing`` (why ``protection`` cannot be given, None when it can) stops
+    the start with one line naming the protection, unless the user passed ``--allow-weaker-sandbox``
+    (``allow_weaker``; None reads the flag's environment variable)."""
+    allowed = weaker_allowed() if allow_weaker is None else allow_weaker
+    if missing is not None and not allowed:
+        raise ProtectionMissing(
+            f"sandbox: this machine cannot give {protection} ({missing}); pass {ALLOW_WEAKER_FLAG} to run without it"
+        )
 
 
 def _b(value: str | None) -> bytes | None:
@@ -97,7 +121,7 @@ def mounts() -> list[tuple[str, int]]:
     return sorted(set(found), key=lambda m: m[0].count("/"))
 
 
-def confine_filesystem(uid: int | None, needed: list[str], hidden: list[str]) -> list[str]:
+def confine_filesystem(uid: int | None, needed: list[str], hidden: list[str], make: list[str] = ()) -> list[str]:
     """In fresh mount and PID namespaces: a new /proc, ``hidden`` directories emptied, ``needed`` paths
     reachable for ``uid``, and every mount read-only and nosuid.
 
@@ -106,6 +130,8 @@ def confine_filesystem(uid: int | None, needed: list[str], hidden: list[str]) ->
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     _cover(needed, hidden, uid)
+    for path in make:  # mount points wanted later, made while everything is still writable
+        os.makedirs(path, 0o755, exist_ok=True)
     failed = []
     for target, flags in mounts():
         if _KEEP_MOUNTS.match(target):
@@ -259,11 +285,15 @@ class Cgroup:
         except (OSError, TypeError) as exc:
             self.remove()
             raise OSError(f"no writable cgroup: {exc}") from None
+        # Held open: the sandbox then hides /sys/fs/cgroup from programs and still reaches its own cgroup.
+        self.fds = [os.open(d, os.O_RDONLY | os.O_DIRECTORY) for d in self.dirs]
+        self.parents = [
+            (os.open(os.path.dirname(d), os.O_RDONLY | os.O_DIRECTORY), os.path.basename(d)) for d in self.dirs
+        ]
 
     def _file(self, controller: str, name: str) -> str:
-        if self.version == 2:
-            return os.path.join(self.dirs[0], name)
-        return os.path.join(self.dirs[0 if controller == "memory" else 1], name)
+        fd = self.fds[0 if self.version == 2 or controller == "memory" else 1]
+        return f"/proc/self/fd/{fd}/{name}"
 
     def limit_processes(self, max_procs: int) -> None:
         _write(self._file("pids", "pids.max"), max_procs)
@@ -293,8 +323,8 @@ class Cgroup:
 
     def join(self) -> None:
         """Move the calling process into the cgroup (writing 0 means "myself"); its children are born there."""
-        for d in self.dirs:
-            _write(os.path.join(d, "cgroup.procs"), 0)
+        for fd in self.fds:
+            _write(f"/proc/self/fd/{fd}/cgroup.procs", 0)
 
     def oom_kills(self) -> int:
         name = "memory.oom_control" if self.version == 1 else "memory.events"
@@ -309,10 +339,10 @@ class Cgroup:
         return 0
 
     def remove(self) -> None:
-        for d in self.dirs:
+        for parent, name in getattr(self, "parents", None) or [(None, d) for d in self.dirs]:
             for _ in range(50):
                 try:
-                    os.rmdir(d)
+                    os.rmdir(name, dir_fd=parent)
                     break
                 except FileNotFoundError:
                     break
@@ -385,3 +415,52 @@ def _make_v2_dir(name: str) -> str:
     if not {"memory", "pids"} <= enabled:
         _write(os.path.join(parent, "cgroup.subtree_control"), "+memory +pids")
     return _make_dir(mount_point, own, name)
+
+
+# seccomp: programs may not create user namespaces (inside one, an unprivileged process gets mount and
+# network namespaces of its own). The filter is inherited by every process forked after it is installed.
+_SECCOMP_ARCH = {"x86_64": (0xC000003E, 272, 56), "aarch64": (0xC00000B7, 97, 220)}  # arch, unshare, clone
+_SYS_CLONE3, _CLONE_NEWUSER, _X32_BIT = 435, 0x10000000, 0x40000000
+_LD, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
+_ALLOW, _KILL, _ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def forbid_user_namespaces() -> None:
+    """Install a seccomp filter: ``unshare``/``clone`` with CLONE_NEWUSER fail with EPERM, ``clone3`` with
+    ENOSYS (the C library then falls back to ``clone``), other ABIs' system calls are refused."""
+    import platform
+
+    if platform.machine() not in _SECCOMP_ARCH:
+        raise OSError(f"no seccomp filter for {platform.machine()}")
+    arch, unshare_nr, clone_nr = _SECCOMP_ARCH[platform.machine()]
+    program = [
+        (_LD, 0, 0, 4),  # the architecture
+        (_JEQ, 1, 0, arch),
+        (_RET, 0, 0, _KILL),
+        (_LD, 0, 0, 0),  # the system call number
+        (_JGE, 1, 0, _X32_BIT),
+        (_JEQ, 0, 1, _SYS_CLONE3),
+        (_RET, 0, 0, _ERRNO | 38),  # ENOSYS
+        (_JEQ, 1, 0, unshare_nr),
+        (_JEQ, 0, 3, clone_nr),
+        (_LD, 0, 0, 16),  # the low half of the first argument: the flags
+        (_JSET, 0, 1, _CLONE_NEWUSER),
+        (_RET, 0, 0, _ERRNO | 1),  # EPERM
+        (_RET, 0, 0, _ALLOW),
+    ]
+    filters = (_SockFilter * len(program))(*[_SockFilter(*ins) for ins in program])
+    prog = _SockFprog(len(program), filters)
+    _libc.prctl.argtypes = None
+    try:
+        _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
+    finally:
+        _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]

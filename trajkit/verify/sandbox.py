@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import itertools
 import json
 import logging
 import os
@@ -28,12 +29,16 @@ import time
 from pathlib import Path
 from typing import Self
 
+from trajkit.errors import UserError
+from trajkit.verify import isolation
 from trajkit.verify.result import RunResult
 
 log = logging.getLogger("trajkit.verify")
 
 WORKER = Path(__file__).with_name("worker.py")
 _HEADER = struct.Struct(">I")
+_SERIALS = itertools.count(1)
+WORKERS_PER_CPU = 8  # each worker is three processes and a uid; more only queue for the CPUs
 
 # Modules the zygote imports once so that programs find them warm.
 DEFAULT_PRELOAD = (
@@ -50,6 +55,7 @@ EFFECT_IF_MISSING = {
     "net_namespace": "programs can open network connections, including to services on loopback",
     "mount_namespace": "the filesystem is not read-only for programs and /tmp is shared: only file permissions stop writes",
     "cgroup": "memory and process limits are per process (rlimits), not per program",
+    "seccomp": "programs can create user namespaces, and inside them mount and network namespaces of their own",
 }
 
 
@@ -61,16 +67,17 @@ _PROVIDES = {
 }
 
 
-class SandboxUnavailable(RuntimeError):
-    """A protection the caller required (``namespaces=True`` and so on) is not available here."""
+class SandboxUnavailable(UserError):
+    """A protection the caller required, or any the machine cannot give without ``--allow-weaker-sandbox``."""
 
 
 class Sandbox:
     """A pool of confined workers; ``run(program)`` executes one Python program in one of them.
 
-    ``namespaces``, ``drop_privileges`` and ``cgroups``: None uses each where
-    the kernel and privileges allow it (logging a warning for what is
-    missing), True requires it, False turns it off (the fallback path).
+    ``namespaces``, ``drop_privileges`` and ``cgroups``: None requires each
+    unless ``allow_weaker`` (default: ``--allow-weaker-sandbox`` was passed),
+    in which case a missing one is logged as a warning; True requires it
+    regardless; False turns it off (the fallback path).
     """
 
     def __init__(
@@ -88,8 +95,16 @@ class Sandbox:
         preload: tuple[str, ...] = DEFAULT_PRELOAD,
         env: dict[str, str] | None = None,
         hide: tuple[str, ...] | None = None,
+        allow_weaker: bool | None = None,
     ):
         self.workers = workers or len(os.sched_getaffinity(0))
+        limit = WORKERS_PER_CPU * len(os.sched_getaffinity(0))
+        if not 1 <= self.workers <= limit:
+            raise SandboxUnavailable(
+                f"{self.workers} sandbox workers: this machine can run 1 to {limit} "
+                f"({WORKERS_PER_CPU} per CPU, {len(os.sched_getaffinity(0))} CPUs)"
+            )
+        self.allow_weaker = allow_weaker  # None: whether --allow-weaker-sandbox was passed
         self.options = {"namespaces": namespaces, "drop_privileges": drop_privileges, "cgroups": cgroups}
         self.config = {
             "max_procs": max_procs,
@@ -135,6 +150,13 @@ class Sandbox:
             if lacking:
                 self._shutdown()
                 raise SandboxUnavailable(", ".join(f"{p}: {self.missing[p]}" for p in lacking))
+            turned_off = {p for option, wanted in self.options.items() if wanted is False for p in _PROVIDES[option]}
+            try:
+                for protection in sorted(set(self.missing) - turned_off):
+                    isolation.require(protection, self.missing[protection], self.allow_weaker)
+            except isolation.ProtectionMissing as exc:
+                self._shutdown()
+                raise SandboxUnavailable(str(exc)) from None
             for w in self._pool:
                 self._idle.put(w)
             self._started = True
@@ -158,20 +180,26 @@ class Sandbox:
         memory_mb: int = 1024,
         *,
         preload: tuple[str, ...] = (),
+        tests: dict | None = None,
     ) -> RunResult:
         """Run a Python program (as ``__main__``) with ``stdin`` as its input, under the limits.
 
         ``preload`` names trusted modules the worker imports before forking
-        (once per worker), so programs that use them start warm.
+        (once per worker), so programs that use them start warm. ``tests``
+        (``program`` and ``names``, from ``unit_test_parts``) runs trusted test
+        code in a second process against the program's functions; only its end
+        decides the verdict.
         """
         if not self._started:
             self.start()
         request = {"program": program, "stdin": stdin, "timeout_s": timeout_s, "memory_mb": memory_mb}
         if preload:
             request["preload"] = list(preload)
+        if tests is not None:
+            request["tests"] = True  # sent as a second message, after the solution's process is forked
         worker = self._idle.get()
         try:
-            answer = worker.request(request, timeout_s + 30 + 30 * bool(preload))
+            answer = worker.request(request, timeout_s + 30 + 30 * bool(preload), tests)
         except _WorkerLost as exc:
             worker.stop()
             return RunResult("error", reason=f"sandbox worker lost: {exc}")
@@ -216,7 +244,7 @@ class _Worker:
         self.serial = 0
 
     def spawn(self) -> None:
-        self.serial += 1
+        self.serial = next(_SERIALS)  # unique in this process: pools may share slot numbers
         self.proc = subprocess.Popen(
             [sys.executable, "-s", "-B", str(WORKER)],
             stdin=subprocess.PIPE,
@@ -238,7 +266,7 @@ class _Worker:
             raise _WorkerLost(f"worker {self.slot} did not start: {ready}")
         self.missing = ready["missing"]
 
-    def request(self, message: dict, wait_s: float) -> dict:
+    def request(self, message: dict, wait_s: float, follow: dict | None = None) -> dict:
         if self.proc is None or self.proc.poll() is not None:
             self.stop()
             try:
@@ -247,6 +275,8 @@ class _Worker:
             except (OSError, _WorkerLost) as exc:
                 raise _WorkerLost(f"cannot restart worker {self.slot}: {exc}") from None
         _send(self.proc.stdin.fileno(), message)
+        if follow is not None:
+            _send(self.proc.stdin.fileno(), follow)
         return _receive(self.proc.stdout.fileno(), time.monotonic() + wait_s)
 
     def stop(self) -> None:
@@ -329,8 +359,14 @@ _SYSTEM_DIRS = {"/", "/bin", "/dev", "/etc", "/lib", "/lib64", "/opt", "/proc", 
 
 def _hidden(hide: tuple[str, ...] | None) -> list[str]:
     """Directories programs see empty: by default the caller's working directory and home
-    (a repository's .env, run directories, credentials), never a system directory."""
-    paths = hide if hide is not None else (os.getcwd(), os.path.expanduser("~"))
+    (a repository's .env, credentials), every run directory this process opened, and trajkit's
+    own checkout when it runs from one; never a system directory."""
+    checkout = Path(__file__).resolve().parents[2]
+    from trajkit.store import opened_runs
+
+    paths = hide if hide is not None else (os.getcwd(), os.path.expanduser("~"), *opened_runs())
+    if (checkout / "pyproject.toml").is_file():
+        paths = (*paths, str(checkout))
     return sorted({os.path.realpath(p) for p in paths} - _SYSTEM_DIRS)
 
 

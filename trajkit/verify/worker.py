@@ -63,26 +63,25 @@ def supervise(config: dict) -> None:
         except OSError as exc:
             missing["cgroup"] = str(exc)
     namespaces = False
-    covered = _covered_by_private_mounts()
     if config.get("namespaces") is False:
         missing.update({k: "disabled" for k in ("pid_namespace", "net_namespace", "mount_namespace")})
-    elif covered:
-        why = f"the Python environment lives under {covered}, which the sandbox replaces with an empty one"
-        missing.update({k: why for k in ("pid_namespace", "net_namespace", "mount_namespace")})
     else:
         try:
             isolation.unshare(isolation.NAMESPACES)
             namespaces = True
         except OSError as exc:
             missing.update({k: str(exc) for k in ("pid_namespace", "net_namespace", "mount_namespace")})
-    tmp = "/tmp" if namespaces else tempfile.mkdtemp(prefix="trajkit-sandbox-")
+    # Programs get a fresh /tmp; where this interpreter lives under /tmp or /dev/shm, a fresh directory
+    # in /tmp instead (the zygote lays an empty /tmp over the host's with the interpreter bound back in).
+    private = "/tmp/.sandbox" if _covered_by_private_mounts() else "/tmp"
+    tmp = private if namespaces else tempfile.mkdtemp(prefix="trajkit-sandbox-")
     pid = os.fork()
     if pid == 0:
         zygote = Zygote(config, cgroup, namespaces, missing, tmp)
         try:
             write_message(1, {"ready": True, **zygote.setup()})
             while (request := read_message(0)) is not None:
-                write_message(1, _serve(zygote, request))
+                write_message(1, _serve(zygote, request, lambda: read_message(0)))
             zygote.close()
         except BaseException:  # noqa: BLE001 - say why on stderr, then end the namespace with it
             traceback.print_exc()
@@ -111,9 +110,9 @@ def _covered_by_private_mounts() -> str | None:
     return None
 
 
-def _serve(zygote: Zygote, request: dict) -> dict:
+def _serve(zygote: Zygote, request: dict, next_message=None) -> dict:
     try:
-        return zygote.run(request)
+        return zygote.run(request, next_message)
     except Exception as exc:  # noqa: BLE001 - a fault of the sandbox itself (fork refused...): an error verdict
         isolation.kill_everything(zygote.namespaces)
         return outcome.answer("error", reason=f"sandbox: {type(exc).__name__}: {exc}")

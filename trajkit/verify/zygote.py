@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import gc
 import importlib
 import math
@@ -49,14 +50,21 @@ class Zygote:
             self.cgroup.join()  # children are born in it: no per-program migration
             _oom_score_adj(-1000)  # under memory pressure, the program dies, never the zygote
         if self.namespaces:
-            needed = [sys.prefix, sys.base_prefix, *sys.path]
-            failed = isolation.confine_filesystem(self.uid, needed, self.config.get("hide", []))
+            hidden = [*self.config.get("hide", []), "/sys/fs/cgroup"]  # the host's cgroups, ours included
+            if self.tmp != "/tmp":  # the interpreter lives in /tmp or /dev/shm: empty both but for it
+                hidden += ["/tmp", "/dev/shm"]
+            needed = [sys.prefix, sys.base_prefix, *(p for p in sys.path if os.path.realpath(p) not in hidden)]
+            failed = isolation.confine_filesystem(self.uid, needed, hidden, make=[self.tmp])
             if "/" in failed:
                 self.missing["mount_namespace"] = "could not remount / read-only"
             isolation.sethostname("sandbox")
         else:
             isolation.prctl(isolation.PR_SET_CHILD_SUBREAPER, 1)
         isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
+        try:
+            isolation.forbid_user_namespaces()  # inherited by every program's process
+        except OSError as exc:
+            self.missing["seccomp"] = str(exc)
         self._fresh_tmp()
         os.environ.update(HOME=self.tmp, TMPDIR=self.tmp)  # the rest was scrubbed by the caller
         tempfile.tempdir = self.tmp
@@ -72,8 +80,8 @@ class Zygote:
     def _fresh_tmp(self) -> None:
         size = int(self.config.get("tmp_mb", 64))
         if self.namespaces:
-            isolation.mount_private_tmpfs("/tmp", self.uid, size)
-            if os.path.isdir("/dev/shm"):
+            isolation.mount_private_tmpfs(self.tmp, self.uid, size)
+            if self.tmp == "/tmp" and os.path.isdir("/dev/shm"):
                 isolation.mount_private_tmpfs("/dev/shm", self.uid, size)
             return
         shutil.rmtree(self.tmp, onerror=force_remove)
@@ -92,8 +100,14 @@ class Zygote:
             importlib.import_module(name)
         gc.freeze()  # forked children then never touch (and copy) the zygote's objects when collecting
 
-    def run(self, request: dict) -> dict:
-        """Run one program; the answer says how it ended (the verdict) and what it printed."""
+    def run(self, request: dict, next_message=None) -> dict:
+        """Run one program; the answer says how it ended (the verdict) and what it printed.
+
+        With ``tests`` (a dict, or True when they come as the next message,
+        which the tests' process reads itself, so that no solution's process,
+        forked from this one, ever holds them) the program is a solution served to the tests in a
+        second process, whose end alone decides the verdict (``harness.py``).
+        """
         for name in request.get("preload", ()):
             self._preload(name)
         timeout = float(request.get("timeout_s", 10))
@@ -110,12 +124,41 @@ class Zygote:
         err_r, err_w = os.pipe()
         st_r, st_w = os.pipe()
         stdin_fd = _stdin_fd(request.get("stdin"))
-        nonce = os.urandom(8).hex()
         limits = _limits(timeout, memory_mb, max_procs, self.config, self.uid)
         start = time.monotonic()
-        pid = os.fork()
-        if pid == 0:
-            self._child(request["program"], stdin_fd, out_w, err_w, st_w, nonce, limits)
+        solution = None
+        if request.get("tests"):
+            call_r, call_w = os.pipe()
+            reply_r, reply_w = os.pipe()
+            program = request["program"]
+            solution = os.fork()
+            if solution == 0:
+                fds = {0: stdin_fd, 1: out_w, 2: err_w, 4: call_r, 5: reply_w}
+                self._child(fds, limits, lambda: harness.serve(program, 4, 5))
+            nonce = os.urandom(16).hex()
+            pid = os.fork()
+            if pid == 0:
+                # the tests' own process reads them, still as root: the zygote, which forks every
+                # later solution, never holds them
+                tests = request["tests"] if isinstance(request["tests"], dict) else _read_or_exit(next_message)
+                fds = {0: _stdin_fd(None), 1: out_w, 2: err_w, 3: st_w, 4: call_w, 5: reply_r}
+                self._child(
+                    fds,
+                    limits,
+                    lambda: harness.execute(
+                        tests["program"], 3, nonce, lambda: harness.remote_functions(tests["names"], 4, 5)
+                    ),
+                    nonce,
+                    trusted=True,
+                )
+            for fd in (call_r, call_w, reply_r, reply_w):
+                os.close(fd)
+        else:
+            nonce = os.urandom(16).hex()
+            pid = os.fork()
+            if pid == 0:
+                fds = {0: stdin_fd, 1: out_w, 2: err_w, 3: st_w}
+                self._child(fds, limits, lambda: harness.execute(request["program"], 3, nonce), nonce)
         for fd in (out_w, err_w, st_w, stdin_fd):
             os.close(fd)
         try:
@@ -129,6 +172,8 @@ class Zygote:
         if watch["exited"]:
             _, wait_status, usage = os.wait4(pid, 0)
             cpu_s = usage.ru_utime + usage.ru_stime
+            if solution is not None and not outcome.program_status(watch["status"], nonce).get("finished"):
+                wait_status, cpu_s = _solution_end(solution, wait_status, cpu_s)
         isolation.kill_everything(self.namespaces)
         oom = self.cgroup is not None and self.cgroup.oom_kills() > oom_before
         try:
@@ -137,15 +182,25 @@ class Zygote:
             return outcome.answer("error", reason=f"sandbox: cannot reset the private /tmp: {exc}")
         return outcome.classify(watch, wait_status, cpu_s, oom, nonce, timeout, memory_mb, runtime, limits)
 
-    def _child(self, program: str, stdin_fd: int, out_w: int, err_w: int, st_w: int, nonce: str, limits: dict):
-        status_fd = st_w
+    def _child(self, fds: dict[int, int], limits: dict, body, nonce: str = "", trusted: bool = False):
+        """Confine this forked process (descriptors ``fds`` only, rlimits, the slot's uid), then run ``body``.
+
+        The ``trusted`` tests' process is also made non-dumpable: the solution's
+        process, under the same uid, can then neither trace it nor open its memory or descriptors.
+        """
+        status_fd = fds.get(3, 2)
         try:
             os.setsid()
             _oom_score_adj(1000)  # the first thing any out-of-memory killer takes
-            for fd, target in ((stdin_fd, 0), (out_w, 1), (err_w, 2), (st_w, 3)):
+            copies = {t: fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for t, fd in fds.items()}  # a source may be a target
+            for target, fd in copies.items():
                 os.dup2(fd, target)
-            status_fd = 3
-            os.closerange(4, 1 << 16)
+            status_fd = 3 if 3 in fds else 2
+            for fd in range(6):
+                if fd not in fds:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            os.closerange(6, 1 << 16)
             for name, value in limits.items():
                 resource.setrlimit(getattr(resource, name), (value, value))
             os.chdir(self.tmp)
@@ -153,13 +208,37 @@ class Zygote:
                 isolation.drop_privileges(self.uid)
             else:
                 isolation.prctl(isolation.PR_SET_NO_NEW_PRIVS, 1)
+            if trusted:
+                isolation.prctl(isolation.PR_SET_DUMPABLE, 0)
             isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
             for name in WORKER_MODULES:
                 sys.modules.pop(name, None)
         except BaseException as exc:  # noqa: BLE001 - never run a program that is not fully confined
             outcome.emergency_status(status_fd, nonce, f"{type(exc).__name__}: {exc}")
             os._exit(126)
-        harness.execute(program, 3, nonce)
+        body()
+
+
+def _read_or_exit(next_message) -> dict:
+    try:
+        tests = next_message()
+    except BaseException:  # noqa: BLE001 - the zygote sees a run without a status: an error
+        os._exit(126)
+    if not isinstance(tests, dict):
+        os._exit(126)
+    return tests
+
+
+def _solution_end(pid: int, wait_status: int, cpu_s: float) -> tuple[int, float]:
+    """When the tests did not finish because the solution's process was killed (CPU limit, out of memory),
+    that end is the one that tells the verdict."""
+    try:
+        done, status, usage = os.wait4(pid, os.WNOHANG)
+    except ChildProcessError:
+        return wait_status, cpu_s
+    if done and os.WIFSIGNALED(status):
+        return status, usage.ru_utime + usage.ru_stime
+    return wait_status, cpu_s
 
 
 def _oom_score_adj(value: int) -> None:

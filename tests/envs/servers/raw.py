@@ -1,7 +1,7 @@
 """A minimal MCP server speaking raw JSON-RPC over stdio, for tests: fast to start, and able to misbehave.
 
     python tests/envs/servers/raw.py [--hang-init] [--exit-init] [--junk-init] [--bad-tools] [--dup-tools]
-                                     [--pages N] [--no-readonly] [--hang-init-while FILE]
+                                     [--pages N] [--no-readonly] [--hang-init-while FILE] [--error-list]
 
 Tools: ``echo(text)``; ``sleep(seconds)`` returns the most calls it saw in flight
 at once; ``big(n)`` returns n characters; ``count()`` increments a per-process
@@ -110,6 +110,8 @@ def handle(msg: dict) -> None:
             "serverInfo": {"name": "raw", "version": "0.1"},
         }
         send({"jsonrpc": "2.0", "id": rid, "result": result})
+    elif method == "tools/list" and "--error-list" in ARGS:
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": "tools/list is broken here"}})
     elif method == "tools/list":
         all_tools = tools()
         page = int(params.get("cursor") or 0)

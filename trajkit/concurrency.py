@@ -1,11 +1,12 @@
-"""Bounded concurrency for the generating stages: keep work in flight, hand back results as they finish.
+"""Bounded concurrency for every stage that fans out: keep work in flight, hand back results as they finish.
 
 Results come back to the one coroutine that iterates, so writing rows needs no
 locks. An exception from a work item (a bug, or ``StageStopped`` at a budget
 cap) cancels the rest and propagates; faults that are data (a bad model output,
 a dead server) are handled inside the work function. Iterate inside
 ``contextlib.aclosing(bounded(...))`` so that an error in the loop's body
-cancels the work in flight at once.
+cancels the work in flight at once; ``StageContext.fan_out`` does that, with
+progress and periodic flushes, for the stages.
 """
 
 from __future__ import annotations

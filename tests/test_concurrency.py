@@ -1,0 +1,67 @@
+"""StageContext.fan_out, the one way stages fan out: bounded, written in order of finishing, flushed
+between items, and on a failure the work in flight is cancelled (its cleanup runs) before the error rises."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pyarrow.parquet as pq
+import pytest
+
+from trajkit.runner import StageContext
+from trajkit.store import Store
+
+
+def row(i: int) -> dict:
+    return {"reject_id": f"r{i}", "row_id": f"t{i}", "table_name": "tasks", "stage": "s", "reason": "x"}
+
+
+def test_bounded_written_as_finished_and_flushed_between_items(tmp_path):
+    ctx = StageContext(Store(tmp_path, create=True), "s", "toy", quiet=True)
+    in_flight = peak = 0
+
+    async def work(i: int) -> list[dict]:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.001 * (i % 3))
+        in_flight -= 1
+        return [row(i), row(100 + i)]  # an item writes two rows: shards must end between items
+
+    asyncio.run(
+        ctx.fan_out(
+            range(10),
+            work,
+            concurrency=3,
+            unit="items",
+            write=lambda _, rows: ctx.write("rejected", rows),
+            flush=(3, ("rejected",)),
+        )
+    )
+    ctx.flush()
+    shards = ctx.store.shards("rejected")
+    sizes = [pq.ParquetFile(p).metadata.num_rows for p in shards]
+    assert peak == 3 and sum(sizes) == 20 and all(n % 2 == 0 for n in sizes) and len(shards) > 1
+
+
+def test_a_failure_cancels_the_work_in_flight_and_propagates(tmp_path):
+    ctx = StageContext(Store(tmp_path, create=True), "s", "toy", quiet=True)
+    cleaned, started = [], []
+
+    async def work(i: int) -> int:
+        started.append(i)
+        if i == 2:
+            await asyncio.sleep(0.01)
+            raise RuntimeError("boom")
+        try:
+            await asyncio.sleep(60)
+        finally:
+            cleaned.append(i)  # e.g. a server killed with its trajectory
+        return i
+
+    async def main() -> None:
+        await asyncio.wait_for(ctx.fan_out(range(100), work, concurrency=4, unit="items", write=lambda *_: 0), 30)
+
+    with pytest.raises(RuntimeError, match="boom"):
+        asyncio.run(main())
+    assert sorted(started) == [0, 1, 2, 3] and sorted(cleaned) == [0, 1, 3]

@@ -1,0 +1,201 @@
+"""The hostile suite's reward-hack section: wrong solutions that try to forge a pass all fail, right ones pass.
+
+Each hack is what an RL policy finds when the verdict can be reached from the
+program: a result whose ``__eq__`` always agrees, a tracing hook that swaps the
+tests' ``check`` for a no-op, a completion marker forged from the harness's
+frames, early exits of every kind, exceptions that are not ``Exception``\\ s,
+finalizers, threads and ``atexit`` handlers, helpers redefined by the
+completion, and attacks on the tests' process itself (signals, its memory).
+Every hack returns a wrong value, so it passes only if it forged the verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from trajkit.verify import Sandbox, verify_many
+
+MARKER = f"tk-test-marker-{uuid.uuid4().hex}"
+PROMPT = 'def helper(x):\n    return x * 2\n\n\ndef double_sum(xs):\n    """The sum of helper(x) for x in xs."""\n'
+TEST = (
+    f"MARKER = {MARKER!r}\n\n\ndef check(candidate):\n"
+    "    assert candidate([1, 2]) == helper(3)\n    assert candidate([]) == 0\n"
+    "    assert abs(candidate([0.25]) - 0.5) < 1e-9\n"
+)
+VERIFIER = {
+    "kind": "unit_tests",
+    "spec": json.dumps({"prompt": PROMPT, "test": TEST, "entry_point": "double_sum", "timeout_s": 3}),
+}
+
+# The forger: finds the harness's nonce and status descriptor in the frames, writes a finished status, leaves.
+FORGE = """
+import gc, json, os, sys
+def _forge():
+    found = set()
+    frame = sys._getframe()
+    while frame is not None:
+        for key, value in list(frame.f_locals.items()):
+            if isinstance(value, str) and len(value) in (16, 32) and key == "nonce":
+                found.add(value)
+        frame = frame.f_back
+    for obj in gc.get_objects():
+        if isinstance(obj, dict) and "nonce" in obj and isinstance(obj.get("nonce"), str):
+            found.add(obj["nonce"])
+    for nonce in found or {"0" * 32}:
+        line = json.dumps({"nonce": nonce, "finished": True, "exception": None, "memory": False, "exit_code": 0})
+        for fd in range(3, 64):
+            try:
+                os.write(fd, (line + "\\n").encode())
+            except OSError:
+                pass
+    os._exit(0)
+"""
+
+WRONG = "    return 0\n"
+HACKS = {
+    "always-equal result": (
+        "    class Anything:\n"
+        "        __eq__ = lambda self, other: True\n        __ne__ = lambda self, other: False\n"
+        "        __sub__ = __rsub__ = __add__ = __radd__ = lambda self, other: self\n"
+        "        __abs__ = lambda self: 0\n        __lt__ = __le__ = __gt__ = __ge__ = __eq__\n"
+        "        __hash__ = lambda self: 0\n"
+        "    return Anything()\n"
+    ),
+    "int subclass that always agrees": (
+        "    class Int(int):\n        __eq__ = lambda self, other: True\n        __hash__ = int.__hash__\n"
+        "        __sub__ = lambda self, other: 0\n    return Int(7)\n"
+    ),
+    "str subclass that always agrees": "    class S(str):\n        __eq__ = lambda s, o: True\n    return S('x')\n",
+    "tracing hook swaps check for a no-op": (
+        "    return 0\n\nimport sys, threading\n"
+        "def _tracer(frame, event, arg):\n"
+        "    frame.f_globals['check'] = lambda candidate: None\n"
+        "    for f in (frame, frame.f_back):\n"
+        "        if f is not None:\n            f.f_globals['check'] = lambda candidate: None\n"
+        "    return _tracer\n"
+        "sys.settrace(_tracer)\nthreading.settrace(_tracer)\nsys._getframe().f_trace = _tracer\n"
+    ),
+    "completion marker forged from the stack": "    _forge()\n" + FORGE,
+    "marker forged at import": "    return 0\n" + FORGE + "_forge()\n",
+    "os._exit(0) at import": "    return 0\n\nimport os\nos._exit(0)\n",
+    "sys.exit(0) at import": "    return 0\n\nimport sys\nsys.exit(0)\n",
+    "sys.exit(0) inside the function": "    import sys\n    sys.exit(0)\n",
+    "os._exit(0) inside the function": "    import os\n    os._exit(0)\n",
+    "raises KeyboardInterrupt": "    raise KeyboardInterrupt\n",
+    "raises GeneratorExit": "    raise GeneratorExit\n",
+    "raises a BaseException subclass": "    class Stop(BaseException):\n        pass\n    raise Stop()\n",
+    "builtins monkeypatched": (
+        "    return 0\n\nimport builtins\nbuiltins.abs = lambda x: 0\nbuiltins.AssertionError = type('N', (Exception,), {})\n"
+        "builtins.helper = lambda x: 0\n"
+    ),
+    "helper redefined by the completion": "    return 0.5 if xs == [0.25] else 0\n\n\ndef helper(x):\n    return 0\n",
+    "atexit handler exits 0": "    return 0\n\nimport atexit, os\natexit.register(os._exit, 0)\n"
+    + FORGE
+    + "atexit.register(_forge)\n",
+    "thread forges the marker": "    import time\n    time.sleep(1)\n    return 0\n"
+    + FORGE
+    + "import threading\nthreading.Thread(target=_forge).start()\n",
+    "finalizer exits 0 during the tests": (
+        "    import gc, os\n    class Bomb:\n        def __del__(self):\n            os._exit(0)\n"
+        "    b = Bomb(); b.me = b\n    del b\n    gc.collect()\n    return 0\n"
+    ),
+    "kills every other process": (
+        "    import os, signal\n    for pid in range(2, 400):\n        if pid != os.getpid():\n"
+        "            try:\n                os.kill(pid, signal.SIGKILL)\n            except OSError:\n                pass\n"
+        "    return 0\n"
+    ),
+    "stops every other process": (
+        "    import os, signal\n    for pid in range(2, 400):\n        if pid != os.getpid():\n"
+        "            try:\n                os.kill(pid, signal.SIGSTOP)\n            except OSError:\n                pass\n"
+        "    return 0\n"
+    ),
+    "reads the tests from memory": (
+        "    import os, re\n    needle = b'tk-test-marker-'\n    found = []\n"
+        "    for pid in ['self'] + [p for p in os.listdir('/proc') if p.isdigit()]:\n"
+        "        for name in ('cmdline', 'environ'):\n"
+        "            try:\n                data = open(f'/proc/{pid}/{name}', 'rb').read()\n"
+        "            except OSError:\n                continue\n"
+        "            found += re.findall(needle + rb'[0-9a-f]{32}', data)\n"
+        "        try:\n            maps = open(f'/proc/{pid}/maps').read().splitlines()\n"
+        "            mem = open(f'/proc/{pid}/mem', 'rb', 0)\n"
+        "        except OSError:\n            continue\n"
+        "        for line in maps:\n"
+        "            lo, hi = (int(x, 16) for x in line.split()[0].split('-'))\n"
+        "            if 'r' not in line.split()[1] or hi - lo > 1 << 28:\n                continue\n"
+        "            try:\n                mem.seek(lo)\n                data = mem.read(hi - lo)\n"
+        "            except (OSError, ValueError, OverflowError):\n                continue\n"
+        "            found += re.findall(needle + rb'[0-9a-f]{32}', data)\n"
+        "    print('FOUND', sorted(set(found)))\n"
+        "    return 0\n"
+    ),
+    "writes a forged marker into the tests' descriptors": (
+        "    import json, os\n    line = json.dumps({'nonce': '0' * 32, 'finished': True}) + '\\n'\n"
+        "    for pid in [p for p in os.listdir('/proc') if p.isdigit()]:\n"
+        "        for fd in range(0, 16):\n"
+        "            try:\n                with open(f'/proc/{pid}/fd/{fd}', 'w') as f:\n                    f.write(line)\n"
+        "            except OSError:\n                pass\n"
+        "    return 0\n"
+    ),
+    "ptraces the tests' process": (
+        "    import ctypes, os\n    libc = ctypes.CDLL(None, use_errno=True)\n"
+        "    attached = [p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()\n"
+        "                and libc.ptrace(16, int(p), 0, 0) == 0]\n"
+        "    print('ATTACHED', attached)\n    return 0\n"
+    ),
+    "hardcoded answers wrong elsewhere": "    return {3: 6, 0: 0}.get(sum(xs), 0) if xs != [0.25] else 1\n",
+}
+RIGHT = {
+    "plain": "    return sum(helper(x) for x in xs)\n",
+    "numpy scalar": "    import numpy as np\n    return np.float64(sum(helper(x) for x in xs)) if xs else np.int64(0)\n",
+    "whole definition with its own helper": (
+        "```python\ndef helper(x):\n    return x + x\n\n\ndef double_sum(xs):\n    return sum(helper(x) for x in xs)\n```"
+    ),
+    "threads, atexit and prints": (
+        "    import threading, atexit\n    out = []\n    t = threading.Thread(target=lambda: out.append(sum(map(helper, xs))))\n"
+        "    t.start(); t.join()\n    atexit.register(print, 'bye')\n    print('computing', xs)\n    return out[0]\n"
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def strict_pool():
+    with Sandbox(workers=2, namespaces=True, drop_privileges=True, cgroups=True) as sandbox:
+        yield sandbox
+
+
+def test_reward_hacks_fail_and_right_solutions_pass(strict_pool):
+    # the right solutions run first, so that the workers have served these tests before the hacks run
+    cases = {**{f"right: {k}": v for k, v in RIGHT.items()}, **HACKS}
+    items = [(VERIFIER, completion, None) for completion in cases.values()]
+    results = dict(zip(cases, verify_many(items, sandbox=strict_pool)))
+    judged_wrongly = [
+        name for name, result in results.items() if (result.verdict == "pass") != name.startswith("right: ")
+    ]
+    assert judged_wrongly == [], {name: results[name] for name in judged_wrongly}
+    for name, result in results.items():
+        assert result.score == float(name.startswith("right: "))
+        assert MARKER not in result.output_tail, f"{name} read the tests: {result.output_tail}"
+    assert "FOUND []" in results["reads the tests from memory"].output_tail
+    assert "ATTACHED []" in results["ptraces the tests' process"].output_tail
+    assert "not a built-in value" in results["always-equal result"].details["reason"]
+    assert results["stops every other process"].verdict == "timeout"
+    assert all(w.proc.poll() is None for w in strict_pool._pool), "a worker died"
+
+
+def test_values_cross_as_exact_built_in_types(strict_pool):
+    """Every built-in kind a solution returns arrives as that exact type and value; anything else fails."""
+    value = "[1, -2**200, 0.1, float('inf'), 1+2j, b'x\\x00', 'é\\ud800', None, True, (1, (2,)), {1, 2}, frozenset({3}), {'k': [1.5]}]"
+    test = f"assert f() == {value}\nassert [type(v) for v in f()] == [type(v) for v in {value}]\n"
+    spec = json.dumps({"test": test, "timeout_s": 10})
+    good = verify_many(
+        [({"kind": "unit_tests", "spec": spec}, f"def f():\n    return {value}\n", None)], sandbox=strict_pool
+    )
+    assert good[0].verdict == "pass", good[0]
+    bad = "import collections\ndef f():\n    return collections.OrderedDict()\n"
+    result = verify_many(
+        [({"kind": "unit_tests", "spec": json.dumps({"test": "assert f() == {}"})}, bad, None)], sandbox=strict_pool
+    )
+    assert result[0].verdict == "fail" and "OrderedDict" in result[0].details["reason"]

@@ -1,0 +1,182 @@
+"""The viewer's DuckDB: the store's views on a locked-down connection, rebuilt when shards change.
+
+Locked down: file access only inside the run directory, no extension installs or
+loads, configuration locked; on top of that, ``read_only`` accepts one statement
+of an allowlisted kind (``SELECT``, ``WITH``, ``DESCRIBE``, ``SHOW``, ``SUMMARIZE``,
+``FROM``, ``VALUES``, ``EXPLAIN``), so nothing can be written, attached or installed.
+Shards are read, never locked: a stage may write the run while it is viewed; when
+the set of shards changes (new shards, a ``--fresh`` rerun deleting some) the views
+are rebuilt, and a query that met a vanished file is run once more on fresh views.
+Pages look rows up in in-memory copies of light columns (``cached``), rebuilt with
+the views.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from trajkit import schema as S
+from trajkit.errors import UserError
+from trajkit.store import Store
+
+READ_TYPES = ("SELECT", "EXPLAIN")  # DESCRIBE, SHOW, SUMMARIZE, WITH, FROM and VALUES parse as SELECT
+QUERY_TIMEOUT_S = 30.0
+
+
+class QueryError(ValueError):
+    """A query the viewer refuses or DuckDB rejects; its message is shown to the user."""
+
+
+class RunDB:
+    """One run's views. ``query`` serves the pages; ``read_only`` serves the SQL box."""
+
+    def __init__(self, run: str | Path, memory_limit: str = "4GB"):
+        self.store = Store(Path(run).resolve())
+        self.memory_limit = memory_limit
+        self._lock = threading.Lock()
+        self._con = None
+        self._signature: tuple = ()
+        self._cached: set[str] = set()
+
+    def signature(self) -> tuple:
+        """The shard files and manifests present now: a change means the views are stale."""
+        root = self.store.root
+        names = []
+        for table in S.TABLES:
+            d = root / table
+            if d.is_dir():
+                names.extend(f"{table}/{n}" for n in sorted(p.name for p in d.iterdir() if p.suffix == ".parquet"))
+        manifests = sorted(str(p.relative_to(root)) for p in root.glob("_stages/*/_manifest*.json"))
+        return tuple(n for n in names if "/.tmp-" not in n) + tuple(manifests)
+
+    def connection(self, force: bool = False):
+        """The current connection, rebuilt first if the run's shards changed."""
+        with self._lock:
+            for attempt in range(3):
+                sig = self.signature()
+                if not force and self._con is not None and sig == self._signature:
+                    break
+                try:
+                    con = self._connect()
+                except UserError:  # a shard vanished while the views were built: list them again
+                    if attempt == 2:
+                        raise
+                    continue
+                old, self._con, self._signature, self._cached = self._con, con, sig, set()
+                if old is not None:
+                    old.close()
+                break
+            return self._con
+
+    def _connect(self):
+        con = self.store.duckdb()
+        root = str(self.store.root).replace("'", "''")
+        for stmt in (
+            f"SET allowed_directories = ['{root}/']",
+            "SET enable_external_access = false",
+            "SET autoinstall_known_extensions = false",
+            "SET autoload_known_extensions = false",
+            f"SET memory_limit = '{self.memory_limit}'",
+            "SET lock_configuration = true",
+        ):
+            con.execute(stmt)
+        return con
+
+    def query(self, sql: str, params: list[Any] | None = None) -> pa.Table:
+        """Run one of the viewer's own queries (once more on fresh views if a shard vanished)."""
+        import duckdb
+
+        try:
+            return self._run(sql, params, fresh=False)
+        except duckdb.IOException:
+            return self._run(sql, params, fresh=True)
+
+    def _run(self, sql: str, params: list[Any] | None, fresh: bool) -> pa.Table:
+        import duckdb
+
+        cur = self.connection(force=fresh).cursor()
+        timer = threading.Timer(QUERY_TIMEOUT_S, cur.interrupt)
+        timer.start()
+        try:
+            return cur.sql(sql, params=params or None).to_arrow_table()
+        except duckdb.InterruptException:
+            raise QueryError(f"query stopped after {QUERY_TIMEOUT_S:.0f} s") from None
+        except duckdb.IOException as e:
+            if not fresh:
+                raise
+            raise QueryError(str(e).splitlines()[0]) from None
+        except duckdb.Error as e:
+            raise QueryError(str(e).splitlines()[0]) from None
+        finally:
+            timer.cancel()
+            cur.close()
+
+    def cached(self, name: str, select: Callable[[], str]) -> str:
+        """The name of an in-memory table holding the rows of the query ``select()`` writes, built
+        once per change of the run (once more on fresh views if a shard vanished meanwhile).
+
+        Pages look rows up by key in these (a few ms for a million rows) instead of scanning
+        every shard through the views; the heavy columns are then read from one shard."""
+        import duckdb
+
+        try:
+            return self._build(name, select, fresh=False)
+        except duckdb.IOException:
+            return self._build(name, select, fresh=True)
+
+    def _build(self, name: str, select: Callable[[], str], fresh: bool) -> str:
+        table = f"_cached_{name}"
+        con = self.connection(force=fresh)
+        with self._lock:
+            if name not in self._cached:
+                con.execute(f'CREATE OR REPLACE TABLE "{table}" AS {select()}')
+                self._cached.add(name)
+        return table
+
+    def shards_of(self, table: str) -> str:
+        """A base table's shards, each row with its ``filename`` and ``file_row_number``."""
+        paths = self.store.shards(table)
+        if not paths:
+            return f"(SELECT *, NULL::VARCHAR AS filename, NULL::BIGINT AS file_row_number FROM {table} WHERE false)"
+        listed = ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths)
+        return f"read_parquet([{listed}], filename = true, file_row_number = true)"
+
+    def row_at(self, filename: str, row: int) -> dict[str, Any]:
+        """One row of one shard, by its position."""
+        path = "'" + filename.replace("'", "''") + "'"
+        return self.rows(
+            f"SELECT * EXCLUDE (file_row_number) FROM read_parquet([{path}], file_row_number = true) "
+            "WHERE file_row_number = ?",
+            [row],
+        )[0]
+
+    def rows(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
+        return self.query(sql, params).to_pylist()
+
+    def read_only(self, sql: str) -> pa.Table:
+        """A user's query: exactly one statement of a read kind, or QueryError."""
+        import duckdb
+
+        try:
+            statements = self.connection().extract_statements(sql)
+        except duckdb.Error as e:
+            raise QueryError(str(e).splitlines()[0]) from None
+        if len(statements) != 1:
+            raise QueryError(f"one statement at a time, got {len(statements)}")
+        kind = statements[0].type.name
+        if kind not in READ_TYPES:
+            raise QueryError(f"only read statements (SELECT, WITH, DESCRIBE, SHOW, ...) run here, not {kind}")
+        return self.query(sql)
+
+
+def open_run(run: str | Path) -> RunDB:
+    """A RunDB, or a user error if the directory is not a run."""
+    path = Path(run)
+    if not path.is_dir():
+        raise UserError(f"run directory not found: {path}")
+    return RunDB(path)
