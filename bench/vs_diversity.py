@@ -65,8 +65,8 @@ def main() -> None:
 
 def harvest(run: Path, servers: str | None):
     from trajkit.config import build
-    from trajkit.pipeline import get_stage
     from trajkit.runner import run_stage
+    from trajkit.stages import get_stage
     from trajkit.store import Store
 
     store = Store(run, create=True)
@@ -81,8 +81,8 @@ def harvest(run: Path, servers: str | None):
 def generate(store, method: str, args: argparse.Namespace) -> dict:
     """Run synth.tasks with one method; return its usable questions grouped by request, and its usage."""
     from trajkit.config import build
-    from trajkit.pipeline import get_stage
     from trajkit.runner import run_stage
+    from trajkit.stages import get_stage
 
     spec = get_stage("synth.tasks")
     model = {"model": args.model, "backend": args.backend}

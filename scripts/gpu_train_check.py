@@ -2,8 +2,9 @@
 
     python3 scripts/gpu_train_check.py      # after the gpu-bundle install (README, "GPU"); also runs on CPU
 
-Stage ``broad`` loads fp32 weights (generation stays uncompiled), stage ``hard``
-bf16 weights (on CUDA, a static KV cache and a compiled decode step); both
+Both stages train fp32 master weights under bf16 autocast; on CUDA, stage ``broad``
+generates from a bf16 copy with a static KV cache and a compiled decode step,
+stage ``hard`` with ``compiled_generation: false`` from the policy itself; both
 generate two steps' completions per call (``generation_steps: 2``) and are
 rewarded by a custom verifier (an even-length answer: a coin flip for a random
 model). The same curriculum then runs through ``--accelerate-config fsdp2
@@ -43,7 +44,7 @@ def curriculum(model: Path) -> dict:
         },
         "stages": [
             {"name": "broad", "data": {"stage": "broad"}, "steps": STEPS},
-            {"name": "hard", "data": {"stage": "hard"}, "steps": STEPS, "dtype": "bfloat16"},
+            {"name": "hard", "data": {"stage": "hard"}, "steps": STEPS, "compiled_generation": False},
         ],
     }
 

@@ -1,4 +1,4 @@
-"""The stage registry and the pipeline runner (``trajkit run pipeline.yaml``).
+"""The pipeline runner (``trajkit run pipeline.yaml``); stages come from ``trajkit.stages``.
 
 A pipeline file lists stages by kind, each with an optional name and a config::
 
@@ -23,46 +23,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trajkit.config import build, load_object, read_yaml
+from trajkit.config import build, read_yaml
 from trajkit.errors import UserError
 from trajkit.runner import StageSpec, run_stage
+from trajkit.stages import get_stage
 from trajkit.store import Store
-
-# kind -> "module:ATTRIBUTE" of a StageSpec; imported only when used.
-REGISTRY: dict[str, str] = {
-    "synth.harvest": "trajkit.synth.harvest:HARVEST",
-    "synth.tasks": "trajkit.synth.tasks:TASKS",
-    "synth.rollouts": "trajkit.synth.rollouts:ROLLOUTS",
-    "synth.judge": "trajkit.synth.judge:JUDGE",
-    "synth.filter": "trajkit.synth.filters:FILTER",
-    "synth.extend": "trajkit.synth.extend:EXTEND",
-    "curate.import": "trajkit.curate.imports:IMPORT",
-    "curate.verify": "trajkit.curate.verify:VERIFY",
-    "curate.passk": "trajkit.curate.passk:PASSK",
-    "curate.dedup": "trajkit.curate.dedup:DEDUP",
-    "curate.decontaminate": "trajkit.curate.decontaminate:DECONTAMINATE",
-    "curate.filter": "trajkit.curate.filters:FILTER",
-    "curate.split": "trajkit.curate.splits:SPLIT",
-    "curate.curriculum": "trajkit.curate.curriculum:CURRICULUM",
-    "train.sft": "trajkit.train.sft:SFT",
-    "train.grpo": "trajkit.train.grpo:GRPO",
-    "eval.passk": "trajkit.eval.passk:EVAL_PASSK",
-    "eval.tools": "trajkit.eval.tools:EVAL_TOOLS",
-    "eval.diversity": "trajkit.eval.diversity:EVAL_DIVERSITY",
-    "card": "trajkit.data_cards.card:CARD",
-}
-
-
-def get_stage(kind: str) -> StageSpec:
-    """A registered stage by kind, or a custom one by dotted path (``pkg.module:SPEC``)."""
-    if kind in REGISTRY:
-        return load_object(REGISTRY[kind], "stage")
-    if ":" in kind:
-        spec = load_object(kind, "stage")
-        if not isinstance(spec, StageSpec):
-            raise UserError(f"stage {kind!r} is not a trajkit.runner.StageSpec")
-        return spec
-    raise UserError(f"unknown stage {kind!r}; known: {', '.join(sorted(REGISTRY))}, or a dotted path to a StageSpec")
 
 
 def load_pipeline(
@@ -116,9 +81,29 @@ def load_pipeline(
     return plan
 
 
-def run_pipeline(path: str | Path, run_dir: str | Path, fresh: bool = False, overrides: list[str] = ()) -> list[dict]:
-    """Run every stage of a pipeline file in order, each resumable; returns the manifests."""
+def run_pipeline(
+    path: str | Path,
+    run_dir: str | Path,
+    fresh: bool = False,
+    overrides: list[str] = (),
+    executor: str = "local",
+    address: str | None = None,
+    world_size: int = 1,
+) -> list[dict]:
+    """Run every stage of a pipeline file in order, each resumable; returns the manifests (with
+    ``executor="ray"``, each stage's ``world_size`` shards on one Ray cluster, all their manifests)."""
     plan = load_pipeline(path, overrides, {"run": str(run_dir), "here": str(Path(path).resolve().parent)})
+    if executor == "ray":
+        from trajkit.executors.ray import cluster, run_on_ray
+
+        with cluster(address, world_size):
+            return [
+                m
+                for spec, name, cfg in plan
+                for m in run_on_ray(Path(run_dir), spec.kind, cfg, name, fresh, world_size)
+            ]
+    if executor != "local" or world_size != 1:
+        raise UserError("trajkit run takes --world-size only with --executor ray (executors: local, ray)")
     store = Store(run_dir, create=True)
     return [run_stage(store, spec, cfg, name=name, fresh=fresh) for spec, name, cfg in plan]
 

@@ -382,6 +382,9 @@ TRAIN_METRICS = Table(
             pa.field("completion_length", pa.float64()),
             pa.field("zero_variance_groups", pa.float64()),
             pa.field("loss", pa.float64()),
+            pa.field("clip_fraction", pa.float64()),  # tokens clipped by the importance ratio
+            pa.field("staleness", pa.float64()),  # optimizer steps since the step's samples were generated
+            pa.field("tokens_per_s", pa.float64()),  # completion tokens/s, cumulative since the stage started
             pa.field("metrics", pa.string()),  # all trainer logs for the step, JSON text
         ]
     ),

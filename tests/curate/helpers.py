@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from trajkit.config import build
-from trajkit.pipeline import get_stage
 from trajkit.runner import run_stage
 from trajkit.schema import content_id
+from trajkit.stages import get_stage
 from trajkit.store import Store
 
 MBPP_RECORDS = [

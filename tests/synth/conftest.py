@@ -16,8 +16,8 @@ import pytest
 from tests.synth.brain import Brain
 from trajkit.config import build
 from trajkit.models.scripted_server import ScriptedServer
-from trajkit.pipeline import get_stage
 from trajkit.runner import run_stage
+from trajkit.stages import get_stage
 from trajkit.store import Store
 
 STAGES = ("tasks", "rollouts", "judge", "filter", "extend")

@@ -129,6 +129,7 @@ def test_two_stage_curriculum(curated_run, tiny_model_dir, tmp_path, monkeypatch
     assert max(r["reward_std"] for r in rows) > 0.0
     for r in rows:
         assert r["reward_mean"] is not None and r["completion_length"] is not None and r["loss"] is not None
+        assert r["staleness"] == 0 and r["clip_fraction"] is not None and r["tokens_per_s"] > 0
         assert "rewards/correctness_reward/mean" in json.loads(r["metrics"])
     assert (curated_run / "plots" / "grpo-broad.png").is_file() and (curated_run / "plots" / "grpo-hard.png").is_file()
     manifest = store.manifest("grpo-hard")
@@ -177,3 +178,24 @@ def test_generation_steps_batch_the_steps_and_keep_completions_per_step(tmp_path
         4,
         4,
     )
+
+
+def test_metrics_record_staleness_clip_fraction_and_tokens_per_second():
+    from types import SimpleNamespace
+
+    from trajkit.train.metrics import make_callback
+
+    rows: list[dict] = []
+    callback = make_callback("s", rows)
+    args = SimpleNamespace(generation_batch_size=16)
+    state = SimpleNamespace(is_world_process_zero=True, global_step=0)
+    callback.on_train_begin(args, state, None)
+    for step in range(1, 5):  # one generation serves two steps: steps 1 and 3 generated
+        state.global_step = step
+        logs = {"loss": 0.1, "clip_ratio/region_mean": 0.25 * step}
+        if step % 2:
+            logs.update(reward=1.0, **{"completions/mean_length": 10.0})
+        callback.on_log(args, state, None, logs=logs)
+    assert [r["staleness"] for r in rows] == [0, 1, 0, 1]
+    assert [r["clip_fraction"] for r in rows] == [0.25, 0.5, 0.75, 1.0]
+    assert rows[1]["tokens_per_s"] > 0 and rows[-1]["tokens_per_s"] >= rows[1]["tokens_per_s"]

@@ -5,6 +5,6 @@
 ``dedup`` (exact + MinHash near duplicates), ``decontaminate`` (n-gram overlap
 with eval sets), ``filters`` (rules and custom filters), ``splits`` (train /
 held-out by cluster) and ``curriculum`` (broad and hard stages). Each is a
-``StageSpec`` registered in ``trajkit.pipeline.REGISTRY``; ``cli.py`` exposes
+``StageSpec`` registered in ``trajkit.stages.REGISTRY``; ``cli.py`` exposes
 them as ``trajkit curate ...``.
 """

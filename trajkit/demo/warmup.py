@@ -86,7 +86,7 @@ class WarmupConfig(StageConfig):
 
 def stage_config(entry: RecordedStage, model: Any) -> tuple[Any, Any, str]:
     """(spec, validated config, name) of a recorded stage, its model replaced by ``model``."""
-    from trajkit.pipeline import get_stage
+    from trajkit.stages import get_stage
 
     spec = get_stage(entry.stage)
     if "model" in entry.config:
@@ -162,7 +162,7 @@ def train(ctx: StageContext, cfg: WarmupConfig, examples: list, scratch: Path) -
     """Tokenizer, initial weights, SFT sequences, then the real ``train.sft`` stage on them."""
     from trajkit.demo.sequences import build_tokenizer, sequences, sft_rows
     from trajkit.models.tiny import make_tiny_model
-    from trajkit.pipeline import get_stage
+    from trajkit.stages import get_stage
 
     tokenizer_dir = build_tokenizer(examples, scratch / "tokenizer", cfg.tokenizer_vocab)
     init = make_tiny_model(scratch / "init", tokenizer=tokenizer_dir, seed=cfg.seed, **cfg.shape)

@@ -68,7 +68,7 @@ def sft(
         _relaunch(accelerate_config, num_processes, args)
         return
     from trajkit.config import build, read_yaml
-    from trajkit.pipeline import get_stage
+    from trajkit.stages import get_stage
     from trajkit.store import Store
     from trajkit.train.launch import run_on_every_rank
 

@@ -95,7 +95,7 @@ def run_curriculum(path: str | Path, run: str | Path, overrides: list[str] = (),
     Under ``accelerate launch`` every process runs the stages (training is
     collective) but only the main process writes the store.
     """
-    from trajkit.pipeline import get_stage
+    from trajkit.stages import get_stage
     from trajkit.store import Store
     from trajkit.train.launch import run_on_every_rank
 

@@ -2,10 +2,12 @@
 
 Columns: reward mean and std, pass rate (from the correctness reward's
 ``log_metric``), completion length, the share of groups whose rewards are all
-equal (they carry no GRPO signal), loss, and every logged value as JSON text.
-When one generation serves several steps (``steps_per_generation`` > 1, a
-stage's ``generation_steps``), the generation columns are set on the steps that
-generated and null on the others.
+equal (they carry no GRPO signal), loss, the fraction of tokens the importance
+ratio clipped, staleness (optimizer steps since the step's samples were
+generated), completion tokens per second (cumulative since the stage started)
+and every logged value as JSON text. When one generation serves several steps
+(``steps_per_generation`` > 1, a stage's ``generation_steps``), the generation
+columns are set on the steps that generated and null on the others.
 """
 
 from __future__ import annotations
@@ -24,8 +26,21 @@ COLUMNS = {
     "completion_length": ("completions/mean_length",),
     "zero_variance_groups": ("frac_reward_zero_std",),
     "loss": ("loss", "train_loss"),
+    "clip_fraction": ("clip_ratio/region_mean",),
+    "staleness": ("staleness",),
+    "tokens_per_s": ("completion_tokens_per_s",),
 }
-PLOTTED = ("reward_mean", "reward_std", "pass_rate", "completion_length", "zero_variance_groups", "loss")
+PLOTTED = (
+    "reward_mean",
+    "pass_rate",
+    "reward_std",
+    "completion_length",
+    "zero_variance_groups",
+    "loss",
+    "clip_fraction",
+    "staleness",
+    "tokens_per_s",
+)
 
 
 def metric_row(stage: str, step: int, logs: dict[str, Any]) -> dict[str, Any]:
@@ -48,15 +63,34 @@ def _num(value: Any) -> float | None:
 
 
 def make_callback(stage: str, rows: list[dict[str, Any]]):
-    """A ``TrainerCallback`` that appends one row per logged step (main process only)."""
+    """A ``TrainerCallback`` that appends one row per logged step (main process only).
+
+    It adds ``staleness`` (steps since the last step that generated, which TRL
+    logs with a ``reward``) and ``completion_tokens_per_s`` (completions of every
+    generation so far, ``args.generation_batch_size`` each, over the wall time
+    since training began) to the logs.
+    """
+    import time
+
     from transformers import TrainerCallback
 
     class MetricsCallback(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.t0, self.tokens, self.generated_at = time.perf_counter(), 0.0, 0
+
         def on_log(self, args, state, control, logs=None, **kwargs):
             if not state.is_world_process_zero or not logs:
                 return
             if any(k in logs for k in ("train_runtime", "train_samples_per_second")):
                 return  # the end-of-training summary, not a step
+            if "reward" in logs:
+                self.generated_at = state.global_step
+                self.tokens += float(logs.get("completions/mean_length", 0.0)) * args.generation_batch_size
+            logs = {
+                **logs,
+                "staleness": state.global_step - self.generated_at,
+                "completion_tokens_per_s": self.tokens / max(time.perf_counter() - self.t0, 1e-9),
+            }
             if rows and rows[-1]["step"] == state.global_step:
                 merged = {**json.loads(rows[-1]["metrics"]), **logs}
                 rows[-1] = metric_row(stage, state.global_step, merged)
@@ -67,7 +101,7 @@ def make_callback(stage: str, rows: list[dict[str, Any]]):
 
 
 def plot(rows: list[dict[str, Any]], path: Path, title: str) -> Path:
-    """A PNG with one panel per metric against the step."""
+    """A PNG with one panel per metric against the step, reward and pass rate first."""
     import matplotlib
 
     matplotlib.use("Agg")
