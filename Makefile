@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q --upgrade pip
 	# the CPU build of torch first, so nothing pulls a multi-GB CUDA build
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[dev,e2b]"
+	$(BIN)/pip install -q -e ".[dev,e2b,ray]"
 	# BFCL's data and checker: pinned, without its dependencies (it pins an old numpy)
 	$(BIN)/pip install -q --no-deps bfcl-eval==2026.3.23
 	# third-party MCP servers run in their own environments, as MCP clients run them (uvx);

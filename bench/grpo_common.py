@@ -13,11 +13,14 @@ from pathlib import Path
 from typing import Any
 
 
-def addition_rows(n: int, seed: int = 0) -> list[dict[str, Any]]:
+def addition_rows(n: int, seed: int = 0, max_digits: int = 4, split: str | None = None) -> list[dict[str, Any]]:
+    """``n`` addition prompts; ``split`` "train" or "heldout" keeps only pairs of that split (a fifth held out)."""
     rng = random.Random(seed)
-    rows = []
-    for _ in range(n):
-        a, b = (rng.randint(1, 10 ** rng.randint(1, 4) - 1) for _ in range(2))
+    rows: list[dict[str, Any]] = []
+    while len(rows) < n:
+        a, b = (rng.randint(1, 10 ** rng.randint(1, max_digits) - 1) for _ in range(2))
+        if split is not None and ((a + 7 * b) % 5 == 0) != (split == "heldout"):
+            continue
         rows.append(
             {
                 "prompt": [{"role": "user", "content": f"What is {a} plus {b}? Answer with the number."}],
@@ -94,3 +97,110 @@ def update_parity(fast: dict[str, Any], fp32: dict[str, Any]) -> tuple[float, fl
     mean_fast = sum(float(d.abs().sum()) for d in fast.values())
     mean_fp32 = sum(float(d.abs().sum()) for d in fp32.values())
     return both / changed, mean_fast / mean_fp32
+
+
+# A Qwen2-shaped model of about 4M parameters: SFT on the addition task brings it to a middling pass@1 in seconds.
+LEARNING_SHAPE: dict[str, Any] = {
+    "architecture": "qwen2",
+    "hidden_size": 256,
+    "intermediate_size": 768,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 512,
+    "tie_word_embeddings": True,
+}
+
+
+def encode_prompts(tok: Any, rows: list[dict[str, Any]]) -> list[list[int]]:
+    return [
+        tok.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+        for r in rows
+    ]
+
+
+def heldout_pass1(model: Any, tok: Any, rows: list[dict[str, Any]], max_new_tokens: int, seed: int = 1234) -> float:
+    """Held-out pass@1: one sample per prompt at temperature 1 (as GRPO samples), seeded, batched left-padded."""
+    import torch
+
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    hits = 0
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
+        torch.manual_seed(seed)
+        for i in range(0, len(rows), 128):
+            chunk = rows[i : i + 128]
+            batch = tok.pad({"input_ids": encode_prompts(tok, chunk)}, return_tensors="pt").to(device)
+            out = model.generate(
+                **batch,
+                do_sample=True,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=0,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=tok.pad_token_id,
+            )
+            texts = tok.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+            hits += sum(r["answer"] in t for r, t in zip(chunk, texts))
+    model.train(was_training)
+    return hits / len(rows)
+
+
+def warm_start(
+    out: Path,
+    train_rows: list[dict[str, Any]],
+    heldout: list[dict[str, Any]],
+    *,
+    target: tuple[float, float] = (0.2, 0.6),
+    max_steps: int = 2000,
+    batch: int = 64,
+    lr: float = 1e-3,
+    eval_every: int = 25,
+    seed: int = 0,
+    **shape: Any,
+) -> dict[str, Any]:
+    """SFT a fresh random Qwen2-shaped model (``LEARNING_SHAPE``) on ``train_rows`` (answer then EOS) until its
+    held-out pass@1 is inside ``target``; saves it to ``out`` (full precision). Returns the steps taken and the
+    pass@1 history. Used by every bench that needs a partly trained policy (GRPO parity, curricula)."""
+    import torch
+
+    from trajkit.models.tiny import make_tiny_model
+    from trajkit.train.weights import load_model, load_tokenizer, save_weights
+
+    make_tiny_model(out, seed=seed, **{**LEARNING_SHAPE, **shape})
+    tok = load_tokenizer(str(out))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = load_model(str(out)).to(device)
+    prompts = encode_prompts(tok, train_rows)
+    answers = [tok(r["answer"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for r in train_rows]
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    rng = random.Random(seed)
+    history, step = [], 0
+    while step < max_steps:
+        for _ in range(eval_every):
+            idx = rng.sample(range(len(train_rows)), batch)
+            seqs = [prompts[i] + answers[i] for i in idx]
+            width = max(map(len, seqs))
+            ids = torch.full((batch, width), tok.pad_token_id)
+            labels = torch.full((batch, width), -100)
+            mask = torch.zeros((batch, width), dtype=torch.long)
+            for j, i in enumerate(idx):  # right-padded; loss on the answer only
+                s = seqs[j]
+                ids[j, : len(s)] = torch.tensor(s)
+                mask[j, : len(s)] = 1
+                labels[j, len(prompts[i]) : len(s)] = torch.tensor(answers[i])
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
+                loss = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            step += 1
+        pass1 = heldout_pass1(model, tok, heldout, max_new_tokens=8)
+        history.append((step, pass1))
+        if pass1 >= target[0]:
+            break
+    if not target[0] <= history[-1][1] <= target[1]:
+        raise RuntimeError(f"warm start ended at held-out pass@1 {history[-1][1]:.2f}, outside {target}: {history}")
+    save_weights(model.cpu(), tok, out)
+    return {"steps": step, "pass1": history[-1][1], "history": history}

@@ -126,3 +126,15 @@ def test_export_writes_accepted_rows_unless_all(store, tmp_path):
         "human",
         "vfail",
     ]
+
+
+def test_synth_filter_applies_verdicts_and_default_thresholds(store):
+    from tests.test_cli import invoke
+
+    help_text = invoke("synth", "filter", "--help").output
+    assert help_text.count("(default 3)") == 2
+    out = invoke("synth", "filter", "--run", str(store.root), "--rule", "no_tool_call").output
+    assert "kept 0 of 7" in out
+    rejected = {(r["row_id"], r["reason"]) for r in store.rows("rejected") if r["stage"] != "f"}
+    assert {("vfail", "verdict_fail"), ("lowjudge", "low_completeness"), ("trunc", "status_truncated")} <= rejected
+    assert "low_completeness 1" in out and "verdict_fail 1" in out

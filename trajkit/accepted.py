@@ -18,6 +18,8 @@ ran. ``accepted_sql`` gives the query for callers that build on it (export, card
 from __future__ import annotations
 
 import getpass
+import os
+import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -28,6 +30,7 @@ from trajkit.errors import UserError
 from trajkit.store import Store
 
 REVIEWS_STAGE = "reviews"
+_write_lock = threading.Lock()  # shard sequence numbers are taken from the folder: one writer per process
 ACCEPTED_TABLES = ("tasks", "trajectories", "samples")
 
 
@@ -117,16 +120,23 @@ def add_review(
     decision: str,
     note: str | None = None,
     reviewer: str | None = None,
+    check_target: bool = True,
 ) -> str:
-    """Append one review (an atomic shard of the ``reviews`` stage); returns its ``review_id``."""
+    """Append one review (an atomic shard of the ``reviews`` stage); returns its ``review_id``.
+
+    Each process writes under its own rank (its pid), so two writers of one run (two viewers, a
+    viewer and a script) never take the same shard name. ``check_target=False`` is for callers
+    that have checked the target exists already (the viewer, in its in-memory copies).
+    """
     if target_kind not in S.REVIEW_TARGETS:
         raise UserError(f"review target kind must be one of {', '.join(S.REVIEW_TARGETS)}, not {target_kind!r}")
     if decision not in S.REVIEW_DECISIONS:
         raise UserError(f"review decision must be one of {', '.join(S.REVIEW_DECISIONS)}, not {decision!r}")
     table = "tasks" if target_kind == "task" else "trajectories"
-    found = store.sql(f"SELECT count(*) AS n FROM {table} WHERE {S.table(table).key} = {_lit(target_id)}")
-    if not found.column("n")[0].as_py():
-        raise UserError(f"no {target_kind} {target_id!r} in {store.root}")
+    if check_target:
+        found = store.sql(f"SELECT count(*) AS n FROM {table} WHERE {S.table(table).key} = {_lit(target_id)}")
+        if not found.column("n")[0].as_py():
+            raise UserError(f"no {target_kind} {target_id!r} in {store.root}")
     reviewer = reviewer or getpass.getuser()
     at = datetime.now(UTC)
     review_id = S.content_id(target_kind, target_id, reviewer, at.isoformat())
@@ -139,7 +149,8 @@ def add_review(
         "reviewer": reviewer,
         "reviewed_at": at,
     }
-    store.write("reviews", REVIEWS_STAGE, [row])
+    with _write_lock:
+        store.write("reviews", REVIEWS_STAGE, [row], rank=os.getpid())
     return review_id
 
 

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from trajkit.clikit import Overrides, RunDir
+from trajkit.clikit import Address, Executor, Overrides, RunDir, WorldSize
 from trajkit.curate.cli import app as curate_app
 from trajkit.data_cards import cli as cards_cli
 from trajkit.eval.cli import app as eval_app
@@ -54,7 +54,7 @@ app.add_typer(synth_app, name="synth", help="Harvest MCP servers, synthesize tas
 app.add_typer(curate_app, name="curate", help="Import, verify, pass@k-tag, dedup, decontaminate, split, curriculum.")
 app.add_typer(train_app, name="train", help="SFT and GRPO with TRL on the curated data.")
 app.add_typer(eval_app, name="eval", help="pass@k, tool-call accuracy, diversity.")
-app.add_typer(model_app, name="model", help="Local models: build a tiny model for tests and demos.")
+app.add_typer(model_app, name="model", help="Local models: build a tiny model, serve a stand-in model for dry runs.")
 app.command("card")(cards_cli.card)
 app.command("push")(cards_cli.push)
 app.command("view")(view_cli.view)
@@ -192,11 +192,14 @@ def run_cmd(
     run: RunDir,
     fresh: Annotated[bool, typer.Option("--fresh", help="Start every stage over.")] = False,
     overrides: Overrides = None,
+    executor: Executor = "local",
+    address: Address = None,
+    world_size: WorldSize = 1,
 ) -> None:
     """Run a pipeline file stage by stage; a rerun resumes where it stopped."""
     from trajkit.pipeline import run_pipeline
 
-    run_pipeline(pipeline, run, fresh=fresh, overrides=overrides or [])
+    run_pipeline(pipeline, run, fresh, overrides or [], executor, address, world_size)
 
 
 @app.command()

@@ -120,6 +120,26 @@ def _strip(model: BaseModel, data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def config_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """``field: stored -> current`` for each field that both configs have and that differs.
+
+    Fields only one side has are left out: a field that left the hash (an endpoint, say)
+    or a field added since keeps a stored run resumable.
+    """
+    old, new = _flatten(stored), _flatten(current)
+    return [
+        f"{k}: {json.dumps(old[k])} -> {json.dumps(new[k])}"
+        for k in sorted(old.keys() & new.keys())
+        if old[k] != new[k]
+    ]
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict) and data:
+        return {k: v for key, value in data.items() for k, v in _flatten(value, f"{prefix}{key}.").items()}
+    return {prefix.rstrip("."): data}
+
+
 def config_hash(cfg: BaseModel) -> str:
     blob = json.dumps(hashed_dict(cfg), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

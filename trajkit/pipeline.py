@@ -116,9 +116,29 @@ def load_pipeline(
     return plan
 
 
-def run_pipeline(path: str | Path, run_dir: str | Path, fresh: bool = False, overrides: list[str] = ()) -> list[dict]:
-    """Run every stage of a pipeline file in order, each resumable; returns the manifests."""
+def run_pipeline(
+    path: str | Path,
+    run_dir: str | Path,
+    fresh: bool = False,
+    overrides: list[str] = (),
+    executor: str = "local",
+    address: str | None = None,
+    world_size: int = 1,
+) -> list[dict]:
+    """Run every stage of a pipeline file in order, each resumable; returns the manifests (with
+    ``executor="ray"``, each stage's ``world_size`` shards on one Ray cluster, all their manifests)."""
     plan = load_pipeline(path, overrides, {"run": str(run_dir), "here": str(Path(path).resolve().parent)})
+    if executor == "ray":
+        from trajkit.executors.ray import cluster, run_on_ray
+
+        with cluster(address, world_size):
+            return [
+                m
+                for spec, name, cfg in plan
+                for m in run_on_ray(Path(run_dir), spec.kind, cfg, name, fresh, world_size)
+            ]
+    if executor != "local" or world_size != 1:
+        raise UserError("trajkit run takes --world-size only with --executor ray (executors: local, ray)")
     store = Store(run_dir, create=True)
     return [run_stage(store, spec, cfg, name=name, fresh=fresh) for spec, name, cfg in plan]
 

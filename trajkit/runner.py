@@ -19,6 +19,7 @@ import functools
 import hashlib
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -32,7 +33,7 @@ import pyarrow.parquet as pq
 from trajkit import __version__
 from trajkit import schema as S
 from trajkit.concurrency import bounded
-from trajkit.config import StageConfig, config_hash, hashed_dict
+from trajkit.config import StageConfig, config_differences, config_hash, hashed_dict
 from trajkit.errors import StageStopped, UserError
 from trajkit.store import ShardWriter, Store, atomic_write_json
 
@@ -72,6 +73,7 @@ class Usage:
     calls: int = 0
     cached_calls: int = 0
     cost: float = 0.0
+    endpoints: dict[str, dict[str, float]] = field(default_factory=dict)  # openai: url -> requests, errors, seconds
 
     def add(self, prompt_tokens: int = 0, completion_tokens: int = 0, cost: float = 0.0, cached: bool = False) -> None:
         if cached:
@@ -97,7 +99,19 @@ class Usage:
             "calls": self.calls,
             "cached_calls": self.cached_calls,
             "cost": round(self.cost, 6),
+            **({"endpoints": _endpoint_summary(self.endpoints)} if self.endpoints else {}),
         }
+
+
+def _endpoint_summary(endpoints: dict[str, dict[str, float]]) -> dict[str, dict[str, Any]]:
+    return {
+        url: {
+            "requests": int(e["requests"]),
+            "errors": int(e["errors"]),
+            "mean_latency_s": round(e["seconds"] / e["requests"], 4) if e["requests"] else None,
+        }
+        for url, e in sorted(endpoints.items())
+    }
 
 
 # per table, the column whose values the manifest tallies as "<prefix>.<value>"
@@ -264,6 +278,10 @@ class StageContext:
         if self.quiet:
             yield lambda n=1: None
             return
+        if not _console().is_terminal:
+            with _plain_progress(f"{self.name} {description}", total) as advance:
+                yield advance
+            return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         columns = [TextColumn(f"{self.name} {description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
@@ -277,6 +295,32 @@ class StageContext:
             yield advance
             done = bar.tasks[0].completed
             bar.update(task, description=f"{done / max(time.monotonic() - start, 1e-9):.1f}/s")
+
+
+PLAIN_PROGRESS_S = 10.0
+
+
+@contextlib.contextmanager
+def _plain_progress(label: str, total: int | None) -> Iterator[Callable[[int], None]]:
+    """Progress for logs (output not a terminal): a plain line every ``PLAIN_PROGRESS_S`` and at the end."""
+    done, start, stop = [0], time.monotonic(), threading.Event()
+
+    def line() -> None:
+        of = "" if total is None else f" of {total}"
+        print(f"{label}: {done[0]}{of} in {time.monotonic() - start:.0f}s", file=sys.stderr, flush=True)
+
+    def tick() -> None:
+        while not stop.wait(PLAIN_PROGRESS_S):
+            line()
+
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    try:
+        yield lambda n=1: done.__setitem__(0, done[0] + n)
+    finally:
+        stop.set()
+        thread.join()
+        line()
 
 
 @functools.cache
@@ -307,6 +351,26 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
+def check_config(store: Store, name: str, cfg: StageConfig, fresh: bool) -> tuple[str, bool]:
+    """Drop the stage if ``fresh``, else refuse a config whose data-changing fields differ from the one
+    it was run with (each differing field named with both values); return the hash and whether the
+    config is to be (re)pinned: a new or fresh stage, or one pinned before a field left the hash."""
+    chash = config_hash(cfg)
+    previous = store.stage_config(name)
+    if fresh:
+        store.drop_stage(name)
+        return chash, True
+    if previous is not None and previous["config_hash"] != chash:
+        differ = config_differences(previous["config"], hashed_dict(cfg))
+        if differ:
+            raise UserError(
+                f"stage {name!r} in {store.root} was run with a different config ({'; '.join(differ)}); "
+                "pass --fresh to start it over"
+            )
+        return chash, True  # made before a field left the hash: same data, so re-pin under today's hash
+    return chash, previous is None
+
+
 def run_stage(
     store: Store,
     spec: StageSpec,
@@ -323,15 +387,7 @@ def run_stage(
     name = name or spec.kind.split(".")[-1]
     if not 0 <= rank < world_size:
         raise UserError(f"rank {rank} is not in 0..{world_size - 1}")
-    chash = config_hash(cfg)
-    previous = store.stage_config(name)
-    if fresh:
-        store.drop_stage(name)
-    elif previous is not None and previous["config_hash"] != chash:
-        raise UserError(
-            f"stage {name!r} in {store.root} was run with a different config "
-            f"({previous['config_hash']} != {chash}); pass --fresh to start it over"
-        )
+    chash, pin = check_config(store, name, cfg, fresh)
     done = store.manifest(name, rank, world_size)
     if done is not None and not fresh:
         for table in spec.outputs:  # a complete stage whose shard was damaged since: name it, never skip silently
@@ -343,7 +399,7 @@ def run_stage(
             _console().print(f"[dim]{name}[/]: already complete, skipped ({_summary(done)})", highlight=False)
         return done
     store.clean_temp(name, rank)
-    if store.stage_config(name) is None:
+    if pin:
         atomic_write_json(
             store.stage_dir(name) / "_config.json",
             {"stage": name, "kind": spec.kind, "config": hashed_dict(cfg), "config_hash": chash},
@@ -360,6 +416,11 @@ def run_stage(
     except StageStopped as e:
         ctx.flush()
         raise StageStopped(f"stage {name!r} stopped: {e}; rerun to resume") from None
+    except BaseException:
+        ctx.flush()
+        if not any(store.shards(t, name) for t in S.TABLES):
+            (store.stage_dir(name) / "_config.json").unlink(missing_ok=True)  # no rows: pin nothing
+        raise
     finally:
         ctx.flush()
     ctx.recount()

@@ -129,6 +129,14 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+_OPENED: set[str] = set()
+
+
+def opened_runs() -> list[str]:
+    """Every run directory this process has opened: the sandbox hides them from programs."""
+    return sorted(_OPENED)
+
+
 class Store:
     """A run directory. ``create=False`` makes a missing directory a user error."""
 
@@ -141,6 +149,7 @@ class Store:
                 self.root.mkdir(parents=True)
             except OSError as e:
                 raise UserError(f"cannot create the run directory {self.root}: {e.strerror or e}") from None
+        _OPENED.add(os.path.realpath(self.root))
 
     # ------------------------------------------------------------ paths
     def table_dir(self, table: str) -> Path:

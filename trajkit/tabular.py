@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from pathlib import Path
 from typing import IO
 
@@ -11,9 +12,23 @@ import pyarrow as pa
 from trajkit.errors import UserError
 
 
+def _plain(value: object) -> object:
+    """JSON for what DuckDB returns: sums (HUGEINT, DECIMAL) become numbers, the rest text."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    return str(value)
+
+
+def _value(value: object) -> object:
+    return _plain(value) if isinstance(value, Decimal) else value
+
+
 def _cell(value: object, width: int = 60) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    return text if len(text) <= width else text[: width - 1] + "…"
+    from rich.markup import escape
+
+    value = _value(value)
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=_plain)
+    return escape(text if len(text) <= width else text[: width - 1] + "…")
 
 
 def print_table(data: pa.Table, limit: int = 50) -> None:
@@ -27,10 +42,6 @@ def print_table(data: pa.Table, limit: int = 50) -> None:
     console.print(table)
     if data.num_rows > limit:
         console.print(f"[dim]{data.num_rows} rows, {limit} shown (--limit, or --format csv for all)[/]")
-
-
-def _jsonable(data: pa.Table) -> list[dict]:
-    return data.to_pylist()
 
 
 def write_table(data: pa.Table, dest: Path | IO[str], fmt: str | None = None) -> None:
@@ -51,18 +62,18 @@ def write_table(data: pa.Table, dest: Path | IO[str], fmt: str | None = None) ->
     if fmt == "csv":
         import csv
 
-        writer = csv.writer(dest)
+        writer = csv.writer(dest, lineterminator="\n")
         writer.writerow(data.column_names)
         for row in data.to_pylist():
             writer.writerow(
                 [
-                    "" if v is None else v if isinstance(v, (str, int, float)) else json.dumps(v, default=str)
-                    for v in row.values()
+                    "" if v is None else v if isinstance(v, (str, int, float)) else json.dumps(v, default=_plain)
+                    for v in map(_value, row.values())
                 ]
             )
     elif fmt == "jsonl":
-        for row in _jsonable(data):
-            dest.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+        for row in data.to_pylist():
+            dest.write(json.dumps(row, ensure_ascii=False, default=_plain) + "\n")
     else:
-        json.dump(_jsonable(data), dest, ensure_ascii=False, default=str)
+        json.dump(data.to_pylist(), dest, ensure_ascii=False, default=_plain)
         dest.write("\n")

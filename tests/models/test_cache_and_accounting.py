@@ -47,7 +47,9 @@ def test_a_rerun_pays_nothing_twice(tmp_path):
     assert [[c.text for c in r] for r in second] == [[c.text for c in r] for r in first]
     assert all(c.cached for r in second for c in r) and not any(c.cached for r in first for c in r)
     prompt = count_tokens('"task 0"')
-    assert first_usage.as_dict() == {
+    endpoints = first_usage.as_dict().pop("endpoints")
+    assert [e["requests"] for e in endpoints.values()] == [3]  # requests per endpoint, none on the cached rerun
+    assert {k: v for k, v in first_usage.as_dict().items() if k != "endpoints"} == {
         "prompt_tokens": 3 * prompt,  # a prompt is paid once per call, whatever n
         "completion_tokens": 3 * 2 * 3,
         "calls": 3,
@@ -172,6 +174,7 @@ def test_a_budget_cap_stops_a_stage_cleanly_and_the_rerun_pays_only_for_the_rest
         manifest = run_stage(store, GEN, cfg, quiet=True)
         assert len(server.chat_requests) == 6
     assert store.count("samples") == 6
+    assert [e["requests"] for e in manifest["usage"].pop("endpoints").values()] == [3]  # only the rerun's
     assert manifest["usage"] == {
         "prompt_tokens": 3 * count_tokens('"task 0"'),
         "completion_tokens": 9,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from types import SimpleNamespace
 
@@ -143,14 +144,17 @@ def test_tool_call_reward_checks_names_and_arguments_against_the_schemas():
 
 def test_builtin_rewards_and_weights_are_built_from_specs():
     specs = [R.RewardSpec(name="overlong", params={"soft_punish_cache": 2}), R.RewardSpec(name="format", weight=0.3)]
-    funcs, weights = R.build_rewards(specs, R.Conciseness(), max_completion_length=8)
+    funcs, weights = R.build_rewards(specs, R.Conciseness(), 8, contextlib.ExitStack())
     assert weights == [1.0, 0.3]
     assert funcs[0](completion_ids=[[1] * 5, [1] * 7, [1] * 8]) == [0.0, -0.5, -1.0]  # TRL's soft overlong penalty
 
 
 def test_custom_reward_from_a_dotted_path_with_bound_settings():
     (fn,), (w,) = R.build_rewards(
-        [R.RewardSpec(name="tests.train.helpers:bonus_reward", weight=2.0, params={"bonus": 10})], R.Conciseness(), 8
+        [R.RewardSpec(name="tests.train.helpers:bonus_reward", weight=2.0, params={"bonus": 10})],
+        R.Conciseness(),
+        8,
+        contextlib.ExitStack(),
     )
     assert w == 2.0
     assert fn(prompts=["p", "p"], completions=["ab", "abcd"]) == [12, 14]
@@ -159,35 +163,60 @@ def test_custom_reward_from_a_dotted_path_with_bound_settings():
     with pytest.raises(UserError, match="unknown reward"):
         R.load_reward("lenght")
     with pytest.raises(UserError, match="cannot import conciseness scorer 'tests.train.helpers:nope'"):
-        R.build_rewards([R.RewardSpec(name="correctness")], R.Conciseness(scorer="tests.train.helpers:nope"), 8)
+        R.build_rewards(
+            [R.RewardSpec(name="correctness")],
+            R.Conciseness(scorer="tests.train.helpers:nope"),
+            8,
+            contextlib.ExitStack(),
+        )
 
 
-def test_judge_model_rates_conciseness_of_correct_answers_only():
+def test_judge_model_rates_conciseness_of_correct_answers_only(monkeypatch):
+    import trajkit.models
     from trajkit.models.base import ModelSpec
     from trajkit.models.scripted_server import ScriptedServer
 
     def script(messages, tools, body):
         return "8" if messages[-1]["content"].endswith("Answer:\n42") else "I cannot say."
 
+    made, closed = [], []
+    real_make = trajkit.models.make_backend
+
+    def counting_make(spec, *a, **kw):
+        backend = real_make(spec, *a, **kw)
+        real_close = backend.aclose
+
+        async def aclose():
+            closed.append(backend)
+            await real_close()
+
+        backend.aclose = aclose
+        made.append(backend)
+        return backend
+
+    monkeypatch.setattr(trajkit.models, "make_backend", counting_make)
     spec = json.dumps({"path": "tests.train.helpers:even_length"})
     logged = {}
-    with ScriptedServer(script) as server:
+    with ScriptedServer(script) as server, contextlib.ExitStack() as stage:
         judge = ModelSpec(model="judge", backend="openai", base_url=server.base_url, api_key_env=None, cache=False)
         conc = R.Conciseness(alpha=1.0, scorer="judge", judge=judge)
-        (fn,), _ = R.build_rewards([R.RewardSpec(name="correctness")], conc, max_completion_length=8)
-        out = fn(
-            prompts=[[{"role": "user", "content": "Q?"}]] * 3,
-            completions=[_msgs("42"), _msgs("4242"), _msgs("odd")],
-            completion_ids=[[1], [1], [1]],
-            trainer_state=SimpleNamespace(global_step=1, max_steps=1),
-            verifier_kind=["custom"] * 3,
-            verifier_spec=[spec] * 3,
-            difficulty=[None] * 3,
-            log_metric=lambda k, v: logged.__setitem__(k, v),
-        )
+        (fn,), _ = R.build_rewards([R.RewardSpec(name="correctness")], conc, 8, stage)
+        for _ in range(2):  # two GRPO steps' reward calls
+            out = fn(
+                prompts=[[{"role": "user", "content": "Q?"}]] * 3,
+                completions=[_msgs("42"), _msgs("4242"), _msgs("odd")],
+                completion_ids=[[1], [1], [1]],
+                trainer_state=SimpleNamespace(global_step=1, max_steps=1),
+                verifier_kind=["custom"] * 3,
+                verifier_spec=[spec] * 3,
+                difficulty=[None] * 3,
+                log_metric=lambda k, v: logged.__setitem__(k, v),
+            )
+            assert len(made) == 1 and not closed  # one backend for the stage, open between steps
         asked = [r["messages"][-1]["content"] for r in server.chat_requests]
+    assert closed == made  # closed when the stage ends
     assert out == [pytest.approx(1 + 0.8 * 1.0), 1.0, 0.0]  # "4242": the judge gave no rating, so no bonus
-    assert len(asked) == 2 and all("Question:\nQ?" in a for a in asked)  # the wrong answer is never sent
+    assert len(asked) == 4 and all("Question:\nQ?" in a for a in asked)  # the wrong answer is never sent
     assert logged["conciseness_unrated"] == 0.5
     with pytest.raises(ValueError, match="needs a judge"):
         R.Conciseness(scorer="judge")

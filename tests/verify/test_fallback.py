@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +98,44 @@ def test_a_protection_the_machine_cannot_give_stops_the_start_unless_allowed():
     assert refused.startswith("sandbox: this machine cannot give cgroup") and "--allow-weaker-sandbox" in refused
     assert "\n" not in refused
     assert start("True") == "started"
+
+
+UNDER_TMP = """
+from trajkit.verify import Sandbox
+with Sandbox(workers=1) as sandbox:
+    print(sorted(sandbox.missing))
+    r = sandbox.run(
+        "import os, tempfile\\nprint(tempfile.gettempdir(), sorted(os.listdir('/tmp')), os.listdir('/dev/shm'))\\n"
+        "open(os.path.join(tempfile.gettempdir(), 'x'), 'w').write('ok')\\n"
+        "try:\\n    open('/tmp/pwned', 'w')\\nexcept OSError as e:\\n    print('refused', e.errno)\\n"
+    )
+    print(r.verdict)
+    print(r.stdout)
+"""
+
+
+def test_an_environment_under_tmp_gets_every_protection(tmp_path):
+    """A Python environment living under /tmp is bound into an otherwise empty, read-only /tmp; programs
+    get a private directory there instead of a silent downgrade (no namespaces) as before."""
+    import site
+    import subprocess
+    import sys
+    import venv
+
+    assert str(tmp_path).startswith("/tmp/")
+    env = tmp_path / "env"
+    venv.create(env, with_pip=False)
+    paths = env / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    paths.mkdir(parents=True, exist_ok=True)
+    checkout = Path(__file__).resolve().parents[2]
+    (paths / "trajkit.pth").write_text(f"{site.getsitepackages()[0]}\n{checkout}\n")
+    (tmp_path / "host-file").write_text("host")
+    done = subprocess.run(
+        [str(env / "bin" / "python"), "-c", UNDER_TMP], check=False, capture_output=True, text=True, cwd="/", timeout=60
+    )
+    missing, verdict, listing, refused = done.stdout.splitlines()[:4]
+    assert missing == "[]" and verdict == "pass", done.stdout + done.stderr
+    private, rest = listing.split(" ", 1)
+    assert private == "/tmp/.sandbox" and "host-file" not in rest and "pytest-of" in rest  # only the env's path
+    assert refused == "refused 30"  # EROFS: the host's /tmp is neither visible nor writable
+    assert not (Path("/tmp") / "pwned").exists()

@@ -166,3 +166,20 @@ def test_no_user_namespaces_no_host_cgroups_no_checkout(hostile_pool):
     assert cgroups == "[]"
     assert set(ast.literal_eval(checkout)) <= {".venv"}  # the interpreter's environment is bound back, nothing else
     assert hostile_pool.protections["seccomp"]
+
+
+def test_run_directories_this_process_opened_are_hidden(tmp_path):
+    """A run directory outside the working directory (here under /var/tmp) is still empty for programs."""
+    import shutil
+
+    from trajkit.store import Store
+
+    run = Path("/var/tmp") / f"trajkit-run-{uuid.uuid4().hex}"
+    try:
+        Store(run, create=True)
+        (run / "secret.txt").write_text(SECRET)
+        with Sandbox(workers=1) as sandbox:
+            r = sandbox.run(f"import os\nprint(os.listdir({str(run)!r}))")
+        assert r.verdict == "pass" and r.stdout == "[]\n"
+    finally:
+        shutil.rmtree(run, ignore_errors=True)

@@ -303,3 +303,18 @@ def test_an_empty_run_shows_every_page(tmp_path):
             assert c.get(url).status_code == 200, url
         assert "0 matching" in c.get("/tasks").text and "no evaluation yet" in c.get("/compare").text
         assert c.get("/tasks/x").status_code == 404 and c.get("/trajectories/y").status_code == 404
+
+
+def test_two_viewer_processes_write_reviews_under_their_own_shard_names(run_copy):
+    import subprocess
+    import sys
+
+    from trajkit.accepted import add_review
+
+    tid = _sql(run_copy, "SELECT task_id FROM tasks LIMIT 1")[0]["task_id"]
+    code = f"from trajkit.store import Store; from trajkit.accepted import add_review; add_review(Store({str(run_copy)!r}), {tid!r}, 'task', 'accept', reviewer='bob')"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    add_review(Store(run_copy), tid, "task", "reject", reviewer="alice")
+    shards = Store(run_copy).shards("reviews")
+    assert len(shards) == 2 and len({p.name.split("-")[1] for p in shards}) == 2  # review-r<pid>-000000
+    assert sorted(r["reviewer"] for r in Store(run_copy).rows("reviews")) == ["alice", "bob"]

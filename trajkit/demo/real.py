@@ -26,7 +26,7 @@ def with_model(pipeline: str | Path, run: str | Path, model: str, backend: str, 
     """Write ``RUN/pipeline.yaml``: ``pipeline`` with every role played by ``model``; returns its path."""
     from trajkit.pipeline import substitute
 
-    data = substitute(read_yaml(pipeline), {"here": str(Path(pipeline).resolve().parent)})  # the copy lives elsewhere
+    data = read_yaml(pipeline)
     if Path(model).exists():
         model = str(Path(model).resolve())  # a local directory, relative to where the command runs
     spec = data.get(MODEL_KEY)
@@ -39,6 +39,7 @@ def with_model(pipeline: str | Path, run: str | Path, model: str, backend: str, 
         if stage.get("stage") == "train.sft":
             stage.setdefault("config", {})["model"] = model
     data["stages"] = stages
+    data = substitute(data, {"here": str(Path(pipeline).resolve().parent)})  # the copy lives elsewhere
     out = Path(run) / "pipeline.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -60,7 +60,7 @@ def make_backend(spec: ModelSpec, usage: Usage | None = None, cache_dir: Path | 
         from trajkit.models.openai_backend import OpenAIBackend as cls
     else:
         from trajkit.models.vllm_backend import VLLMBackend as cls
-    backend: Backend = cls(spec)
+    backend: Backend = cls(spec, stats=usage.endpoints if usage else None) if spec.backend == "openai" else cls(spec)
     if spec.cache and cache_dir is not None:
         from trajkit.models.cache import CachedBackend, CallCache
 

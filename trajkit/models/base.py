@@ -94,9 +94,21 @@ class ModelSpec(StageConfig):
 
     model: str = Field(description="Local model directory, Hub id, or the served model name.")
     backend: Literal["transformers", "openai", "vllm"] = "transformers"
-    base_url: str | None = Field(None, description="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1.")
-    api_key_env: str | None = Field("OPENAI_API_KEY", description="Environment variable holding the API key.")
-    headers_env: dict[str, str] = Field(default_factory=dict, description="Header name -> environment variable.")
+    base_url: str | list[str] | None = Field(
+        None,
+        json_schema_extra={"hash": False},
+        description="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1, or a list of endpoints serving the "
+        "same model (requests go to the least loaded one).",
+    )
+    endpoint_backoff_s: float = Field(
+        5.0, json_schema_extra={"hash": False}, description="openai: seconds a failing endpoint is left out."
+    )
+    api_key_env: str | None = Field(
+        "OPENAI_API_KEY", json_schema_extra={"hash": False}, description="Environment variable holding the API key."
+    )
+    headers_env: dict[str, str] = Field(
+        default_factory=dict, json_schema_extra={"hash": False}, description="Header name -> environment variable."
+    )
     device: str | None = Field(None, description="transformers: cpu, cuda, ... (default: cuda if available).")
     dtype: str | None = Field(None, description="transformers/vllm: float32, bfloat16, ...")
     max_batch_size: int = Field(64, json_schema_extra={"hash": False}, description="transformers: largest batch.")

@@ -37,3 +37,35 @@ def tiny(
         shape["tokenizer_vocab_size"] = vocab_size
     path = make_tiny_model(out_dir, tokenizer=tokenizer, seed=seed, **shape)
     typer.echo(f"wrote a tiny model to {path}")
+
+
+@app.command()
+def serve(
+    script: Annotated[
+        str,
+        typer.Option(help="pkg.module:fn(messages, tools, body) -> str | {content, tool_calls} answering each call."),
+    ],
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: any free port).")] = 8000,
+    model: Annotated[str, typer.Option(help="Model name the server reports at /v1/models.")] = "scripted",
+) -> None:
+    """Serve a stand-in OpenAI-compatible model (chat completions with tools) on loopback until Ctrl-C."""
+    import threading
+
+    from trajkit.config import load_object
+    from trajkit.errors import UserError
+    from trajkit.models.scripted_server import ScriptedServer
+
+    fn = load_object(script, "script")
+    if not callable(fn):
+        raise UserError(f"--script {script!r} is not callable")
+    try:
+        server = ScriptedServer(fn, model=model, port=port).start()
+    except OSError as e:
+        raise UserError(f"cannot listen on 127.0.0.1:{port}: {e.strerror}") from None
+    typer.echo(f"serving {model!r} at {server.base_url} (--backend openai --base-url {server.base_url}); Ctrl-C stops")
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()

@@ -14,6 +14,14 @@ Tool calls come from the response's ``tool_calls`` and, for servers that
 return raw text, from ``<tool_call>`` blocks in the content. Logprobs are read
 when the server returns them (``spec.logprobs``), token ids when it returns
 vLLM's ``prompt_token_ids``/``token_ids`` (``extra_body: {return_token_ids: true}``).
+
+``base_url`` may list several endpoints serving the same model (one ``vllm
+serve`` per GPU node): each request goes to the endpoint with the fewest
+requests outstanding; an endpoint that times out, refuses the connection or
+answers 429/5xx is taken out for ``endpoint_backoff_s`` (doubling while it
+keeps failing) and the retry goes elsewhere. Per-endpoint requests, errors
+and seconds are counted into the ``stats`` mapping the stage's usage hands in
+(the manifest's ``usage.endpoints``).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import json
 import os
 import random
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from trajkit.errors import UserError
@@ -41,14 +50,16 @@ class OpenAIBackend(Backend):
 
     name = "openai"
 
-    def __init__(self, spec: ModelSpec):
+    def __init__(self, spec: ModelSpec, stats: dict[str, dict[str, float]] | None = None):
         super().__init__(spec)
         if not spec.base_url:
             raise UserError("the openai backend needs model.base_url, e.g. http://localhost:8000/v1")
+        urls = [spec.base_url] if isinstance(spec.base_url, str) else spec.base_url
+        self._endpoints = [_Endpoint(u.rstrip("/") + "/") for u in urls]
+        self._stats = stats if stats is not None else {}
         self._headers()  # a missing header variable is a config error: report it now
         self._requests = RateLimiter(spec.requests_per_minute) if spec.requests_per_minute else None
         self._tokens = RateLimiter(spec.tokens_per_minute) if spec.tokens_per_minute else None
-        self._client: Any = None
         self._semaphore: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -64,29 +75,47 @@ class OpenAIBackend(Backend):
             headers[header] = value
         return headers
 
-    def _session(self) -> tuple[Any, asyncio.Semaphore]:
-        """The HTTP client and concurrency bound of the running event loop."""
+    def _session(self) -> asyncio.Semaphore:
+        """Open the endpoints' HTTP clients for the running event loop; the concurrency bound
+        (``max_concurrency`` per endpoint)."""
         import httpx
 
         loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop:
+        if self._semaphore is None or self._loop is not loop:
             limits = httpx.Limits(
                 max_connections=self.spec.max_concurrency, max_keepalive_connections=self.spec.max_concurrency
             )
-            self._client = httpx.AsyncClient(
-                base_url=self.spec.base_url.rstrip("/") + "/",
-                headers=self._headers(),
-                timeout=httpx.Timeout(self.spec.timeout_s),
-                limits=limits,
-            )
-            self._semaphore = asyncio.Semaphore(self.spec.max_concurrency)
+            for e in self._endpoints:
+                e.client = httpx.AsyncClient(
+                    base_url=e.url, headers=self._headers(), timeout=httpx.Timeout(self.spec.timeout_s), limits=limits
+                )
+            self._semaphore = asyncio.Semaphore(self.spec.max_concurrency * len(self._endpoints))
             self._loop = loop
-        return self._client, self._semaphore
+        return self._semaphore
 
     async def aclose(self) -> None:
-        if self._client is not None and self._loop is asyncio.get_running_loop():
-            await self._client.aclose()
-        self._client = None
+        if self._semaphore is not None and self._loop is asyncio.get_running_loop():
+            for e in self._endpoints:
+                await e.client.aclose()
+        self._semaphore = None
+
+    def _pick(self) -> _Endpoint:
+        """The endpoint with the fewest requests outstanding among those not backed off (if all are,
+        the one back soonest)."""
+        now = time.monotonic()
+        up = [e for e in self._endpoints if e.down_until <= now] or [min(self._endpoints, key=lambda e: e.down_until)]
+        return min(up, key=lambda e: (e.outstanding, e.sent))
+
+    def _record(self, e: _Endpoint, seconds: float, failed: bool) -> None:
+        stats = self._stats.setdefault(e.url.rstrip("/"), {"requests": 0, "errors": 0, "seconds": 0.0})
+        stats["requests"] += 1
+        stats["seconds"] += seconds
+        if failed:
+            stats["errors"] += 1
+            e.failures += 1
+            e.down_until = time.monotonic() + min(self.spec.endpoint_backoff_s * 2 ** (e.failures - 1), _MAX_WAIT_S)
+        else:
+            e.failures = 0
 
     # ------------------------------------------------------------ generation
     async def _generate(
@@ -134,7 +163,7 @@ class OpenAIBackend(Backend):
         """The response JSON, or why the request failed after its retries."""
         import httpx
 
-        client, semaphore = self._session()
+        semaphore = self._session()
         estimate = len(json.dumps(body["messages"])) / 4 + body["max_tokens"] * body["n"]
         problem = ""
         for attempt in range(self.spec.max_retries + 1):
@@ -144,13 +173,22 @@ class OpenAIBackend(Backend):
                 await self._tokens.acquire(estimate)
             wait: float | None = None
             async with semaphore:
+                endpoint = self._pick()
+                endpoint.outstanding += 1
+                endpoint.sent += 1
+                t0 = time.monotonic()
+                response = None
                 try:
-                    response = await client.post("chat/completions", json=body)
+                    response = await endpoint.client.post("chat/completions", json=body)
                 except httpx.TimeoutException:
                     problem = f"timed out after {self.spec.timeout_s:g}s"
                 except httpx.TransportError as e:
                     problem = f"connection error ({type(e).__name__})"
-                else:
+                finally:
+                    endpoint.outstanding -= 1
+                retryable = response is None or response.status_code in _RETRY_STATUS or response.status_code >= 500
+                self._record(endpoint, time.monotonic() - t0, retryable)
+                if response is not None:
                     if response.status_code == 200:
                         try:
                             data = response.json()
@@ -169,6 +207,8 @@ class OpenAIBackend(Backend):
                     wait = _retry_after(response.headers.get("retry-after"))
             if attempt == self.spec.max_retries:
                 break
+            if wait is None and any(e.down_until <= time.monotonic() for e in self._endpoints):
+                wait = 0.0  # another endpoint is up: retry there now
             if wait is None:
                 wait = self.spec.retry_backoff_s * 2**attempt * (1 + 0.25 * random.random())
             await asyncio.sleep(min(wait, _MAX_WAIT_S))
@@ -226,6 +266,18 @@ class OpenAIBackend(Backend):
                 )
             )
         return out
+
+
+@dataclass(eq=False)
+class _Endpoint:
+    """One server of the list: its client (per event loop) and its load and failure state."""
+
+    url: str
+    client: Any = None
+    outstanding: int = 0
+    sent: int = 0
+    failures: int = 0
+    down_until: float = 0.0
 
 
 class Malformed(ValueError):

@@ -83,8 +83,9 @@ class ScriptedServer:
         delay_s: float = 0.0,
         faults: Faults | None = None,
         model: str = "scripted",
+        port: int = 0,
     ):
-        self.script, self.delay_s, self.faults, self.model = script, delay_s, faults, model
+        self.script, self.delay_s, self.faults, self.model, self.port = script, delay_s, faults, model, port
         self.requests: list[dict[str, Any]] = []  # every request: index, method, path, headers, body
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -102,7 +103,7 @@ class ScriptedServer:
 
     def start(self) -> Self:
         handler = type("Handler", (_Handler,), {"owner": self})
-        self._server = _Server(("127.0.0.1", 0), handler)
+        self._server = _Server(("127.0.0.1", self.port), handler)
         self._server.daemon_threads = True
         self._server.block_on_close = False
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)

@@ -8,12 +8,14 @@ from typing import Annotated
 import typer
 
 from trajkit.clikit import (
+    Address,
     Backend,
     BaseUrl,
     BudgetCost,
     BudgetTokens,
     Concurrency,
     ConfigFile,
+    Executor,
     Fresh,
     ModelName,
     Name,
@@ -43,6 +45,8 @@ def harvest(
     fresh: Fresh = False,
     rank: Rank = 0,
     world_size: WorldSize = 1,
+    executor: Executor = "local",
+    address: Address = None,
 ) -> None:
     """Start each MCP server, list its tools, and write the `servers` table (failed servers with a reason)."""
     options = {
@@ -50,7 +54,19 @@ def harvest(
         "startup_timeout_s": startup_timeout,
         "concurrency": concurrency,
     }
-    run_command("synth.harvest", run, options, config, overrides, name, fresh, rank, world_size)
+    run_command(
+        "synth.harvest",
+        run,
+        options,
+        config,
+        overrides,
+        name,
+        fresh,
+        rank,
+        world_size,
+        executor=executor,
+        address=address,
+    )
 
 
 # ---------------------------------------------------------------- tasks, rollouts, judge, filter, extend
@@ -88,6 +104,8 @@ def tasks(
     fresh: Fresh = False,
     rank: Rank = 0,
     world_size: WorldSize = 1,
+    executor: Executor = "local",
+    address: Address = None,
 ) -> None:
     """Synthesize tool-use tasks from the `servers` table, with direct or verbalized sampling."""
     options = {
@@ -105,7 +123,19 @@ def tasks(
         "concurrency": concurrency,
     }
     run_command(
-        "synth.tasks", run, options, config, overrides, name, fresh, rank, world_size, budget_tokens, budget_cost
+        "synth.tasks",
+        run,
+        options,
+        config,
+        overrides,
+        name,
+        fresh,
+        rank,
+        world_size,
+        budget_tokens,
+        budget_cost,
+        executor=executor,
+        address=address,
     )
 
 
@@ -133,6 +163,8 @@ def rollouts(
     fresh: Fresh = False,
     rank: Rank = 0,
     world_size: WorldSize = 1,
+    executor: Executor = "local",
+    address: Address = None,
 ) -> None:
     """Run the agent loop over tasks against the harvested MCP servers; write `trajectories`."""
     options = {
@@ -147,7 +179,19 @@ def rollouts(
         "concurrency": concurrency,
     }
     run_command(
-        "synth.rollouts", run, options, config, overrides, name, fresh, rank, world_size, budget_tokens, budget_cost
+        "synth.rollouts",
+        run,
+        options,
+        config,
+        overrides,
+        name,
+        fresh,
+        rank,
+        world_size,
+        budget_tokens,
+        budget_cost,
+        executor=executor,
+        address=address,
     )
 
 
@@ -169,6 +213,8 @@ def judge(
     fresh: Fresh = False,
     rank: Rank = 0,
     world_size: WorldSize = 1,
+    executor: Executor = "local",
+    address: Address = None,
 ) -> None:
     """LLM-judge tasks (Toucan's six dimensions) and trajectories (completeness, conciseness, tool accuracy)."""
     options = {
@@ -179,7 +225,19 @@ def judge(
         "concurrency": concurrency,
     }
     run_command(
-        "synth.judge", run, options, config, overrides, name, fresh, rank, world_size, budget_tokens, budget_cost
+        "synth.judge",
+        run,
+        options,
+        config,
+        overrides,
+        name,
+        fresh,
+        rank,
+        world_size,
+        budget_tokens,
+        budget_cost,
+        executor=executor,
+        address=address,
     )
 
 
@@ -187,10 +245,14 @@ def judge(
 def filter_(
     run: RunDir,
     rule: Annotated[list[str] | None, typer.Option(help="Rule filter to apply; repeatable (default: all).")] = None,
-    min_completeness: Annotated[float | None, typer.Option(help="Judge's completeness at least this.")] = None,
+    min_completeness: Annotated[
+        float | None, typer.Option(help="Judge's completeness at least this (default 3).")
+    ] = None,
     min_conciseness: Annotated[float | None, typer.Option(help="Judge's conciseness at least this.")] = None,
     min_tool_accuracy: Annotated[float | None, typer.Option(help="Share of target tools used at least this.")] = None,
-    min_task_quality: Annotated[float | None, typer.Option(help="The task's mean judge score at least this.")] = None,
+    min_task_quality: Annotated[
+        float | None, typer.Option(help="The task's mean judge score at least this (default 3).")
+    ] = None,
     custom: Annotated[
         list[str] | None, typer.Option(help="pkg.module:fn(trajectory) -> reason | None; repeatable.")
     ] = None,
@@ -200,6 +262,8 @@ def filter_(
     fresh: Fresh = False,
     rank: Rank = 0,
     world_size: WorldSize = 1,
+    executor: Executor = "local",
+    address: Address = None,
 ) -> None:
     """Reject trajectories by rules and judge thresholds; reasons counted, rows kept."""
     options = {
@@ -210,7 +274,19 @@ def filter_(
         "min_task_quality": min_task_quality,
         "custom": custom,
     }
-    run_command("synth.filter", run, options, config, overrides, name, fresh, rank, world_size)
+    run_command(
+        "synth.filter",
+        run,
+        options,
+        config,
+        overrides,
+        name,
+        fresh,
+        rank,
+        world_size,
+        executor=executor,
+        address=address,
+    )
 
 
 @app.command()
@@ -236,6 +312,8 @@ def extend(
     fresh: Fresh = False,
     rank: Rank = 0,
     world_size: WorldSize = 1,
+    executor: Executor = "local",
+    address: Address = None,
 ) -> None:
     """Extend conversations: a user simulator writes a follow-up, the agent loop continues."""
     options = {
@@ -249,5 +327,17 @@ def extend(
         "concurrency": concurrency,
     }
     run_command(
-        "synth.extend", run, options, config, overrides, name, fresh, rank, world_size, budget_tokens, budget_cost
+        "synth.extend",
+        run,
+        options,
+        config,
+        overrides,
+        name,
+        fresh,
+        rank,
+        world_size,
+        budget_tokens,
+        budget_cost,
+        executor=executor,
+        address=address,
     )

@@ -31,7 +31,7 @@ from trajkit.envs.agent import episode_head
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec, SamplingParams
 from trajkit.runner import StageContext, StageSpec
-from trajkit.synth.prompts import load_prompt, render
+from trajkit.synth.prompts import load_prompt, quote_data, render
 from trajkit.synth.transcripts import conversation_text, tool_listing
 
 END = "<END_CONVERSATION>"
@@ -174,7 +174,9 @@ async def _extend(
         except KeyError as e:
             tools = f"(servers unavailable: {e})"
         text = render(
-            prompt, CONVERSATION=conversation_text(parent["messages"] or [], cfg.max_conversation_chars), TOOLS=tools
+            prompt,
+            CONVERSATION=quote_data(conversation_text(parent["messages"] or [], cfg.max_conversation_chars)),
+            TOOLS=quote_data(tools),
         )
         user_params = SamplingParams(n=1, temperature=cfg.user_temperature, max_tokens=cfg.user_max_tokens, seed=seed)
         [c] = await user.generate([{"role": "user", "content": text}], None, user_params)

@@ -2,9 +2,10 @@
 
 Rules (``rules.py``): no tool call, all tool results errors, empty final
 answer, degenerate repetition; a trajectory whose status is not ``completed``
-is rejected as ``status_<status>``. Thresholds on the judge's scores
-(``trajectory_quality``, and the task's ``task_quality``) apply where a score
-exists; a null score fails a threshold only with ``require_scores``. Custom
+is rejected as ``status_<status>``, one with a verified sample that did not
+pass as ``verdict_<verdict>``. Thresholds on the judge's scores
+(``trajectory_quality``, and the task's ``task_quality``; defaults from
+``accepted.DEFAULT``) apply where a score exists; a null score fails a threshold only with ``require_scores``. Custom
 filters are dotted paths to ``fn(trajectory: dict) -> str | None`` (a reason
 to reject, or None); one that raises, or returns anything else, is a bug in
 user code: a UserError naming the filter and the trajectory (exit 2), as in
@@ -14,11 +15,13 @@ deleted.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from pydantic import Field, field_validator
 
+from trajkit.accepted import DEFAULT
 from trajkit.config import StageConfig
 from trajkit.errors import UserError
 from trajkit.runner import StageContext, StageSpec
@@ -37,10 +40,17 @@ class TrajectoryFilterConfig(StageConfig):
 
     rules: list[str] = Field(default_factory=lambda: list(rules.RULES), description="Rule filters to apply.")
     reject_unfinished: bool = Field(True, description="Reject trajectories whose status is not completed.")
-    min_completeness: float | None = Field(None, description="Judge's completeness (1-5) at least this.")
+    reject_failed_verdicts: bool = Field(
+        True, description="Reject trajectories with a verified sample whose verdict is not pass."
+    )
+    min_completeness: float | None = Field(
+        DEFAULT.min_completeness, description="Judge's completeness (1-5) at least this."
+    )
     min_conciseness: float | None = Field(None, description="Judge's conciseness (1-5) at least this.")
     min_tool_accuracy: float | None = Field(None, ge=0, le=1, description="Share of target tools used.")
-    min_task_quality: float | None = Field(None, description="The task's mean judge score (1-5) at least this.")
+    min_task_quality: float | None = Field(
+        DEFAULT.min_task_quality, description="The task's mean judge score (1-5) at least this."
+    )
     require_scores: bool = Field(False, description="A missing or unparsed score fails a threshold.")
     custom: list[str] = Field(
         default_factory=list, description="Dotted paths to fn(trajectory: dict) -> str | None (a reject reason)."
@@ -66,9 +76,15 @@ def run_filter(ctx: StageContext, cfg: TrajectoryFilterConfig) -> dict[str, Any]
         if not callable(fn):
             raise UserError(f"custom filter {path!r} is not callable")
     scores = _scores(ctx, cfg)
+    if cfg.reject_failed_verdicts:
+        scores["verdicts"] = {
+            r["traj_id"]: r
+            for r in ctx.store.rows("samples", ["traj_id", "verdict"])
+            if r["traj_id"] is not None and r["verdict"] != "pass"
+        }
     ctx.writer("rejected", rows_per_shard=cfg.flush_rows)
     trajs = sorted(ctx.store.rows("trajectories"), key=lambda r: r["traj_id"])
-    kept = 0
+    kept, total, why = 0, 0, Counter()
     with ctx.progress(len(trajs), "trajectories") as advance:
         for row in trajs:
             advance(1)
@@ -78,8 +94,11 @@ def run_filter(ctx: StageContext, cfg: TrajectoryFilterConfig) -> dict[str, Any]
             for reason, detail in reasons:
                 ctx.reject("trajectories", row["traj_id"], reason, detail)
             kept += not reasons
+            total += 1
+            why.update(reason for reason, _ in reasons)
     ctx.counts["kept"] = kept
-    return {"kept": kept}
+    ctx.log(f"kept {kept} of {total}" + "".join(f"; {r} {n}" for r, n in sorted(why.items())))
+    return {"kept": kept, "of": total, "reasons": dict(sorted(why.items()))}
 
 
 def check(
@@ -93,6 +112,9 @@ def check(
     if cfg.reject_unfinished and row["status"] != "completed":
         out.append((f"status_{row['status']}", row.get("reason")))
     out += [(reason, None) for reason in rules.check(row, cfg.rules)]
+    failed = scores.get("verdicts", {}).get(row["traj_id"])
+    if failed:
+        out.append((f"verdict_{failed['verdict']}", None))
     for option, (table, column) in THRESHOLDS.items():
         minimum = getattr(cfg, option)
         if minimum is None:

@@ -23,7 +23,7 @@ from trajkit import schema as S
 from trajkit.config import StageConfig
 from trajkit.models.base import ModelSpec, SamplingParams
 from trajkit.runner import StageContext, StageSpec
-from trajkit.synth.prompts import load_prompt, render
+from trajkit.synth.prompts import load_prompt, quote_data, render
 from trajkit.synth.ratings import TASK_DIMENSIONS, TRAJECTORY_DIMENSIONS, mean_score, parse_judgment
 from trajkit.synth.tool_accuracy import tool_accuracy
 from trajkit.synth.transcripts import conversation_text, tool_listing
@@ -103,16 +103,13 @@ async def _judge_all(
                 tools = tool_listing(rows, tool_routes(servers, row["server_ids"]))
             except KeyError as e:
                 tools = f"(servers unavailable: {e})"
-            prompt = render(prompt_task, TOOLS=tools, QUESTION=row["question"], TARGET_TOOLS=_tools(row))
+            prompt = render(
+                prompt_task, TOOLS=quote_data(tools), QUESTION=quote_data(row["question"]), TARGET_TOOLS=_tools(row)
+            )
             raw, failure = await ask(prompt)
             return "task_quality", task_quality(row["task_id"], cfg.model.model, raw, failure)
         task = tasks.get(row["task_id"]) or {}
-        prompt = render(
-            prompt_traj,
-            QUESTION=task.get("question") or _first_user(row),
-            TARGET_TOOLS=_tools(task),
-            CONVERSATION=conversation_text(row["messages"] or [], cfg.max_conversation_chars),
-        )
+        prompt = trajectory_prompt(prompt_traj, task, row, cfg.max_conversation_chars)
         raw, failure = await ask(prompt)
         return "trajectory_quality", trajectory_quality(row, task.get("target_tools"), cfg.model.model, raw, failure)
 
@@ -154,8 +151,18 @@ def trajectory_quality(
     }
 
 
+def trajectory_prompt(template: str, task: dict[str, Any], traj: dict[str, Any], max_chars: int) -> str:
+    """The judge's prompt for one trajectory: everything it rates quoted as data (``quote_data``)."""
+    return render(
+        template,
+        QUESTION=quote_data(task.get("question") or _first_user(traj)),
+        TARGET_TOOLS=_tools(task),
+        CONVERSATION=quote_data(conversation_text(traj["messages"] or [], max_chars)),
+    )
+
+
 def _tools(task: dict[str, Any]) -> str:
-    return ", ".join(task.get("target_tools") or []) or "(none given)"
+    return quote_data(", ".join(task.get("target_tools") or []) or "(none given)")
 
 
 def _first_user(traj: dict[str, Any]) -> str:

@@ -158,3 +158,14 @@ def sft_rows(store: Store, statuses: tuple[str, ...] = ("completed",), use_token
 def _content_order(row: dict[str, Any]) -> tuple[str, str]:
     """Task, then content: an order that does not depend on ids naming the model (a local model's path)."""
     return row["task_id"], S.content_id(row["messages"], row["token_ids"])
+
+
+def completion_text(completion: Any) -> str:
+    """The final answer of a completion: the last assistant message's content (or the text itself)."""
+    if isinstance(completion, str):
+        return completion
+    for message in reversed(completion or []):
+        if message.get("role") == "assistant":
+            content = message.get("content")
+            return content if isinstance(content, str) else ""
+    return ""

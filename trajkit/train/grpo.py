@@ -193,8 +193,8 @@ def run_grpo(ctx: StageContext, cfg: GRPOStageConfig) -> dict[str, Any]:
     per_prompt = {t["rollouts_per_prompt"] for t in tasks if t.get("rollouts_per_prompt")}
     num_generations = per_prompt.pop() if len(per_prompt) == 1 and "num_generations" not in cfg.grpo else None
     out_dir = Path(cfg.output_dir) if cfg.output_dir else ctx.store.root / "models" / ctx.name
-    with sandbox_for({r["verifier_kind"] for r in rows}, cfg.sandbox) as sandbox:
-        return _train(ctx, cfg, rows, sandbox, out_dir, num_generations)
+    with sandbox_for({r["verifier_kind"] for r in rows}, cfg.sandbox) as sandbox, contextlib.ExitStack() as closing:
+        return _train(ctx, cfg, rows, sandbox, closing, out_dir, num_generations)  # closing: what rewards hold open
 
 
 def fill_generation_batch(ctx: StageContext, rows: list[dict], args: Any) -> list[dict]:
@@ -208,7 +208,13 @@ def fill_generation_batch(ctx: StageContext, rows: list[dict], args: Any) -> lis
 
 
 def _train(
-    ctx: StageContext, cfg: GRPOStageConfig, rows: list[dict], sandbox: Any, out_dir: Path, num_generations: int | None
+    ctx: StageContext,
+    cfg: GRPOStageConfig,
+    rows: list[dict],
+    sandbox: Any,
+    closing: contextlib.ExitStack,
+    out_dir: Path,
+    num_generations: int | None,
 ) -> dict[str, Any]:
     from datasets import Dataset
     from trl import GRPOTrainer
@@ -218,7 +224,7 @@ def _train(
     from trajkit.train.weights import load_model, load_tokenizer, save_weights
 
     max_len = int(cfg.grpo.get("max_completion_length", 512))
-    funcs, weights = build_rewards(cfg.rewards, cfg.conciseness, max_len, sandbox=sandbox)  # user paths fail first
+    funcs, weights = build_rewards(cfg.rewards, cfg.conciseness, max_len, closing, sandbox)  # user paths fail first
     args = grpo_args(cfg, str(ctx.store.stage_dir(ctx.name) / "trainer"), weights, num_generations)
     stale = ctx.done("train_metrics")
     if stale and os.environ.get("RANK", "0") == "0":  # an interrupted attempt's rows: training restarts at step 0

@@ -22,6 +22,7 @@ bound with ``functools.partial``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from collections.abc import Callable
@@ -32,6 +33,8 @@ from pydantic import Field, model_validator
 from trajkit.config import StageConfig
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec
+from trajkit.train.data import completion_text
+from trajkit.train.judge import JudgeConciseness
 
 # d in R_correct * (1 + alpha * c * (s + d)): the easier the task, the more a short answer is worth.
 DIFFICULTY_BONUS: dict[str, float] = {"trivial": 1.0, "easy": 0.75, "medium": 0.5, "hard": 0.25, "unsolved": 0.0}
@@ -66,17 +69,6 @@ class Conciseness(StageConfig):
         if self.scorer == "judge" and self.judge is None:
             raise ValueError("scorer 'judge' needs a judge: model spec")
         return self
-
-
-def completion_text(completion: Any) -> str:
-    """The final answer of a completion: the last assistant message's content (or the text itself)."""
-    if isinstance(completion, str):
-        return completion
-    for message in reversed(completion or []):
-        if message.get("role") == "assistant":
-            content = message.get("content")
-            return content if isinstance(content, str) else ""
-    return ""
 
 
 def anneal(trainer_state: Any, fraction: float = 1.0) -> float:
@@ -248,18 +240,23 @@ def tool_call_reward(
 
 
 def build_rewards(
-    specs: list[RewardSpec], conciseness: Conciseness, max_completion_length: int, sandbox: Any = None
+    specs: list[RewardSpec],
+    conciseness: Conciseness,
+    max_completion_length: int,
+    closing: contextlib.ExitStack,
+    sandbox: Any = None,
 ) -> tuple[list[Callable[..., list[float | None]]], list[float]]:
-    """The reward functions (settings bound) and their weights, in order."""
+    """The reward functions (settings bound) and their weights, in order.
+
+    What they hold open (a judge model's backend) lives until ``closing`` closes: the training stage's lifetime.
+    """
     funcs, weights = [], []
     for spec in specs:
         params = dict(spec.params)
         if spec.name == "correctness":
             scorer: Any = conciseness.scorer
             if scorer == "judge":
-                from trajkit.train.judge import JudgeConciseness
-
-                scorer = JudgeConciseness(conciseness.judge)
+                scorer = closing.enter_context(JudgeConciseness(conciseness.judge))
             elif scorer != "length":
                 scorer = _load_scorer(scorer)  # a path that does not import fails now, not mid-training
             defaults = {

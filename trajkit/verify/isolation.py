@@ -121,7 +121,7 @@ def mounts() -> list[tuple[str, int]]:
     return sorted(set(found), key=lambda m: m[0].count("/"))
 
 
-def confine_filesystem(uid: int | None, needed: list[str], hidden: list[str]) -> list[str]:
+def confine_filesystem(uid: int | None, needed: list[str], hidden: list[str], make: list[str] = ()) -> list[str]:
     """In fresh mount and PID namespaces: a new /proc, ``hidden`` directories emptied, ``needed`` paths
     reachable for ``uid``, and every mount read-only and nosuid.
 
@@ -130,6 +130,8 @@ def confine_filesystem(uid: int | None, needed: list[str], hidden: list[str]) ->
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     _cover(needed, hidden, uid)
+    for path in make:  # mount points wanted later, made while everything is still writable
+        os.makedirs(path, 0o755, exist_ok=True)
     failed = []
     for target, flags in mounts():
         if _KEEP_MOUNTS.match(target):

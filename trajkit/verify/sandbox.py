@@ -359,10 +359,12 @@ _SYSTEM_DIRS = {"/", "/bin", "/dev", "/etc", "/lib", "/lib64", "/opt", "/proc", 
 
 def _hidden(hide: tuple[str, ...] | None) -> list[str]:
     """Directories programs see empty: by default the caller's working directory and home
-    (a repository's .env, run directories, credentials) and trajkit's own checkout when it runs
-    from one, never a system directory."""
+    (a repository's .env, credentials), every run directory this process opened, and trajkit's
+    own checkout when it runs from one; never a system directory."""
     checkout = Path(__file__).resolve().parents[2]
-    paths = hide if hide is not None else (os.getcwd(), os.path.expanduser("~"))
+    from trajkit.store import opened_runs
+
+    paths = hide if hide is not None else (os.getcwd(), os.path.expanduser("~"), *opened_runs())
     if (checkout / "pyproject.toml").is_file():
         paths = (*paths, str(checkout))
     return sorted({os.path.realpath(p) for p in paths} - _SYSTEM_DIRS)

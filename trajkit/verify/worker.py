@@ -63,19 +63,18 @@ def supervise(config: dict) -> None:
         except OSError as exc:
             missing["cgroup"] = str(exc)
     namespaces = False
-    covered = _covered_by_private_mounts()
     if config.get("namespaces") is False:
         missing.update({k: "disabled" for k in ("pid_namespace", "net_namespace", "mount_namespace")})
-    elif covered:
-        why = f"the Python environment lives under {covered}, which the sandbox replaces with an empty one"
-        missing.update({k: why for k in ("pid_namespace", "net_namespace", "mount_namespace")})
     else:
         try:
             isolation.unshare(isolation.NAMESPACES)
             namespaces = True
         except OSError as exc:
             missing.update({k: str(exc) for k in ("pid_namespace", "net_namespace", "mount_namespace")})
-    tmp = "/tmp" if namespaces else tempfile.mkdtemp(prefix="trajkit-sandbox-")
+    # Programs get a fresh /tmp; where this interpreter lives under /tmp or /dev/shm, a fresh directory
+    # in /tmp instead (the zygote lays an empty /tmp over the host's with the interpreter bound back in).
+    private = "/tmp/.sandbox" if _covered_by_private_mounts() else "/tmp"
+    tmp = private if namespaces else tempfile.mkdtemp(prefix="trajkit-sandbox-")
     pid = os.fork()
     if pid == 0:
         zygote = Zygote(config, cgroup, namespaces, missing, tmp)

@@ -51,8 +51,10 @@ class Zygote:
             _oom_score_adj(-1000)  # under memory pressure, the program dies, never the zygote
         if self.namespaces:
             hidden = [*self.config.get("hide", []), "/sys/fs/cgroup"]  # the host's cgroups, ours included
+            if self.tmp != "/tmp":  # the interpreter lives in /tmp or /dev/shm: empty both but for it
+                hidden += ["/tmp", "/dev/shm"]
             needed = [sys.prefix, sys.base_prefix, *(p for p in sys.path if os.path.realpath(p) not in hidden)]
-            failed = isolation.confine_filesystem(self.uid, needed, hidden)
+            failed = isolation.confine_filesystem(self.uid, needed, hidden, make=[self.tmp])
             if "/" in failed:
                 self.missing["mount_namespace"] = "could not remount / read-only"
             isolation.sethostname("sandbox")
@@ -78,8 +80,8 @@ class Zygote:
     def _fresh_tmp(self) -> None:
         size = int(self.config.get("tmp_mb", 64))
         if self.namespaces:
-            isolation.mount_private_tmpfs("/tmp", self.uid, size)
-            if os.path.isdir("/dev/shm"):
+            isolation.mount_private_tmpfs(self.tmp, self.uid, size)
+            if self.tmp == "/tmp" and os.path.isdir("/dev/shm"):
                 isolation.mount_private_tmpfs("/dev/shm", self.uid, size)
             return
         shutil.rmtree(self.tmp, onerror=force_remove)

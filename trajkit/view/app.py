@@ -31,7 +31,6 @@ from starlette.staticfiles import StaticFiles
 
 from trajkit import schema as S
 from trajkit.accepted import add_review
-from trajkit.errors import UserError
 from trajkit.view import pages
 from trajkit.view.db import QueryError, RunDB
 
@@ -152,12 +151,11 @@ class Viewer:
         decision, note = str(form.get("decision", "")), str(form.get("note", "")).strip()
         if kind not in S.REVIEW_TARGETS or decision not in S.REVIEW_DECISIONS:
             return PlainTextResponse("bad review: target_kind or decision\n", status_code=400)
-        try:
-            await run_in_threadpool(
-                add_review, self.db.store, target, kind, decision, note[:4000] or None, self.reviewer
-            )
-        except UserError as e:  # no such task or trajectory
-            return PlainTextResponse(f"bad review: {e}\n", status_code=400)
+        if not await run_in_threadpool(pages.exists, self.db, kind, target):
+            return PlainTextResponse(f"bad review: no {kind} {target!r}\n", status_code=400)
+        await run_in_threadpool(
+            add_review, self.db.store, target, kind, decision, note[:4000] or None, self.reviewer, check_target=False
+        )
         where = f"/tasks/{quote(target)}" if kind == "task" else f"/trajectories/{quote(target)}"
         return RedirectResponse(where, status_code=303)
 

@@ -321,6 +321,12 @@ def _tokenizer(model: str):
 
 
 # ---------------------------------------------------------------- reviews, compare
+def exists(db: RunDB, kind: str, target_id: str) -> bool:
+    """Whether a task or trajectory with this id is in the run (what a review may name)."""
+    table, key = (tasks_table(db), "task_id") if kind == "task" else (light_tables(db)["trajectories"], "traj_id")
+    return bool(db.rows(f'SELECT 1 FROM "{table}" WHERE {key} = ? LIMIT 1', [target_id]))
+
+
 def reviews_of(db: RunDB, kind: str, target_id: str) -> dict[str, Any]:
     """Every review of one row, newest first; the first is the one in force."""
     history = db.rows(

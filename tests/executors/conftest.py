@@ -1,0 +1,49 @@
+"""A real Ray cluster on loopback for the executor tests: a head node and a worker node, one CPU each,
+started once per module with the ``ray`` command and stopped after it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.synth.conftest import brain, calculator_rows, model_server  # noqa: F401 (shared fixtures)
+
+RAY = str(Path(sys.executable).with_name("ray"))
+NODE = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--object-store-memory=100000000", "--disable-usage-stats"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> str:
+    """The address of a two-node Ray cluster (head + worker) on 127.0.0.1."""
+    address = f"127.0.0.1:{_free_port()}"
+    port = address.split(":")[1]
+    # loopback only, and the same mode for nodes and drivers whatever ~/.ray holds (Ray 2.60 turns token
+    # authentication on for a cluster when it finds a token there)
+    saved = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    try:
+        subprocess.run(
+            [RAY, "start", "--head", f"--port={port}", "--include-dashboard=false", *NODE],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        subprocess.run([RAY, "start", f"--address={address}", *NODE], check=True, capture_output=True, timeout=120)
+        yield address
+    finally:
+        subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120, check=False)
+        if saved is None:
+            del os.environ["RAY_AUTH_MODE"]
+        else:
+            os.environ["RAY_AUTH_MODE"] = saved

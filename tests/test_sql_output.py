@@ -1,0 +1,21 @@
+"""`trajkit sql` output: sums are numbers, CSV lines end in \\n, text is printed literally."""
+
+from __future__ import annotations
+
+import json
+
+from tests.test_cli import invoke
+from tests.test_store import traj
+from trajkit.store import Store
+
+
+def test_sums_csv_line_ends_and_literal_text(run_dir, tmp_path):
+    Store(run_dir).write("trajectories", "rollouts", [traj(i) for i in range(3)])
+    q = "SELECT sum(num_turns) AS turns, sum(num_tool_calls * 0.5) AS half, '[image 1] [as runMain]' AS t FROM trajectories"
+    rows = json.loads(invoke("sql", q, "--run", str(run_dir), "-f", "json").stdout)
+    assert rows == [{"turns": 6, "half": 1.5, "t": "[image 1] [as runMain]"}]
+    out = tmp_path / "o.csv"
+    invoke("sql", q, "--run", str(run_dir), "--output", str(out))
+    assert out.read_bytes() == b"turns,half,t\n6,1.5,[image 1] [as runMain]\n"
+    shown = invoke("sql", q, "--run", str(run_dir)).stdout
+    assert "[image 1] [as runMain]" in shown and "6" in shown

@@ -1,0 +1,138 @@
+"""The Ray executor: a stage's shards as Ray tasks on an existing cluster or a local one.
+
+Each shard is ``runner.run_stage`` with its rank, run in a Ray task on any
+node; every node must see the run directory at the same path. A worker killed
+mid-shard is retried by Ray (``max_retries``); the retry resumes the shard
+the way a rerun does (content ids, temp files cleaned), so nothing is lost or
+duplicated. A driver that dies takes its tasks with it: Ray ends the job of a
+driver that exited and kills its workers, so a rerun does not race them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from trajkit.errors import UserError
+
+SHARD_RETRIES = 3
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise UserError("--executor ray needs Ray: pip install 'trajkit[ray]'") from None
+    return ray
+
+
+def run_on_ray(
+    root: Path,
+    kind: str,
+    cfg: Any,
+    name: str,
+    fresh: bool,
+    world_size: int,
+    address: str | None = None,
+    budget_tokens: int | None = None,
+    budget_cost: float | None = None,
+) -> list[dict[str, Any]]:
+    """Run the stage's ``world_size`` shards on Ray and return their manifests, rank order."""
+    from trajkit.runner import _console, check_config
+    from trajkit.store import Store
+
+    ray = _ray()
+    store = Store(root, create=True)
+    check_config(store, name, cfg, fresh)  # one-line config errors before anything starts
+    with cluster(address, world_size):
+        shard = ray.remote(num_cpus=1, max_retries=SHARD_RETRIES)(_shard)
+        pending = {
+            shard.remote(str(store.root), kind, cfg, name, r, world_size, budget_tokens, budget_cost): r
+            for r in range(world_size)
+        }
+        manifests: dict[int, dict[str, Any]] = {}
+        t0 = time.monotonic()
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            rank = pending.pop(ready[0])
+            try:
+                manifests[rank] = ray.get(ready[0])
+            except ray.exceptions.RayTaskError as e:
+                for ref in pending:
+                    ray.cancel(ref, force=True)
+                cause = e.cause if isinstance(e.cause, Exception) else e
+                raise cause from None
+            rows = sum(v for k, v in manifests[rank]["counts"].items() if k.startswith("rows."))
+            _console().print(
+                f"[dim]{name}[/]: shard {rank} done on {manifests[rank]['node']} "
+                f"({len(manifests)}/{world_size} shards, {rows} rows, {time.monotonic() - t0:.1f}s)",
+                highlight=False,
+            )
+        return [manifests[r] for r in range(world_size)]
+
+
+@contextlib.contextmanager
+def cluster(address: str | None, cpus: int) -> Iterator[None]:
+    """Connect to the cluster at ``address`` (or start a local one with ``cpus`` CPUs) unless connected;
+    check that every node runs this code version; disconnect (and stop a local cluster) at the end."""
+    from trajkit.runner import code_version
+
+    ray = _ray()
+    if ray.is_initialized():
+        yield
+        return
+    opts = {"address": address} if address else {"num_cpus": max(1, min(cpus, os.cpu_count() or 1))}
+    try:
+        ray.init(**opts, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    except ConnectionError as e:
+        raise UserError(f"cannot connect to the Ray cluster at {address}: {e}") from None
+    try:
+        _check_versions(ray, code_version())
+        yield
+    finally:
+        ray.shutdown()
+
+
+def _shard(root, kind, cfg, name, rank, world_size, budget_tokens, budget_cost) -> dict[str, Any]:
+    """One shard, inside a Ray worker: the same ``run_stage`` a hand-started rank runs."""
+    import ray
+
+    from trajkit.pipeline import get_stage
+    from trajkit.runner import run_stage
+    from trajkit.store import Store
+
+    spec = get_stage(kind)
+    manifest = run_stage(
+        Store(root),
+        spec,
+        cfg,
+        name=name,
+        rank=rank,
+        world_size=world_size,
+        quiet=True,
+        budget_tokens=budget_tokens,
+        budget_cost=budget_cost,
+    )
+    return {**manifest, "node": ray.get_runtime_context().get_node_id()[:8]}
+
+
+def _check_versions(ray, expected: str) -> None:
+    """Every alive node must run the driver's code version (a task pinned to each node reports it)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    def version() -> str:
+        from trajkit.runner import code_version
+
+        return code_version()
+
+    probe = ray.remote(num_cpus=0)(version)
+    nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+    refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote() for n in nodes]
+    found = dict(zip(nodes, ray.get(refs), strict=True))
+    wrong = {n[:8]: v for n, v in found.items() if v != expected}
+    if wrong:
+        raise UserError(f"nodes run another trajkit version than this driver ({expected}): {wrong}")
