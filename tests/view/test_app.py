@@ -76,6 +76,13 @@ def test_task_page_shows_all_its_trajectories_and_samples(client, run_copy):
     }
     linked = set(re.findall(r'href="/trajectories/(\w+)" class="id"', html))
     assert trajs and linked == trajs
+    from trajkit.accepted import accepted_ids
+
+    accepted = accepted_ids(Store(run_copy), "trajectories") & trajs
+    marks = re.findall(r'href="/trajectories/(\w+)" class="id">.*?<td class="accepted">(yes|no)</td>', html, re.DOTALL)
+    assert accepted and {i for i, m in marks if m == "yes"} == accepted and {i for i, _ in marks} == trajs
+    task_ok = row["task_id"] in accepted_ids(Store(run_copy), "tasks")
+    assert ('id="accepted">accepted<' in html) == task_ok
     samples = _sql(run_copy, f"SELECT verdict FROM samples WHERE task_id = '{row['task_id']}'")
     assert html.count("<tr><td>") >= len(samples) and "Verifier: tool_outcome" in html
     assert client.get("/tasks/nope").status_code == 404

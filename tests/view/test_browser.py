@@ -35,7 +35,7 @@ def browser_page():
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=args)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.set_default_timeout(10_000)
+        page.set_default_timeout(30_000)  # a loaded 2-core machine
         yield page
         browser.close()
 

@@ -9,6 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from trajkit.accepted import accepted_where
 from trajkit.view.db import RunDB
 
 PAGE_SIZE = 50
@@ -165,7 +166,9 @@ def task_page(db: RunDB, task_id: str) -> dict[str, Any] | None:
     samples = db.rows(f'SELECT * FROM "{light["samples"]}" WHERE task_id = ? ORDER BY model, sample_index', [task_id])
     verdicts = {s["traj_id"]: s for s in samples if s["traj_id"]}
     reviews = {r["target_id"]: r["decision"] for r in db.rows(REVIEW_LATEST, ["trajectory"]) if r["target_id"] in notes}
+    accepted = accepted_in(db, "trajectories", list(notes))
     for t in trajectories:
+        t["accepted"] = t["traj_id"] in accepted
         sample = verdicts.get(t["traj_id"], {})
         t.update(notes[t["traj_id"]], verdict=sample.get("verdict"), reward=sample.get("score"))
         t["review"] = reviews.get(t["traj_id"])
@@ -175,6 +178,7 @@ def task_page(db: RunDB, task_id: str) -> dict[str, Any] | None:
     )
     return {
         "task": task,
+        "accepted": bool(accepted_in(db, "tasks", [task_id])),
         "servers": [server_names(db).get(s, s) for s in task.get("server_ids") or []],
         "verifier_kind": verifier.get("kind"),
         "verifier_spec": pretty_json(verifier.get("spec")),
@@ -187,6 +191,15 @@ def task_page(db: RunDB, task_id: str) -> dict[str, Any] | None:
 
 
 # ---------------------------------------------------------------- trajectory
+def accepted_in(db: RunDB, table: str, ids: list[str]) -> set[str]:
+    """Which of these tasks or trajectories are accepted (trajkit/accepted.py's one definition), from an
+    in-memory list of the accepted ids built once per change of the run."""
+    key = "task_id" if table == "tasks" else "traj_id"
+    cached = db.cached(f"accepted_{table}", lambda: f"SELECT {key} FROM {table} WHERE {accepted_where(table)}")
+    found = db.rows(f'SELECT {key} AS k FROM "{cached}" WHERE {key} IN (SELECT unnest(?::VARCHAR[]))', [ids])
+    return {r["k"] for r in found}
+
+
 def light_tables(db: RunDB) -> dict[str, str]:
     """In-memory copies of the light columns the task and trajectory pages look up by key."""
     return {
@@ -220,6 +233,7 @@ def trajectory_page(db: RunDB, traj_id: str) -> dict[str, Any] | None:
     samples = db.rows(f'SELECT verdict, score, details FROM "{light["samples"]}" WHERE traj_id = ?', [traj_id])
     return {
         "t": t,
+        "accepted": bool(accepted_in(db, "trajectories", [traj_id])),
         "messages": [message_view(m) for m in t.get("messages") or []],
         "tokens": token_trace(t),
         "sample": samples[0] if samples else None,
