@@ -42,7 +42,7 @@ test: setup chromium
 	$(BIN)/python -m pytest -q tests
 
 bench: setup
-	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	@for b in bench/*.py; do grep -q '__main__' $$b || continue; echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 # wheels the GPU machine's image lacks (trl, datasets, ...), for the device tool's `carry`
 gpu-bundle: setup

@@ -121,6 +121,11 @@ def main() -> None:
     ap.add_argument("--length", type=int, default=64, help="max completion length")
     ap.add_argument("--workdir", type=Path, default=None)
     args = ap.parse_args()
+    import torch
+
+    if not args.cpu and not torch.cuda.is_available():
+        print("skipped: grpo_fsdp needs GPUs (--cpu --tiny runs it on CPU with gloo)")
+        return
     from safetensors.torch import load_file
 
     from trajkit.models.tiny import QWEN2_0_5B_SHAPE, TINY_SHAPE, make_tiny_model

@@ -260,6 +260,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    import torch
+
+    if not (args.tiny or args.updates or args.variant) and not torch.cuda.is_available():
+        print("skipped: grpo_gpu needs a GPU (--tiny runs a CPU smoke version, --tiny --updates the update check)")
+        return
     learning = args.learning
     args.lr = args.lr or (3e-5 if learning else None)
     args.max_completion_length = args.max_completion_length or (12 if learning else 256)
