@@ -48,14 +48,15 @@ assert __main__.Point is Point and __name__ == "__main__"
 
 
 def test_environment_and_identity_are_the_sandboxs(sandbox_pool):
-    r = sandbox_pool.run("import os, socket\nprint(os.getuid(), os.getcwd(), os.environ['HOME'], socket.gethostname())")
-    uid, cwd, home, host = r.stdout.split()
+    program = "import os, socket, tempfile\nprint(os.getuid(), os.getcwd(), os.environ['HOME'], tempfile.gettempdir(), socket.gethostname())"
+    uid, cwd, home, tmp, host = sandbox_pool.run(program).stdout.split()
     assert int(uid) in {w.uid for w in sandbox_pool._pool} and int(uid) != 0
-    assert cwd == home == "/tmp" and host == "sandbox"
+    # /tmp itself, or /tmp/.sandbox where the Python environment lives under /tmp (docs/sandbox.md)
+    assert cwd == home == tmp and tmp in ("/tmp", "/tmp/.sandbox") and host == "sandbox"
 
 
 def test_each_run_gets_a_fresh_private_tmp(sandbox_pool):
-    write = "open('/tmp/left-behind', 'w').write('x')\nimport os\nprint(sorted(os.listdir('/tmp')))"
+    write = "import os, tempfile\nd = tempfile.gettempdir()\nopen(d + '/left-behind', 'w').write('x')\nprint(sorted(os.listdir(d)))"
     for _ in range(3):  # whichever worker runs it, nothing from an earlier run is there
         assert sandbox_pool.run(write).stdout == "['left-behind']\n"
 
@@ -65,7 +66,7 @@ def test_timeouts_memory_and_file_size_limits(sandbox_pool):
     assert r.verdict == "timeout" and r.runtime_s < 10
     r = sandbox_pool.run("x = []\nwhile True:\n    x.append(bytearray(1 << 24))", memory_mb=200)
     assert r.verdict == "memory", r
-    r = sandbox_pool.run("open('/tmp/big', 'wb').write(b'x' * (100 << 20))")
+    r = sandbox_pool.run("import tempfile\nopen(tempfile.gettempdir() + '/big', 'wb').write(b'x' * (100 << 20))")
     assert r.verdict != "pass" and "File too large" in r.stderr
 
 
