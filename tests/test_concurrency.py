@@ -65,3 +65,9 @@ def test_a_failure_cancels_the_work_in_flight_and_propagates(tmp_path):
     with pytest.raises(RuntimeError, match="boom"):
         asyncio.run(main())
     assert sorted(started) == [0, 1, 2, 3] and sorted(cleaned) == [0, 1, 3]
+
+
+def test_stage_log_lines_show_server_and_model_text_literally(tmp_path, capsys):
+    ctx = StageContext(Store(tmp_path, create=True), "s", "toy")
+    ctx.log("server 'x' failed: [bold red]boom[/] [image 1]")
+    assert "[bold red]boom[/] [image 1]" in capsys.readouterr().err

@@ -271,7 +271,9 @@ class StageContext:
     # ------------------------------------------------------------ reporting
     def log(self, message: str) -> None:
         if not self.quiet:
-            _console().print(f"[dim]{self.name}[/]: {message}", highlight=False)
+            from rich.markup import escape  # messages carry server and model text: shown literally
+
+            _console().print(f"[dim]{escape(self.name)}[/]: {escape(message)}", highlight=False)
 
     @contextlib.contextmanager
     def progress(self, total: int | None, description: str = "") -> Iterator[Callable[[int], None]]:
