@@ -11,8 +11,8 @@ from trajkit.errors import UserError
 from trajkit.store import Store
 
 
-def _traj(i: str, task: str, status: str = "completed") -> dict:
-    return {"traj_id": i, "task_id": task, "status": status}
+def _traj(i: str, task: str, status: str = "completed", verdict: str | None = None) -> dict:
+    return {"traj_id": i, "task_id": task, "status": status, "verdict": verdict}
 
 
 @pytest.fixture
@@ -23,10 +23,10 @@ def store(run_dir):
         "trajectories",
         "r",
         [
-            _traj("ok", "A"),
+            _traj("ok", "A", verdict="pass"),
             _traj("trunc", "A", "truncated"),
             _traj("lowjudge", "A"),
-            _traj("vfail", "B"),
+            _traj("vfail", "B", verdict="fail"),
             _traj("filtered", "B"),
             _traj("human", "B"),
             _traj("taskout", "C"),

@@ -2,7 +2,10 @@
 
 Every (task, rollout index) is one episode of ``envs.agent.run_episode`` (or a
 custom rollout function) against the run's harvested servers, and one
-``trajectories`` row whatever happens (a fault is a status and a reason).
+``trajectories`` row whatever happens (a fault is a status, a reason and a
+reason code). Each row's ``verdict`` is its task verifier's outcome
+(``envs.solve.trajectory_verdict``: the final answer and end state judged as
+``curate.passk`` judges them; null for a task without a verifier).
 Episodes run in breadth-first order: rollout 0 of every task, then rollout 1.
 
 With ``target`` N, the stage keeps ``concurrency`` episodes in flight until N
@@ -78,8 +81,8 @@ class RolloutsConfig(StageConfig):
 
 
 def accepted(row: dict[str, Any], accept_rules: list[str]) -> bool:
-    """A trajectory counts toward the target: completed and passing the rules."""
-    return row["status"] == "completed" and not rules.check(row, accept_rules)
+    """A trajectory counts toward the target: completed, not failed by its task's verifier, passing the rules."""
+    return row["status"] == "completed" and row.get("verdict") in (None, "pass") and not rules.check(row, accept_rules)
 
 
 def episode_seed(seed: int, task_id: str, rollout_index: int) -> int:
@@ -172,6 +175,7 @@ async def _run(
     """Run the episodes; ``retry`` are aborted ones being run again: those the target leaves
     unstarted are recorded as aborted again, so no aborted row is lost."""
     from trajkit.envs.agent import AgentLimits, ToolEnv
+    from trajkit.envs.solve import trajectory_verdict
     from trajkit.models import make_backend
 
     backend = make_backend(cfg.model, usage=ctx.usage, cache_dir=ctx.store.root / "_cache")
@@ -216,10 +220,10 @@ async def _run(
                 while running:
                     finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                     for t in sorted(finished, key=lambda t: _order(running[t])):
-                        running.pop(t)
+                        task, _ = running.pop(t)
                         row = t.result()
                         _check_budget(ctx, row)
-                        write(row)
+                        write({**row, "verdict": await trajectory_verdict(task, row)})
                         advance(1)
                     if goal is not None and have >= goal and running:
                         items = list(running.values())
@@ -255,6 +259,7 @@ def aborted_row(task_id: str, rollout_index: int, backend: Any, params: Sampling
         **episode_head(task_id, rollout_index, backend, params, seed, None),
         "status": "aborted",
         "reason": ABORTED_REASON,
+        "reason_code": "target_reached",
     }
 
 
