@@ -16,18 +16,21 @@ type): each tool keeps its own parameter schema, which no shared struct type cou
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from trajkit.accepted import accepted
+from trajkit.accepted import accepted, accepted_where
 from trajkit.export import openai_messages, openai_tools
-from trajkit.store import Store, atomic_write_bytes
+from trajkit.store import Store
 
 VIEWS = ("sft", "rl")
 DATA = "data"
+BATCH_ROWS = 4096  # trajectories converted at a time: the sft view streams, whatever the run's size
 TOOLS = pa.list_(pa.json_())
 FUNCTION_CALL = pa.struct(
     [
@@ -83,20 +86,27 @@ def view_glob(view: str) -> str:
     return f"{DATA}/{view}/*.parquet"
 
 
-def sft_rows(store: Store) -> list[dict[str, Any]]:
-    """Accepted trajectories with messages, in id order."""
-    rows = accepted(store, "trajectories").select(["traj_id", "task_id", "model", "messages", "tools"]).to_pylist()
-    return [
-        {
-            "messages": openai_messages(r["messages"]),
-            "tools": [json.dumps(t, ensure_ascii=False) for t in openai_tools(r["tools"])],
-            "traj_id": r["traj_id"],
-            "task_id": r["task_id"],
-            "model": r["model"],
-        }
-        for r in sorted(rows, key=lambda r: r["traj_id"])
-        if r["messages"]
-    ]
+def sft_batches(store: Store) -> Iterator[list[dict[str, Any]]]:
+    """Accepted trajectories with messages, in id order, ``BATCH_ROWS`` at a time."""
+    query = (
+        "SELECT traj_id, task_id, model, messages, tools FROM trajectories "
+        f"WHERE {accepted_where('trajectories')} AND len(messages) > 0 ORDER BY traj_id"
+    )
+    con = store.duckdb()
+    try:
+        for batch in con.sql(query).to_arrow_reader(BATCH_ROWS):
+            yield [
+                {
+                    "messages": openai_messages(r["messages"]),
+                    "tools": [json.dumps(t, ensure_ascii=False) for t in openai_tools(r["tools"])],
+                    "traj_id": r["traj_id"],
+                    "task_id": r["task_id"],
+                    "model": r["model"],
+                }
+                for r in batch.to_pylist()
+            ]
+    finally:
+        con.close()
 
 
 def rl_rows(store: Store) -> list[dict[str, Any]]:
@@ -127,19 +137,30 @@ def rl_rows(store: Store) -> list[dict[str, Any]]:
 def write_views(store: Store, card_dir: Path) -> dict[str, int]:
     """Write each view that has rows as ``card_dir/data/<view>/train-00000.parquet`` (atomically;
     an earlier rendering's files go); rows per view."""
-    counts = {}
-    for view, rows in (("sft", sft_rows(store)), ("rl", rl_rows(store))):
-        folder = card_dir / DATA / view
-        for old in folder.glob("*.parquet"):
-            old.unlink()
-        counts[view] = len(rows)
-        if not rows:
-            continue
-        table = _table(view, rows)
-        sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression="zstd")
-        atomic_write_bytes(folder / "train-00000.parquet", sink.getvalue().to_pybytes())
-    return counts
+    return {
+        "sft": _write(card_dir / DATA / "sft", "sft", sft_batches(store)),
+        "rl": _write(card_dir / DATA / "rl", "rl", iter([rl_rows(store)])),
+    }
+
+
+def _write(folder: Path, view: str, batches: Iterator[list[dict[str, Any]]]) -> int:
+    """Stream batches of rows into one Parquet file, renamed into place once complete; rows written."""
+    for old in folder.glob("*.parquet"):
+        old.unlink()
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp, final = folder / f".tmp-{os.getpid()}-train-00000.parquet", folder / "train-00000.parquet"
+    n = 0
+    try:
+        with pq.ParquetWriter(tmp, SCHEMAS[view], compression="zstd") as writer:
+            for rows in batches:
+                if rows:
+                    writer.write_table(_table(view, rows))
+                    n += len(rows)
+        if n:
+            os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return n
 
 
 def _table(view: str, rows: list[dict[str, Any]]) -> pa.Table:
