@@ -142,28 +142,10 @@ def run_passk(ctx: StageContext, cfg: PassKConfig) -> dict[str, Any]:
 
 async def _sample_all(ctx: StageContext, cfg: PassKConfig, work: list[tuple[str, dict, int, int]]) -> None:
     """Run every attempt with ``concurrency`` in flight; write each (trajectory, then sample) as it is judged."""
-    from trajkit.envs.agent import AgentLimits
     from trajkit.envs.solve import Solver
-    from trajkit.models import SamplingParams
 
-    params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed)
-    limits = AgentLimits(cfg.max_turns, cfg.max_context_tokens, cfg.tool_timeout_s, cfg.max_tool_output_chars)
     written = ctx.done("trajectories")
-    solver = Solver(
-        [cfg.model],
-        [task for _, task, _, _ in work],
-        ctx.store.rows("servers"),
-        params=params,
-        limits=limits,
-        seed=cfg.seed,
-        usage=ctx.usage,
-        cache_dir=ctx.store.root / "_cache",
-        servers_config=cfg.servers_config,
-        system_prompt=cfg.system_prompt,
-        rollout=cfg.rollout,
-        sandbox=cfg.sandbox,
-        workers=cfg.workers,
-    )
+    solver = Solver.for_stage(ctx, cfg, [cfg.model], [task for _, task, _, _ in work])
 
     async def one(item: tuple[str, dict, int, int]) -> Any:
         _, task, index, _ = item

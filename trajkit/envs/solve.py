@@ -24,7 +24,7 @@ from trajkit.envs.agent import MODEL_ERROR, AgentLimits, RolloutFn, is_transient
 from trajkit.envs.env import ToolEnv
 from trajkit.errors import StageStopped, UserError
 from trajkit.models.base import Backend, Message, SamplingParams
-from trajkit.schema import seed_for
+from trajkit.schema import content_id, seed_for
 
 CODE_INSTRUCTION = "Write the complete function{name} in a single ```python code block."
 STDIO_INSTRUCTION = (
@@ -201,13 +201,45 @@ class Solver:
         rollout: str | None = None,
         sandbox: str = "local",
         workers: int | None = None,
+        scope: str | None = None,
     ):
         self.models, self.tasks, self.servers = models, tasks, servers
+        self.scope = scope
         self.params, self.limits, self.seed = params, limits, seed
         self.usage, self.cache_dir, self.servers_config = usage, cache_dir, servers_config
         self.system_prompt, self.rollout_path = system_prompt, rollout
         self.sandbox_kind, self.workers = sandbox, workers
         self._stack = contextlib.AsyncExitStack()
+
+    @classmethod
+    def for_stage(cls, ctx: Any, cfg: Any, models: list[Any], tasks: list[dict[str, Any]]) -> Solver:
+        """The solver of a pass@k stage (``curate passk``, ``eval passk``): sampling, limits, servers and sandbox
+        from the stage's config fields of those names, episode ids scoped to the stage."""
+        from trajkit.models.base import SamplingParams
+
+        return cls(
+            models,
+            tasks,
+            ctx.store.rows("servers"),
+            params=SamplingParams(
+                n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed
+            ),
+            limits=AgentLimits(
+                max_turns=cfg.max_turns,
+                max_context_tokens=getattr(cfg, "max_context_tokens", None),
+                tool_timeout_s=cfg.tool_timeout_s,
+                max_tool_output_chars=cfg.max_tool_output_chars,
+            ),
+            seed=cfg.seed,
+            usage=ctx.usage,
+            cache_dir=ctx.store.root / "_cache",
+            servers_config=cfg.servers_config,
+            system_prompt=cfg.system_prompt,
+            rollout=getattr(cfg, "rollout", None),
+            sandbox=cfg.sandbox,
+            workers=cfg.workers,
+            scope=ctx.name,
+        )
 
     async def __aenter__(self) -> Self:
         from trajkit.envs.agent import load_rollout
@@ -238,8 +270,11 @@ class Solver:
         return attempt_seed(self.seed, task["task_id"], index)
 
     async def solve(self, task: dict[str, Any], model: str, index: int) -> Solved:
-        """Attempt ``index`` of ``model`` at ``task`` (seeded by ``attempt_seed``), judged."""
-        return await solve(
+        """Attempt ``index`` of ``model`` at ``task`` (seeded by ``attempt_seed``), judged.
+
+        An episode's ``traj_id`` is ``content_id(<its synth rollouts id>, scope)``: the same task, index, seed
+        and model run by ``synth rollouts`` and by this stage are two trajectories, with two ids."""
+        solved = await solve(
             task,
             self.backends[model],
             self.env,
@@ -251,3 +286,7 @@ class Solver:
             rollout=self.rollout,
             sandbox=self.sandbox,
         )
+        if solved.attempt.trajectory is not None and self.scope:
+            trajectory = solved.attempt.trajectory
+            trajectory["traj_id"] = content_id(trajectory["traj_id"], self.scope)
+        return solved

@@ -145,28 +145,9 @@ def run_eval_passk(ctx: StageContext, cfg: EvalPasskConfig) -> dict[str, Any]:
 
 
 async def _evaluate(ctx: StageContext, cfg: EvalPasskConfig, todo: list[tuple[ModelSpec, dict[str, Any]]]) -> None:
-    from trajkit.envs.agent import AgentLimits
     from trajkit.envs.solve import Solver
-    from trajkit.models.base import SamplingParams
 
-    params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed)
-    limits = AgentLimits(
-        max_turns=cfg.max_turns, tool_timeout_s=cfg.tool_timeout_s, max_tool_output_chars=cfg.max_tool_output_chars
-    )
-    solver = Solver(
-        cfg.models,
-        [task for _, task in todo],
-        ctx.store.rows("servers"),
-        params=params,
-        limits=limits,
-        seed=cfg.seed,
-        usage=ctx.usage,
-        cache_dir=ctx.store.root / "_cache",
-        servers_config=cfg.servers_config,
-        system_prompt=cfg.system_prompt,
-        sandbox=cfg.sandbox,
-        workers=cfg.workers,
-    )
+    solver = Solver.for_stage(ctx, cfg, cfg.models, [task for _, task in todo])
     gate = asyncio.Semaphore(cfg.concurrency)  # attempts in flight, across the units in flight
 
     async def unit(item: tuple[ModelSpec, dict[str, Any]]) -> dict[str, Any]:
