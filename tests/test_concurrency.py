@@ -4,6 +4,7 @@ between items, and on a failure the work in flight is cancelled (its cleanup run
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pyarrow.parquet as pq
 import pytest
@@ -71,3 +72,21 @@ def test_stage_log_lines_show_server_and_model_text_literally(tmp_path, capsys):
     ctx = StageContext(Store(tmp_path, create=True), "s", "toy")
     ctx.log("server 'x' failed: [bold red]boom[/] [image 1]")
     assert "[bold red]boom[/] [image 1]" in capsys.readouterr().err
+
+
+def test_pools_size_from_the_cpus_the_executor_gave_the_shard():
+    """Inside ``cpu_share(n)`` (a Ray task's CPUs) the sandbox and the server bound size from n, not the machine."""
+    from trajkit.concurrency import cpu_share, cpus
+    from trajkit.envs.env import SERVERS_PER_CPU, ToolEnv
+    from trajkit.verify.sandbox import WORKERS_PER_CPU, Sandbox, SandboxUnavailable
+
+    machine = len(os.sched_getaffinity(0))
+    assert cpus() == machine
+    assert Sandbox().workers == machine and ToolEnv([]).slots.total == SERVERS_PER_CPU * machine
+    share = machine + 3  # not the machine's count, whatever the machine
+    with cpu_share(share):
+        assert cpus() == share
+        assert Sandbox().workers == share and ToolEnv([]).slots.total == SERVERS_PER_CPU * share
+        with pytest.raises(SandboxUnavailable, match=f"1 to {WORKERS_PER_CPU * share} "):
+            Sandbox(workers=WORKERS_PER_CPU * share + 1)
+    assert cpus() == machine

@@ -34,7 +34,7 @@ import pyarrow.parquet as pq
 
 from trajkit import __version__
 from trajkit import schema as S
-from trajkit.concurrency import bounded
+from trajkit.concurrency import bounded, cpus
 from trajkit.config import StageConfig, config_differences, config_hash, hashed_dict
 from trajkit.errors import Fenced, StageStopped, UserError
 from trajkit.redact import clean_endpoints
@@ -50,6 +50,11 @@ class StageSpec:
     that a previous run left failed in a way a rerun may cure (a model request or
     a server that failed or timed out) and returns how many units run again; the
     runner counts them as ``retried``.
+
+    ``report``, for a stage whose summary covers every shard's rows (an
+    evaluation's report): called with the context and config, it builds that
+    summary from the stage's rows; the stage returns it from ``run``, and the
+    Ray executor calls it once more after every shard finished.
     """
 
     kind: str
@@ -59,6 +64,7 @@ class StageSpec:
     outputs: tuple[str, ...] = ()
     help: str = ""
     retry: Callable[[StageContext, Any], int] | None = None
+    report: Callable[[StageContext, Any], dict[str, Any]] | None = None
 
 
 @dataclass
@@ -447,6 +453,7 @@ def run_stage(
         "outputs": {t: store.count(t, stage=name) for t in S.TABLES if store.shards(t, name)},
         "code_version": code_version(),
         "python": sys.version.split()[0],
+        "cpus": cpus(),
         "rank": rank,
         "world_size": world_size,
         "started_at": started,
