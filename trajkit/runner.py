@@ -20,6 +20,7 @@ import contextlib
 import datetime as dt
 import functools
 import hashlib
+import json
 import sys
 import threading
 import time
@@ -83,6 +84,25 @@ class Usage:
     cached_calls: int = 0
     cost: float = 0.0
     endpoints: dict[str, dict[str, float]] = field(default_factory=dict)  # openai: url -> requests, errors, seconds
+    served: dict[str, str] = field(default_factory=dict)  # openai: model name -> what its endpoints report serving
+    served_file: Path | None = None  # where the stage keeps ``served`` across resumes
+
+    def serving(self, model: str, reported: str) -> None:
+        """Record the model an endpoint reports serving (``/v1/models``) for the configured ``model``. A stage
+        never mixes models: one its earlier runs recorded otherwise is a user error (the endpoint left the
+        config hash, so this is what tells a moved endpoint from another model)."""
+        if self.served_file is not None and self.served_file.is_file():
+            self.served.update(json.loads(self.served_file.read_text()))
+        before = self.served.get(model)
+        if before is not None and before != reported:
+            raise UserError(
+                f"model {model!r}: the endpoint serves {reported!r}, but this stage was run with {before!r}; "
+                f"a stage never mixes models: point base_url at a server of {before!r}, or pass --fresh"
+            )
+        if before is None:
+            self.served[model] = reported
+            if self.served_file is not None:
+                atomic_write_json(self.served_file, self.served)
 
     def add(self, prompt_tokens: int = 0, completion_tokens: int = 0, cost: float = 0.0, cached: bool = False) -> None:
         if cached:
@@ -109,6 +129,7 @@ class Usage:
             "cached_calls": self.cached_calls,
             "cost": round(self.cost, 6),
             **({"endpoints": _endpoint_summary(self.endpoints)} if self.endpoints else {}),
+            **({"served": dict(sorted(self.served.items()))} if self.served else {}),
         }
 
 
@@ -421,7 +442,8 @@ def run_stage(
             store.stage_dir(name) / "_config.json",
             {"stage": name, "kind": spec.kind, "config": hashed_dict(cfg), "config_hash": chash},
         )
-    ctx = StageContext(store, name, spec.kind, rank, world_size, Usage(budget_tokens, budget_cost), quiet=quiet)
+    usage = Usage(budget_tokens, budget_cost, served_file=store.stage_dir(name) / "_served.json")
+    ctx = StageContext(store, name, spec.kind, rank, world_size, usage, quiet=quiet)
     started, t0 = _now(), time.monotonic()
     inputs = {t: {"rows": store.count(t), "shards": len(store.shards(t))} for t in spec.inputs}
     try:
@@ -438,8 +460,9 @@ def run_stage(
         raise StageStopped(f"stage {name!r} stopped: {e}; rerun to resume") from None
     except BaseException:
         ctx.flush()
-        if not any(store.shards(t, name) for t in S.TABLES):
-            (store.stage_dir(name) / "_config.json").unlink(missing_ok=True)  # no rows: pin nothing
+        if not any(store.shards(t, name) for t in S.TABLES):  # no rows: pin nothing
+            (store.stage_dir(name) / "_config.json").unlink(missing_ok=True)
+            (store.stage_dir(name) / "_served.json").unlink(missing_ok=True)
         raise
     finally:
         ctx.flush()
