@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from trajkit.envs.agent import AgentLimits
+from trajkit.envs.agent import AgentLimits, episode_seed
 from trajkit.envs.discovery import discover
 from trajkit.envs.env import ToolEnv
-from trajkit.envs.solve import attempt, attempt_seed, solve, task_prompt
+from trajkit.envs.solve import attempt, solve, task_prompt
 from trajkit.models.base import SamplingParams
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=64)
@@ -93,7 +93,7 @@ async def test_solve_judges_an_attempt_with_the_tasks_verifier(scripted_openai, 
     assert failed.result.details["reason"].startswith("model error: HTTP 500")
 
 
-def test_attempt_seeds_depend_on_what_defines_the_attempt():
-    seeds = {attempt_seed(0, t, i) for t in ("a", "b") for i in range(3)}
-    assert len(seeds) == 6 and attempt_seed(0, "a", 0) == attempt_seed(0, "a", 0)
-    assert attempt_seed(1, "a", 0) != attempt_seed(0, "a", 0) and all(0 <= s < 2**31 for s in seeds)
+def test_episode_seeds_depend_on_what_defines_the_attempt():
+    seeds = {episode_seed(0, t, i) for t in ("a", "b") for i in range(3)}
+    assert len(seeds) == 6 and episode_seed(0, "a", 0) == episode_seed(0, "a", 0)
+    assert episode_seed(1, "a", 0) != episode_seed(0, "a", 0) and all(0 <= s < 2**31 for s in seeds)

@@ -7,8 +7,8 @@ is one chat completion from a prompt built from the task. Faults are data
 (``Attempt.error``, with ``transient`` set for the faults a retry may cure),
 never exceptions. ``solve`` is an attempt judged by the task's verifier, as
 ``curate.passk`` and ``eval.passk`` both run it through one ``Solver`` (backends,
-servers and sandbox opened once per stage); ``attempt_seed`` is the seed of
-sample ``index`` of a task, whichever the model.
+servers and sandbox opened once per stage); ``envs.agent.episode_seed`` is
+the seed of sample ``index`` of a task, whichever the model.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from trajkit.envs.agent import MODEL_ERROR, AgentLimits, RolloutFn, is_transient, run_episode
+from trajkit.envs.agent import MODEL_ERROR, AgentLimits, RolloutFn, episode_seed, is_transient, run_episode
 from trajkit.envs.env import ToolEnv
 from trajkit.errors import StageStopped, UserError
 from trajkit.models.base import Backend, Message, SamplingParams
-from trajkit.schema import content_id, seed_for
+from trajkit.schema import content_id
 
 CODE_INSTRUCTION = "Write the complete function{name} in a single ```python code block."
 STDIO_INSTRUCTION = (
@@ -54,12 +54,6 @@ class Attempt:
     error: str | None = None
     seconds: float = 0.0
     transient: bool = False
-
-
-def attempt_seed(base: int, task_id: str, index: int) -> int:
-    """The sampling seed of attempt ``index`` at a task, the same for every model: models compared on a
-    task draw the same random numbers, and a run directory's path (in a local model's name) changes nothing."""
-    return seed_for(base, task_id, index)
 
 
 def is_tool_task(task: dict[str, Any]) -> bool:
@@ -266,11 +260,11 @@ class Solver:
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
 
-    def attempt_seed(self, task: dict[str, Any], index: int) -> int:
-        return attempt_seed(self.seed, task["task_id"], index)
+    def episode_seed(self, task: dict[str, Any], index: int) -> int:
+        return episode_seed(self.seed, task["task_id"], index)
 
     async def solve(self, task: dict[str, Any], model: str, index: int) -> Solved:
-        """Attempt ``index`` of ``model`` at ``task`` (seeded by ``attempt_seed``), judged.
+        """Attempt ``index`` of ``model`` at ``task`` (seeded by ``episode_seed``), judged.
 
         An episode's ``traj_id`` is ``content_id(<its synth rollouts id>, scope)``: the same task, index, seed
         and model run by ``synth rollouts`` and by this stage are two trajectories, with two ids."""
@@ -281,7 +275,7 @@ class Solver:
             self.params,
             self.limits,
             sample_index=index,
-            seed=self.attempt_seed(task, index),
+            seed=self.episode_seed(task, index),
             system_prompt=self.system_prompt,
             rollout=self.rollout,
             sandbox=self.sandbox,

@@ -27,7 +27,7 @@ from pydantic import Field, field_validator
 from trajkit import schema as S
 from trajkit.concurrency import cancel_all
 from trajkit.config import StageConfig
-from trajkit.envs.agent import episode_head
+from trajkit.envs.agent import episode_head, episode_seed
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec, SamplingParams
 from trajkit.runner import StageContext, StageSpec
@@ -80,11 +80,6 @@ class RolloutsConfig(StageConfig):
 def accepted(row: dict[str, Any], accept_rules: list[str]) -> bool:
     """A trajectory counts toward the target: completed and passing the rules."""
     return row["status"] == "completed" and not rules.check(row, accept_rules)
-
-
-def episode_seed(seed: int, task_id: str, rollout_index: int) -> int:
-    """The sampling seed of one episode: fixed by the base seed, the task and the rollout index."""
-    return S.seed_for(seed, task_id, rollout_index)
 
 
 def select_tasks(ctx: StageContext, where: str | None, include_rejected: bool) -> list[dict[str, Any]]:
