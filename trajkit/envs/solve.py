@@ -172,8 +172,8 @@ async def solve(
 
 class Solver:
     """What attempts at a stage's tasks need, opened once: a backend per model, the run's servers as a
-    ``ToolEnv`` (only when a task needs tools) and the sandbox. ``curate.passk`` and ``eval.passk`` both
-    solve through it::
+    ``ToolEnv`` (only when a task needs tools) and the sandbox (only when a task's verifier runs code).
+    ``curate.passk`` and ``eval.passk`` both solve through it::
 
         async with Solver(models, tasks, servers, ...) as solver:
             solved = await solver.solve(task, model_name, index)
@@ -238,7 +238,7 @@ class Solver:
     async def __aenter__(self) -> Self:
         from trajkit.envs.agent import load_rollout
         from trajkit.models import make_backend
-        from trajkit.verify import make_sandbox
+        from trajkit.verify import SANDBOXED_KINDS, make_sandbox
 
         try:
             self.rollout = load_rollout(self.rollout_path) if self.rollout_path else None
@@ -251,7 +251,9 @@ class Solver:
             if any(is_tool_task(t) for t in self.tasks):
                 self.env = ToolEnv(self.servers, config=self.servers_config)
                 self._stack.push_async_callback(self.env.aclose)
-            self.sandbox = self._stack.enter_context(make_sandbox(self.sandbox_kind, self.workers))
+            self.sandbox = None  # started only for verifiers that run code (a custom or tool verifier runs here)
+            if any((t.get("verifier") or {}).get("kind") in SANDBOXED_KINDS for t in self.tasks):
+                self.sandbox = self._stack.enter_context(make_sandbox(self.sandbox_kind, self.workers))
         except BaseException:
             await self._stack.aclose()
             raise
