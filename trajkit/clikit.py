@@ -66,8 +66,9 @@ def run_command(
     executor: str = "local",
     address: str | None = None,
 ) -> dict[str, Any] | list[dict[str, Any]]:
-    """Build a stage's config from YAML, options and overrides, validate it, run the stage (its shard
-    ``rank`` here, or with ``executor="ray"`` all ``world_size`` shards on Ray)."""
+    """Build a stage's config from YAML, options and overrides, validate it, run the stage: its shard
+    ``rank`` here (returns its manifest), or with ``executor="ray"`` all ``world_size`` shards on Ray
+    (returns their manifests as ``shards`` and a reporting stage's ``summary`` over all of them)."""
     from trajkit.config import build, read_yaml
     from trajkit.errors import UserError
     from trajkit.runner import run_stage

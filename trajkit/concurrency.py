@@ -12,11 +12,32 @@ progress and periodic flushes, for the stages.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+import contextlib
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+_SHARES: list[int] = []  # CPUs an executor gave the shards running in this process, innermost last
+
+
+def cpus() -> int:
+    """CPUs this process's work may use: what an executor gave the shard running here (a Ray task's
+    CPUs, through ``cpu_share``), else every CPU the process may run on. Sandbox and server pools size
+    themselves from it, so shards sharing a node do not each take the whole node."""
+    return _SHARES[-1] if _SHARES else len(os.sched_getaffinity(0))
+
+
+@contextlib.contextmanager
+def cpu_share(n: int) -> Iterator[None]:
+    """Work inside runs on ``n`` CPUs (``cpus()``)."""
+    _SHARES.append(max(1, n))
+    try:
+        yield
+    finally:
+        _SHARES.pop()
 
 
 async def bounded(items: Iterable[T], fn: Callable[[T], Awaitable[R]], concurrency: int) -> AsyncIterator[tuple[T, R]]:

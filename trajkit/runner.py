@@ -8,7 +8,10 @@ runner makes every stage resumable the same way:
   is a user error unless ``fresh`` (which deletes the stage's own shards);
 * a stage whose manifest exists is complete and is skipped;
 * ``ctx.done(table)`` gives the ids this stage already wrote, so it skips them;
-* writers are flushed on every exit path, and the manifest is written last.
+* writers are flushed on every exit path, and the manifest is written last;
+* a run takes its shard's lease first: an older run of the same shard that is
+  still alive (a killed driver's Ray task, a second shell) is fenced off, its
+  unwritten rows discarded, before the temporary files are cleaned.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import contextlib
 import datetime as dt
 import functools
 import hashlib
-import subprocess
 import sys
 import threading
 import time
@@ -32,9 +34,9 @@ import pyarrow.parquet as pq
 
 from trajkit import __version__
 from trajkit import schema as S
-from trajkit.concurrency import bounded
+from trajkit.concurrency import bounded, cpus
 from trajkit.config import StageConfig, config_differences, config_hash, hashed_dict
-from trajkit.errors import StageStopped, UserError
+from trajkit.errors import Fenced, StageStopped, UserError
 from trajkit.redact import clean_endpoints
 from trajkit.store import ShardWriter, Store, atomic_write_json
 
@@ -48,6 +50,11 @@ class StageSpec:
     that a previous run left failed in a way a rerun may cure (a model request or
     a server that failed or timed out) and returns how many units run again; the
     runner counts them as ``retried``.
+
+    ``report``, for a stage whose summary covers every shard's rows (an
+    evaluation's report): called with the context and config, it builds that
+    summary from the stage's rows; the stage returns it from ``run``, and the
+    Ray executor calls it once more after every shard finished.
     """
 
     kind: str
@@ -57,6 +64,7 @@ class StageSpec:
     outputs: tuple[str, ...] = ()
     help: str = ""
     retry: Callable[[StageContext, Any], int] | None = None
+    report: Callable[[StageContext, Any], dict[str, Any]] | None = None
 
 
 @dataclass
@@ -184,6 +192,10 @@ class StageContext:
     def flush(self) -> None:
         for w in self._writers.values():
             w.flush()
+
+    def discard(self) -> None:
+        """Forget the rows buffered and not yet written (a fenced-off run)."""
+        self._writers.clear()
 
     def flush_every(self, rows: int, tables: tuple[str, ...]) -> Callable[[int], None]:
         """For work items that write several rows (a request's candidates and their rejects):
@@ -355,19 +367,20 @@ def _console():
 
 @functools.cache
 def code_version() -> str:
-    """The package version, plus the git commit when run from a checkout."""
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=Path(__file__).parent,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        sha = ""
-    return f"{__version__}+{sha}" if sha else __version__
+    """The package version plus a hash of its source files (what runs, whatever git says: a commit made
+    while a cluster runs changes nothing, an edited file does)."""
+    return f"{__version__}+{source_hash(Path(__file__).parent)}"
+
+
+def source_hash(package: Path) -> str:
+    """A short hash of every file of a package directory (paths and contents; compiled files left out)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        if path.suffix in (".pyc", ".pyo"):
+            continue
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
 
 
 def _now() -> str:
@@ -421,6 +434,7 @@ def run_stage(
         if not quiet:
             _console().print(f"[dim]{name}[/]: already complete, skipped ({_summary(done)})", highlight=False)
         return done
+    store = store.leased(name, rank)  # an older run of this shard still alive is fenced off from here on
     store.clean_temp(name, rank)
     if pin:
         atomic_write_json(
@@ -436,6 +450,9 @@ def run_stage(
             ctx.counts["retried"] += retried
             ctx.log(f"running again {retried} unit(s) that failed in a way a rerun may cure")
         extra = spec.run(ctx, cfg) or {}
+    except Fenced:
+        ctx.discard()
+        raise
     except StageStopped as e:
         ctx.flush()
         raise StageStopped(f"stage {name!r} stopped: {e}; rerun to resume") from None
@@ -456,6 +473,7 @@ def run_stage(
         "outputs": {t: store.count(t, stage=name) for t in S.TABLES if store.shards(t, name)},
         "code_version": code_version(),
         "python": sys.version.split()[0],
+        "cpus": cpus(),
         "rank": rank,
         "world_size": world_size,
         "started_at": started,
@@ -465,6 +483,7 @@ def run_stage(
         "usage": ctx.usage.as_dict(),
         **({"summary": extra} if extra else {}),
     }
+    store.lease.check()
     atomic_write_json(store.manifest_path(name, rank, world_size), manifest)
     if not quiet:
         _console().print(f"[dim]{name}[/]: done in {manifest['seconds']:.1f}s ({_summary(manifest)})", highlight=False)

@@ -7,7 +7,8 @@ pool. A server is stateless when every tool it lists is annotated
 environment), unless ``stateless={name: bool}`` says otherwise. Bounds:
 
 * ``max_processes`` — live per-trajectory server processes, all servers
-  together; a trajectory reserves the processes it needs at once (so two
+  together (default ``SERVERS_PER_CPU`` per CPU the shard has: ``cpus()``,
+  a Ray task's CPUs rather than its node's); a trajectory reserves the processes it needs at once (so two
   trajectories can never deadlock holding half of theirs); pools add
   ``pool_size`` processes per stateless server on top;
 * ``max_concurrency_per_server`` — calls in flight on one server process
@@ -33,10 +34,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Self
 
+from trajkit.concurrency import cpus
 from trajkit.envs.config import ServerConfig, check_environment, load_servers_config
 from trajkit.envs.session import Connection, ServerFault, ToolOutput
 from trajkit.envs.tools import ToolRoute, select_servers, tool_routes
 from trajkit.errors import UserError
+
+SERVERS_PER_CPU = 16  # server processes mostly wait on their caller; memory, not CPU, bounds more
 
 
 def is_stateless(row: dict[str, Any]) -> bool:
@@ -132,7 +136,7 @@ class ToolEnv:
         *,
         config: Mapping[str, ServerConfig] | str | Path | None = None,
         stateless: Mapping[str, bool] | None = None,
-        max_processes: int = 32,
+        max_processes: int | None = None,
         pool_size: int = 2,
         max_concurrency_per_server: int = 8,
         startup_timeout_s: float = 60.0,
@@ -148,7 +152,7 @@ class ToolEnv:
         self.pool_size = pool_size
         self.max_concurrency_per_server = max_concurrency_per_server
         self.startup_timeout_s = startup_timeout_s
-        self.slots = _Slots(max_processes)
+        self.slots = _Slots(max_processes or SERVERS_PER_CPU * cpus())
         self.pools: dict[str, Pool] = {}
         self.live: set[Connection] = set()
         self._closers: set[asyncio.Task] = set()

@@ -63,7 +63,12 @@ class RolloutsConfig(StageConfig):
     servers_config: str | None = Field(None, description="The mcpServers file, for env values and cwd of servers.")
     policy_version: int | None = Field(None, description="Stored on every row (for off-policy corrections).")
     concurrency: int = Field(8, ge=1, json_schema_extra={"hash": False}, description="Episodes in flight.")
-    max_processes: int = Field(32, ge=1, json_schema_extra={"hash": False}, description="Live server processes.")
+    max_processes: int | None = Field(
+        None,
+        ge=1,
+        json_schema_extra={"hash": False},
+        description="Live server processes (default: 16 per CPU the shard has).",
+    )
     pool_size: int = Field(2, ge=1, json_schema_extra={"hash": False}, description="Processes per stateless server.")
     flush_rows: int = Field(64, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
 
