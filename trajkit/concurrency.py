@@ -41,23 +41,27 @@ def cpu_share(n: int) -> Iterator[None]:
 
 
 async def bounded(items: Iterable[T], fn: Callable[[T], Awaitable[R]], concurrency: int) -> AsyncIterator[tuple[T, R]]:
-    """Run ``fn`` over ``items`` with at most ``concurrency`` in flight; yield (item, result) as each finishes."""
+    """Run ``fn`` over ``items`` with at most ``concurrency`` in flight; yield (item, result) as each finishes
+    (those finishing together in the order they started). ``items`` is read lazily, one item per free slot."""
     pending = iter(items)
-    running: dict[asyncio.Task[R], T] = {}
+    running: dict[asyncio.Task[R], tuple[int, T]] = {}
+    started = 0
 
     def launch() -> None:
+        nonlocal started
         while len(running) < max(1, concurrency):
             item = next(pending, _END)
             if item is _END:
                 return
-            running[asyncio.ensure_future(fn(item))] = item
+            running[asyncio.ensure_future(fn(item))] = (started, item)
+            started += 1
 
     launch()
     try:
         while running:
             finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-            for task in finished:
-                item = running.pop(task)
+            for task in sorted(finished, key=lambda t: running[t][0]):
+                _, item = running.pop(task)
                 yield item, task.result()
             launch()
     finally:

@@ -245,7 +245,8 @@ class StageContext:
         unit: str,
         write: Callable[[Any, Any], int | None],
         flush: tuple[int, tuple[str, ...]] | None = None,
-    ) -> None:
+        until: Callable[[], bool] | None = None,
+    ) -> tuple[list[Any], list[Any]]:
         """The one way a stage fans out: ``fn`` over ``items`` with at most ``concurrency`` in flight.
 
         Each (item, result) goes to ``write`` in this coroutine as it finishes (no
@@ -254,16 +255,35 @@ class StageContext:
         end only between items. A progress bar counts items as ``unit``. An
         exception from ``fn`` or ``write`` (a bug, a budget cap) cancels the work
         in flight and propagates; faults that are data are rows made inside ``fn``.
+        Once ``until()`` is true after a write, no item starts and those in flight
+        are cancelled. Returns the items cancelled in flight and those never
+        started, each in input order.
         """
         items = list(items)
         wrote = self.flush_every(*flush) if flush else None
+        started: list[int] = []
+        finished: set[int] = set()
+
+        def feed():
+            for index in range(len(items)):
+                started.append(index)
+                yield index
+
+        async def run(index: int) -> Any:
+            return await fn(items[index])
+
         with self.progress(len(items), unit) as advance:
-            async with contextlib.aclosing(bounded(items, fn, concurrency)) as results:
-                async for item, result in results:
-                    rows = write(item, result)
+            async with contextlib.aclosing(bounded(feed(), run, concurrency)) as results:
+                async for index, result in results:
+                    finished.add(index)
+                    rows = write(items[index], result)
                     if wrote is not None:
                         wrote(rows or 0)
                     advance(1)
+                    if until is not None and until():
+                        break
+        cancelled = [items[i] for i in started if i not in finished]
+        return cancelled, items[len(started) :]
 
     def recount(self) -> None:
         """Set ``rows.<table>`` (and the tallies below) from this stage's and rank's shards, so a

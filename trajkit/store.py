@@ -172,7 +172,8 @@ def opened_runs() -> list[str]:
 
 
 class Store:
-    """A run directory. ``create=False`` makes a missing directory a user error."""
+    """A run directory. ``create=False`` makes a missing directory a user error; ``create=True`` (a stage
+    that writes) also requires it to be writable."""
 
     def __init__(self, root: str | Path, create: bool = False):
         self.root = Path(root)
@@ -183,6 +184,8 @@ class Store:
                 self.root.mkdir(parents=True)
             except OSError as e:
                 raise UserError(f"cannot create the run directory {self.root}: {e.strerror or e}") from None
+        elif create and not os.access(self.root, os.W_OK | os.X_OK):
+            raise UserError(f"the run directory {self.root} is not writable (read-only file system or permissions)")
         _OPENED.add(os.path.realpath(self.root))
         self.lease: Lease | None = None  # set on the store a stage run writes through (``leased``)
 

@@ -11,7 +11,7 @@ from tests.curate.helpers import run, task
 from trajkit.config import build
 from trajkit.curate.passk import PASSK
 from trajkit.curate.samples import sample_row
-from trajkit.envs.solve import attempt_seed
+from trajkit.envs.agent import episode_seed
 from trajkit.errors import StageStopped, UserError
 from trajkit.models.scripted_server import Fault, ScriptedServer
 from trajkit.runner import run_stage
@@ -61,7 +61,7 @@ def humaneval_run(run_dir) -> Store:
 
 
 def sample_seed(task_id: str, index: int) -> int:
-    return attempt_seed(0, task_id, index)
+    return episode_seed(0, task_id, index)
 
 
 def _expected_ids(store: Store) -> set[str]:

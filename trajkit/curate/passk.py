@@ -5,7 +5,7 @@ agent loop in a ``ToolEnv`` built from the run's ``servers`` table, with their
 trajectories written to ``trajectories``; other tasks are one chat
 completion), each judged by the task's verifier in the sandbox (``sandbox:``
 local or e2b). ``sample_id = content_id(task_id, model, index, seed)``, where
-the seed (``envs.solve.attempt_seed``) derives from the base seed, the task
+the seed (``envs.agent.episode_seed``) derives from the base seed, the task
 and the index (not the model: models draw the same random numbers), so a rerun
 asks for the same samples.
 
@@ -118,7 +118,7 @@ def retry_transient(ctx: StageContext, _: PassKConfig) -> int:
 
 
 def run_passk(ctx: StageContext, cfg: PassKConfig) -> dict[str, Any]:
-    from trajkit.envs.solve import attempt_seed
+    from trajkit.envs.agent import episode_seed
     from trajkit.verify import check_custom_verifiers
 
     tasks = _tasks(ctx, cfg)
@@ -129,7 +129,7 @@ def run_passk(ctx: StageContext, cfg: PassKConfig) -> dict[str, Any]:
         if not ctx.mine(task["task_id"]):
             continue
         for index in range(cfg.k):
-            seed = attempt_seed(cfg.seed, task["task_id"], index)
+            seed = episode_seed(cfg.seed, task["task_id"], index)
             sid = content_id(task["task_id"], cfg.model.model, index, seed)
             if sid not in done:
                 work.append((sid, task, index, seed))

@@ -5,7 +5,7 @@ question and a verifier (skipped ones are counted). For each model and task,
 ``n`` attempts go through ``envs.solve.solve`` (tool tasks run the agent loop,
 others one chat completion, judged by the task's verifier: the same unit
 curation's pass@k tagging runs), attempt i seeded
-``envs.solve.attempt_seed(seed, task, i)`` (the same for every model). pass@k is the unbiased
+``envs.agent.episode_seed(seed, task, i)`` (the same for every model). pass@k is the unbiased
 estimator (``verify.pass_at_k``). An attempt that could not be judged (a model
 request or a server failed, a verifier error) is counted by reason and left
 out of ``samples``; such a row is redone when the stage runs again (a resume:
