@@ -86,7 +86,7 @@ def run_command(
         from trajkit.executors.ray import run_on_ray
 
         name = name or spec.kind.split(".")[-1]
-        return run_on_ray(run, kind, cfg, name, fresh, world_size, address, budget_tokens, budget_cost)
+        return run_on_ray(run, spec, cfg, name, fresh, world_size, address, budget_tokens, budget_cost)
     store = Store(run, create=True)
     return run_stage(
         store,

@@ -232,3 +232,14 @@ def test_nodes_running_other_code_are_refused(tmp_path, ray_cluster, monkeypatch
         run_command(
             "synth.rollouts", tmp_path, {"model": {"model": "m"}}, world_size=2, executor="ray", address=ray_cluster
         )
+
+
+def test_a_pipeline_of_a_dotted_path_stage_runs_on_ray(tmp_path, ray_cluster):
+    """Shards get the StageSpec itself, so a stage named by a dotted path (no registry kind) runs on nodes too."""
+    from trajkit.pipeline import run_pipeline
+
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text("stages:\n  - stage: tests.toy_stage:TOY\n    config: {n: 20}\n")
+    manifests = run_pipeline(pipeline, tmp_path / "run", executor="ray", address=ray_cluster, world_size=2)
+    assert [m["rank"] for m in manifests] == [0, 1] and sum(m["counts"]["rows.tasks"] for m in manifests) == 20
+    assert Store(tmp_path / "run").count("tasks") == 20

@@ -36,7 +36,7 @@ def _ray():
 
 def run_on_ray(
     root: Path,
-    kind: str,
+    spec: Any,
     cfg: Any,
     name: str,
     fresh: bool,
@@ -48,16 +48,15 @@ def run_on_ray(
     """Run the stage's ``world_size`` shards on Ray; return ``{"stage", "world_size", "shards"}`` (their
     manifests, rank order) and, for a stage with a report, ``"summary"``: the report over every shard's rows."""
     from trajkit.runner import StageContext, _console, check_config
-    from trajkit.stages import get_stage
     from trajkit.store import Store
 
     ray = _ray()
     store = Store(root, create=True)
     check_config(store, name, cfg, fresh)  # one-line config errors before anything starts
-    with cluster(address, world_size):
+    with cluster(address):
         shard = ray.remote(num_cpus=shard_cpus(ray, world_size), max_retries=SHARD_RETRIES)(_shard)
         pending = {
-            shard.remote(str(store.root), kind, cfg, name, r, world_size, budget_tokens, budget_cost): r
+            shard.remote(str(store.root), spec, cfg, name, r, world_size, budget_tokens, budget_cost): r
             for r in range(world_size)
         }
         manifests: dict[int, dict[str, Any]] = {}
@@ -79,9 +78,8 @@ def run_on_ray(
                 highlight=False,
             )
     result = {"stage": name, "world_size": world_size, "shards": [manifests[r] for r in range(world_size)]}
-    spec = get_stage(kind)
     if spec.report is not None:  # each shard's own summary saw only the rows written by its end
-        result["summary"] = spec.report(StageContext(store, name, kind, world_size=world_size, quiet=True), cfg)
+        result["summary"] = spec.report(StageContext(store, name, spec.kind, world_size=world_size, quiet=True), cfg)
     return result
 
 
@@ -93,8 +91,8 @@ def shard_cpus(ray, world_size: int) -> int:
 
 
 @contextlib.contextmanager
-def cluster(address: str | None, cpus: int) -> Iterator[None]:
-    """Connect to the cluster at ``address`` (or start a local one with ``cpus`` CPUs) unless connected;
+def cluster(address: str | None) -> Iterator[None]:
+    """Connect to the cluster at ``address`` (or start a local one on this machine's CPUs) unless connected;
     check that every node runs this code version; disconnect (and stop a local cluster) at the end."""
     from trajkit.runner import code_version
 
@@ -102,7 +100,7 @@ def cluster(address: str | None, cpus: int) -> Iterator[None]:
     if ray.is_initialized():
         yield
         return
-    opts = {"address": address} if address else {"num_cpus": max(1, min(cpus, os.cpu_count() or 1))}
+    opts = {"address": address} if address else {"num_cpus": len(os.sched_getaffinity(0))}
     try:
         ray.init(**opts, include_dashboard=False, log_to_driver=False, configure_logging=False)
     except ConnectionError as e:
@@ -114,16 +112,14 @@ def cluster(address: str | None, cpus: int) -> Iterator[None]:
         ray.shutdown()
 
 
-def _shard(root, kind, cfg, name, rank, world_size, budget_tokens, budget_cost) -> dict[str, Any]:
+def _shard(root, spec, cfg, name, rank, world_size, budget_tokens, budget_cost) -> dict[str, Any]:
     """One shard, inside a Ray worker: the same ``run_stage`` a hand-started rank runs, on the CPUs Ray gave it."""
     import ray
 
     from trajkit.concurrency import cpu_share
     from trajkit.runner import run_stage
-    from trajkit.stages import get_stage
     from trajkit.store import Store
 
-    spec = get_stage(kind)
     node_id = ray.get_runtime_context().get_node_id()
     try:
         with cpu_share(int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))):
