@@ -46,7 +46,7 @@ def safe_name(stage: str) -> str:
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{TMP_PREFIX}{os.getpid()}-{path.name}")  # unique: ranks may write at once
+    tmp = path.with_name(f"{TMP_PREFIX}{uuid.uuid4().hex[:12]}-{path.name}")  # unique: ranks on any node write at once
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
