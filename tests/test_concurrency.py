@@ -110,10 +110,12 @@ def test_pools_size_from_the_cpus_the_executor_gave_the_shard():
     machine = len(os.sched_getaffinity(0))
     assert cpus() == machine
     assert Sandbox().workers == machine and ToolEnv([]).slots.total == SERVERS_PER_CPU * machine
+    assert ToolEnv([]).pool_size == machine
     share = machine + 3  # not the machine's count, whatever the machine
     with cpu_share(share):
         assert cpus() == share
         assert Sandbox().workers == share and ToolEnv([]).slots.total == SERVERS_PER_CPU * share
+        assert ToolEnv([]).pool_size == share
         with pytest.raises(SandboxUnavailable, match=f"1 to {WORKERS_PER_CPU * share} "):
             Sandbox(workers=WORKERS_PER_CPU * share + 1)
     assert cpus() == machine

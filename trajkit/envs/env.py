@@ -7,10 +7,11 @@ pool. A server is stateless when every tool it lists is annotated
 environment), unless ``stateless={name: bool}`` says otherwise. Bounds:
 
 * ``max_processes`` — live per-trajectory server processes, all servers
-  together (default ``SERVERS_PER_CPU`` per CPU the shard has: ``cpus()``,
-  a Ray task's CPUs rather than its node's); a trajectory reserves the processes it needs at once (so two
+  together; a trajectory reserves the processes it needs at once (so two
   trajectories can never deadlock holding half of theirs); pools add
-  ``pool_size`` processes per stateless server on top;
+  ``pool_size`` processes per stateless server on top, started as load needs
+  them. Both default to the CPUs the shard has (``cpus()``: a Ray task's, not
+  its node's): ``SERVERS_PER_CPU`` per CPU, and one pool process per CPU;
 * ``max_concurrency_per_server`` — calls in flight on one server process
   (or HTTP session) at a time.
 
@@ -137,7 +138,7 @@ class ToolEnv:
         config: Mapping[str, ServerConfig] | str | Path | None = None,
         stateless: Mapping[str, bool] | None = None,
         max_processes: int | None = None,
-        pool_size: int = 2,
+        pool_size: int | None = None,
         max_concurrency_per_server: int = 8,
         startup_timeout_s: float = 60.0,
     ):
@@ -149,7 +150,7 @@ class ToolEnv:
             if row["status"] == "ok":
                 check_environment(row["name"], self.config_for(row))
         self.stateless = {r["name"]: (stateless or {}).get(r["name"], is_stateless(r)) for r in self.rows}
-        self.pool_size = pool_size
+        self.pool_size = pool_size or cpus()
         self.max_concurrency_per_server = max_concurrency_per_server
         self.startup_timeout_s = startup_timeout_s
         self.slots = _Slots(max_processes or SERVERS_PER_CPU * cpus())

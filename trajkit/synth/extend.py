@@ -68,7 +68,12 @@ class ExtendConfig(StageConfig):
         json_schema_extra={"hash": False},
         description="Live server processes (default: 16 per CPU the shard has).",
     )
-    pool_size: int = Field(2, ge=1, json_schema_extra={"hash": False})
+    pool_size: int | None = Field(
+        None,
+        ge=1,
+        json_schema_extra={"hash": False},
+        description="Processes per stateless server, started as load needs them (default: one per CPU the shard has).",
+    )
     flush_rows: int = Field(64, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
 
 
