@@ -243,3 +243,17 @@ def test_a_pipeline_of_a_dotted_path_stage_runs_on_ray(tmp_path, ray_cluster):
     manifests = run_pipeline(pipeline, tmp_path / "run", executor="ray", address=ray_cluster, world_size=2)
     assert [m["rank"] for m in manifests] == [0, 1] and sum(m["counts"]["rows.tasks"] for m in manifests) == 20
     assert Store(tmp_path / "run").count("tasks") == 20
+
+
+def test_a_shard_sizes_its_sandbox_from_its_cpus_and_fails_with_the_reason(tmp_path, ray_cluster):
+    """9 sandbox workers fit this 2-CPU machine (8 per CPU) but not a shard Ray gave 1 CPU: the shard fails
+    before any row, naming itself, its node and the limit of its share."""
+    from tests.curate.helpers import run
+
+    store = Store(tmp_path / "run", create=True)
+    run(store, "curate.import", preset="humaneval", limit=2)
+    with ScriptedServer(coder) as server:
+        cfg = {"model": _model(server), "k": 2, "workers": 9}
+        with pytest.raises(UserError, match=r"^shard [01] on node \w{8} \(\S+\): 9 sandbox workers: .* 1 to 8 "):
+            run_command("curate.passk", store.root, cfg, world_size=2, executor="ray", address=ray_cluster)
+    assert not store.shards("samples")
