@@ -204,24 +204,24 @@ def test_a_killed_driver_takes_its_shards_with_it_and_a_rerun_resumes(tmp_path, 
 
 
 def test_a_node_that_cannot_start_the_servers_fails_its_shard_with_a_reason(
-    tmp_path, ray_cluster, calculator_rows, model_server, monkeypatch
+    tmp_path, ray_cluster, stdio_rows, model_server, monkeypatch
 ):
-    """The servers need a variable this driver has and the cluster's nodes lack: each shard fails at start,
-    and the command fails with one line naming the shard, where it ran and why."""
-    run = with_servers(tmp_path / "run", calculator_rows)
+    """The servers need a variable this driver has and the cluster's nodes lack, or a command the nodes do not
+    have: each shard fails at start, and the command fails with one line naming the shard, its node and why."""
+    run = with_servers(tmp_path / "run", stdio_rows)
     stage(run, "synth.tasks", pipeline_configs(model_server)["tasks"])
-    servers = tmp_path / "servers.json"
-    url = calculator_rows[0]["url"]
-    headers = {"Authorization": "Bearer ${TRAJKIT_NODE_TOKEN}"}
-    servers.write_text(json.dumps({"mcpServers": {"calculator": {"url": url, "headers": headers}}}))
     monkeypatch.setenv("TRAJKIT_NODE_TOKEN", "only-on-the-driver")
-    rollouts = {"model": model(model_server), "servers_config": str(servers)}
-    with pytest.raises(
-        UserError,
-        match=r"^shard [01] on node \w{8} \(\S+\): server 'calculator': .*TRAJKIT_NODE_TOKEN is not set",
+    calculator = {"command": sys.executable, "args": ["-m", "trajkit.envs.servers.calculator"]}
+    for server, why in (
+        ({**calculator, "env": {"TOKEN": "${TRAJKIT_NODE_TOKEN}"}}, r"TRAJKIT_NODE_TOKEN is not set"),
+        ({"command": "trajkit-test-no-such-server"}, r"command 'trajkit-test-no-such-server' not found"),
     ):
-        run_command("synth.rollouts", run, rollouts, world_size=2, executor="ray", address=ray_cluster)
-    assert not Store(run).shards("trajectories")
+        servers = tmp_path / "servers.json"
+        servers.write_text(json.dumps({"mcpServers": {"calculator": server}}))
+        rollouts = {"model": model(model_server), "servers_config": str(servers)}
+        with pytest.raises(UserError, match=rf"^shard [01] on node \w{{8}} \(\S+\): server 'calculator': .*{why}"):
+            run_command("synth.rollouts", run, rollouts, world_size=2, executor="ray", address=ray_cluster)
+        assert not Store(run).shards("trajectories")
 
 
 def test_nodes_running_other_code_are_refused(tmp_path, ray_cluster, monkeypatch):

@@ -20,7 +20,8 @@ Server env values, HTTP headers and cwd come from ``config`` (the
 which holds its command, args or url but only the *names* of the environment
 variables it reads: a row with ``env_names`` then needs the file, and
 building the env says so (a UserError, before anything starts), as it does for
-a ``${VAR}`` of the config that is not set. (Nor does a row record a stdio
+a ``${VAR}`` of the config that is not set and for a stdio command this machine
+does not have (a cluster node that cannot start the servers fails its shard). (Nor does a row record a stdio
 ``cwd`` or literal HTTP headers: pass the file for servers that have them.)
 Use ``async with ToolEnv(...)``: every server is shut down on every exit path,
 Ctrl-C included.
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from trajkit.concurrency import cpus
-from trajkit.envs.config import ServerConfig, check_environment, load_servers_config
+from trajkit.envs.config import ServerConfig, check_command, check_environment, load_servers_config
 from trajkit.envs.session import Connection, ServerFault, ToolOutput
 from trajkit.envs.tools import ToolRoute, select_servers, tool_routes
 from trajkit.errors import UserError
@@ -149,6 +150,7 @@ class ToolEnv:
         for row in self.rows:  # every server that may start can start: a user error now, not a fault later
             if row["status"] == "ok":
                 check_environment(row["name"], self.config_for(row))
+                check_command(row["name"], self.config_for(row))
         self.stateless = {r["name"]: (stateless or {}).get(r["name"], is_stateless(r)) for r in self.rows}
         self.pool_size = pool_size or cpus()
         self.max_concurrency_per_server = max_concurrency_per_server
