@@ -47,6 +47,8 @@ class ShardKiller(threading.Thread):
                     if not any(self.child in " ".join(c.cmdline()) for c in p.children(recursive=True)):
                         continue
                     time.sleep(0.5)
+                    if "ray::_shard" not in " ".join(p.cmdline()):  # the task ended meanwhile: not mid-shard
+                        continue
                     self.children = p.children(recursive=True)
                     self.commands = [" ".join(c.cmdline()) for c in self.children]
                     os.kill(p.pid, signal.SIGKILL)
@@ -96,7 +98,7 @@ def test_passk_on_ray_equal_local(tmp_path, ray_cluster):
     local, on_ray = Store(tmp_path / "local", create=True), Store(tmp_path / "ray", create=True)
     for s in (local, on_ray):
         run(s, "curate.import", preset="humaneval", limit=2)
-    with ScriptedServer(coder) as server, ScriptedServer(coder, delay_s=0.2) as slow:
+    with ScriptedServer(coder) as server, ScriptedServer(coder, delay_s=0.5) as slow:
         cfg = {"model": _model(server), "k": K, "max_tokens": 512, "concurrency": 2}
         run(local, "curate.passk", **cfg)
         killer = ShardKiller("trajkit/verify/")  # a sandbox worker of the shard's
