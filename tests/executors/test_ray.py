@@ -65,8 +65,16 @@ class ShardKiller(threading.Thread):
         assert self.killed is not None and not psutil.pid_exists(self.killed)
         assert any(self.child in c for c in self.commands), self.commands
         _, alive = psutil.wait_procs(self.children, timeout=10)
-        alive = [c for c in alive if c.status() != psutil.STATUS_ZOMBIE]
-        assert not alive, [c.cmdline() for c in alive]
+        assert not [c.pid for c in alive if _running(c)], [self.commands[self.children.index(c)] for c in alive]
+
+
+def _running(process) -> bool:
+    import psutil
+
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def test_rollouts_on_ray_equal_local(tmp_path, ray_cluster, calculator_rows, model_server):
@@ -77,13 +85,13 @@ def test_rollouts_on_ray_equal_local(tmp_path, ray_cluster, calculator_rows, mod
     shutil.copytree(base, local)
     shutil.copytree(base, on_ray)
     rollouts = {"model": model(model_server), "pool_size": 1, "concurrency": 4}
-    assert stage(local, "synth.rollouts", rollouts)["cpus"] == len(os.sched_getaffinity(0)) == 2
+    assert stage(local, "synth.rollouts", rollouts)["cpus"] == len(os.sched_getaffinity(0))
     result = run_command("synth.rollouts", on_ray, {**rollouts}, world_size=2, executor="ray", address=ray_cluster)
     manifests = result["shards"]
     assert [m["rank"] for m in manifests] == [0, 1] and all(m["counts"] for m in manifests)
     assert len({m["node"] for m in manifests}) >= 1
     assert [Store(on_ray).manifest("rollouts", r, 2)["rank"] for r in (0, 1)] == [0, 1]
-    # each node has 1 CPU of this machine's 2: a shard's pools size from the CPU Ray gave it
+    # each node has 1 CPU, whatever this machine has: a shard's pools size from the CPU Ray gave it
     assert [m["cpus"] for m in manifests] == [1, 1]
     assert_same_output(local, on_ray, "rollouts")
     # a rerun finds every shard complete and writes nothing
@@ -248,7 +256,7 @@ def test_a_pipeline_of_a_dotted_path_stage_runs_on_ray(tmp_path, ray_cluster):
 
 
 def test_a_shard_sizes_its_sandbox_from_its_cpus_and_fails_with_the_reason(tmp_path, ray_cluster):
-    """9 sandbox workers fit this 2-CPU machine (8 per CPU) but not a shard Ray gave 1 CPU: the shard fails
+    """9 sandbox workers fit a machine of 2 CPUs (8 per CPU) but not a shard Ray gave 1 CPU: the shard fails
     before any row, naming itself, its node and the limit of its share."""
     from tests.curate.helpers import run
 
