@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.synth.conftest import brain, calculator_rows, model_server  # noqa: F401 (shared fixtures)
+from tests.synth.conftest import brain, calculator_rows, clean_pipeline, model_server  # noqa: F401 (shared fixtures)
 from trajkit.envs.config import ServerConfig
 
 RAY = str(Path(sys.executable).with_name("ray"))

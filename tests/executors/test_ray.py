@@ -153,6 +153,31 @@ def test_eval_passk_on_ray_reports_every_shard(tmp_path, ray_cluster):
     assert sorted(shards) != [0, 3]  # both shards evaluated tasks
 
 
+def test_eval_tools_on_ray_reports_every_shard(tmp_path, ray_cluster, clean_pipeline, model_server):
+    """``trajkit eval tools --executor ray`` on a synth run's trajectories: the local executor's rows and report."""
+    from typer.testing import CliRunner
+
+    from trajkit.cli import app
+
+    outs, runs = {}, {}
+    for name, extra in (("local", []), ("ray", ["--executor", "ray", "--world-size", "2", "--address", ray_cluster])):
+        runs[name] = tmp_path / name
+        shutil.copytree(clean_pipeline, runs[name])
+        args = ["eval", "tools", "--run", str(runs[name]), "--model", "scripted", "--backend", "openai"]
+        args += ["--base-url", model_server.base_url, "--set", "split=null", *extra]
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 0, res.output
+        outs[name] = res.stdout
+    rows = {
+        n: sorted(({k: v for k, v in r.items() if k not in TIMINGS} for r in Store(run).rows("eval_tools")), key=str)
+        for n, run in runs.items()
+    }
+    assert rows["local"] and rows["local"] == rows["ray"]
+    assert outs["local"] == outs["ray"]
+    shards = [Store(runs["ray"]).manifest("eval-tools", r, 2)["counts"].get("rows.eval_tools", 0) for r in (0, 1)]
+    assert all(shards)
+
+
 def test_a_worker_killed_mid_shard_is_retried_without_loss_or_duplicates(tmp_path, ray_cluster, stdio_rows, brain):
     """The killed shard's MCP server processes (stdio, started by the shard) die with it; Ray retries it."""
     base = with_servers(tmp_path / "base", stdio_rows)
