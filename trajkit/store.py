@@ -9,7 +9,8 @@ Layout::
       _stages/<stage>/_manifest.json          written last: the stage completed
 
 Only this module writes shards: through pyarrow, cast to the table's schema,
-to a temporary file that is fsynced and renamed into place.
+secrets redacted (``trajkit.redact``), to a temporary file that is fsynced and
+renamed into place.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from trajkit import redact
 from trajkit import schema as S
 from trajkit.errors import UserError
 
@@ -94,7 +96,7 @@ class ShardWriter:
             rows = [rows] if isinstance(rows, dict) else list(rows)
             if not rows:
                 return
-        data = S.to_batch(self.table, rows)
+        data = redact.current().table(S.to_batch(self.table, rows))
         self._pending.append(data)
         self._buffered += len(data)
         while self._buffered >= self.rows_per_shard:
