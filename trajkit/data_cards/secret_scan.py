@@ -32,7 +32,7 @@ PATTERNS: dict[str, str] = {
     "Slack token": r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
     "private key": r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----",
     "Bearer header": r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{12,}",
-    "credentials in a URL": r"\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@",
+    "credentials in a URL": r"\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:[^/\s@\[\]]+@",  # [REDACTED] is none
     "token split by an invisible character": "[A-Za-z0-9_-]{4}[\u200b\u200c\u200d\u2060\ufeff\u00ad]+[A-Za-z0-9_-]{4}",
 }
 _ANY = "|".join(f"(?:{p})" for p in PATTERNS.values())
