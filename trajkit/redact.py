@@ -63,7 +63,7 @@ MIN_BITS = 12.0  # length x Shannon entropy per character: "false" has 11.6, "hu
 TOKEN_COLUMNS = ("token_ids", "loss_mask", "logprobs")
 # Forms that are a credential wherever they appear: (pattern, replacement), read alike by Python's re and RE2.
 FORMS = (
-    (r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{12,}", r"\1" + REDACTED),
+    (r"(\b(?i:bearer)\s+)[A-Za-z0-9._~+/=-]{12,}", r"\1" + REDACTED),
     (r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:)[^/\s@]+@", r"\1" + REDACTED + "@"),
     *(
         (p, REDACTED)
@@ -143,6 +143,7 @@ class Redactor:
         literals = sorted(set((values or {}).values()), key=len, reverse=True)
         rules = [(f"(?:{'|'.join(_escape(v) for v in literals)})", REDACTED)] if literals else []
         self.rules = rules + list(FORMS)
+        self._any = "|".join(f"(?:{p})" for p, _ in self.rules)  # one pass finds the strings to redact
         self._compiled = [(re.compile(p), r) for p, r in self.rules]
 
     @classmethod
@@ -198,6 +199,8 @@ class Redactor:
         t = arr.type
         if pa.types.is_string(t) or pa.types.is_large_string(t):
             mask = None
+            if not pc.any(pc.match_substring_regex(arr, self._any)).as_py():
+                return arr, mask
             for pattern, replacement in self.rules:
                 found = pc.fill_null(pc.match_substring_regex(arr, pattern), False)
                 if pc.any(found).as_py():
