@@ -33,12 +33,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from trajkit import __version__
+from trajkit import __version__, redact
 from trajkit import schema as S
 from trajkit.concurrency import bounded, cpus
 from trajkit.config import StageConfig, config_differences, config_hash, hashed_dict
 from trajkit.errors import Fenced, StageStopped, UserError
-from trajkit.redact import clean_endpoints
+from trajkit.redact import Redactor, clean_endpoints
 from trajkit.store import ShardWriter, Store, atomic_write_json
 
 
@@ -326,7 +326,8 @@ class StageContext:
         if not self.quiet:
             from rich.markup import escape  # messages carry server and model text: shown literally
 
-            _console().print(f"[dim]{escape(self.name)}[/]: {escape(message)}", highlight=False)
+            text = escape(redact.current().text(message))
+            _console().print(f"[dim]{escape(self.name)}[/]: {text}", highlight=False)
 
     @contextlib.contextmanager
     def progress(self, total: int | None, description: str = "") -> Iterator[Callable[[int], None]]:
@@ -444,6 +445,7 @@ def run_stage(
     name = name or spec.kind.split(".")[-1]
     if not 0 <= rank < world_size:
         raise UserError(f"rank {rank} is not in 0..{world_size - 1}")
+    redact.activate(Redactor.for_stage(cfg))  # rows, manifests, log lines and cache entries go through it
     chash, pin = check_config(store, name, cfg, fresh)
     done = store.manifest(name, rank, world_size)
     if done is not None and not fresh:
@@ -460,7 +462,9 @@ def run_stage(
     if pin:
         atomic_write_json(
             store.stage_dir(name) / "_config.json",
-            {"stage": name, "kind": spec.kind, "config": hashed_dict(cfg), "config_hash": chash},
+            redact.current().value(
+                {"stage": name, "kind": spec.kind, "config": hashed_dict(cfg), "config_hash": chash}
+            ),
         )
     usage = Usage(budget_tokens, budget_cost, served_file=store.stage_dir(name) / "_served.json")
     ctx = StageContext(store, name, spec.kind, rank, world_size, usage, quiet=quiet)
@@ -507,7 +511,7 @@ def run_stage(
         **({"summary": extra} if extra else {}),
     }
     store.lease.check()
-    atomic_write_json(store.manifest_path(name, rank, world_size), manifest)
+    atomic_write_json(store.manifest_path(name, rank, world_size), redact.current().value(manifest))
     if not quiet:
         _console().print(f"[dim]{name}[/]: done in {manifest['seconds']:.1f}s ({_summary(manifest)})", highlight=False)
     return manifest

@@ -9,11 +9,12 @@ Layout::
       _stages/<stage>/_manifest.json          written last: the stage completed
 
 Only this module writes shards: through pyarrow, cast to the table's schema,
-to a temporary file that is fsynced and renamed into place. A run of a stage
-shard holds a ``Lease`` on it (``_stages/<stage>/_lease-r<rank>``); a newer run
-of the same shard takes the lease over, and the older run's next commit then
-fails (``Fenced``) with its temporary file removed, so a rerun never races an
-older run that is still alive (a killed driver's Ray tasks, a second shell).
+secrets redacted (``trajkit.redact``), to a temporary file that is fsynced and
+renamed into place. A run of a stage shard holds a ``Lease`` on it
+(``_stages/<stage>/_lease-r<rank>``); a newer run of the same shard takes the
+lease over, and the older run's next commit then fails (``Fenced``) with its
+temporary file removed, so a rerun never races an older run that is still
+alive (a killed driver's Ray tasks, a second shell).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from trajkit import redact
 from trajkit import schema as S
 from trajkit.errors import Fenced, UserError
 
@@ -128,7 +130,7 @@ class ShardWriter:
             rows = [rows] if isinstance(rows, dict) else list(rows)
             if not rows:
                 return
-        data = S.to_batch(self.table, rows)
+        data = redact.current().table(S.to_batch(self.table, rows))
         self._pending.append(data)
         self._buffered += len(data)
         while self._buffered >= self.rows_per_shard:
