@@ -114,12 +114,14 @@ FROM trajectories
 """
 
 
-def sft_batches(store: Store) -> Iterator[pa.Table]:
-    """Accepted trajectories with messages, in id order, ``BATCH_ROWS`` at a time, in the view's schema."""
-    query = f"{SFT_SELECT} WHERE {accepted_where('trajectories')} AND len(messages) > 0 ORDER BY traj_id"
+def sft_batches(store: Store, memory_limit: str = "1GB") -> Iterator[pa.Table]:
+    """Accepted trajectories with messages, in shard order (no sort: the view streams), ``BATCH_ROWS`` at
+    a time, in the view's schema."""
+    query = f"{SFT_SELECT} WHERE {accepted_where('trajectories')} AND len(messages) > 0"
     schema = SCHEMAS["sft"]
     as_text = pa.schema([pa.field("tools", pa.list_(pa.string())) if f.name == "tools" else f for f in schema])
     con = store.duckdb()
+    con.execute(f"SET memory_limit = '{memory_limit}'")
     try:
         for batch in con.sql(query).to_arrow_reader(BATCH_ROWS):
             yield pa.Table.from_batches([batch]).cast(as_text).cast(schema)
@@ -152,11 +154,11 @@ def rl_rows(store: Store) -> list[dict[str, Any]]:
     return out
 
 
-def write_views(store: Store, card_dir: Path) -> dict[str, int]:
+def write_views(store: Store, card_dir: Path, memory_limit: str = "1GB") -> dict[str, int]:
     """Write each view that has rows as ``card_dir/data/<view>/train-00000.parquet`` (atomically;
     an earlier rendering's files go); rows per view."""
     return {
-        "sft": _write(card_dir / DATA / "sft", "sft", sft_batches(store)),
+        "sft": _write(card_dir / DATA / "sft", "sft", sft_batches(store, memory_limit)),
         "rl": _write(card_dir / DATA / "rl", "rl", iter([_table("rl", rl_rows(store))])),
     }
 
