@@ -118,7 +118,8 @@ def test_card_applies_reviews_and_a_stale_card_is_not_pushed(carded, hub, tmp_pa
     assert refused.startswith("the card is older than the newest review (")
     assert hub.repos == {}
 
-    invoke("card", "--run", str(run), "--examples", "0")
+    out = invoke("card", "--run", str(run), "--examples", "0").output
+    assert f"views: sft {len(accepted_ids(store, 'trajectories')):,} rows, rl " in out
     readme = (run / "card" / "README.md").read_text()
     assert "Human reviews applied: 1, the newest from" in readme
     sft = _load(_clone(run, hub, tmp_path / "clone"), "sft", tmp_path / "cache")
