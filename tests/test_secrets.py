@@ -178,7 +178,8 @@ def _leak(tmp_path: Path, vault_url: str, monkeypatch: pytest.MonkeyPatch) -> tu
     run = tmp_path / "run"
     out = {}
     with ScriptedServer(Leaker()) as model:
-        m = ["--model", "scripted", "--backend", "openai", "--base-url", model.base_url, "--set", "model.max_retries=0"]
+        url = model.base_url.replace("http://", f"http://bob:{URL_PASSWORD}@")  # the endpoint's password too
+        m = ["--model", "scripted", "--backend", "openai", "--base-url", url, "--set", "model.max_retries=0"]
         out["harvest output"] = _cli("synth", "harvest", "--run", run, "--servers", servers)
         out["tasks output"] = _cli(
             "synth", "tasks", "--run", run, *m, "--mode", "multi_server", "--requests", 1, "--k", 2,
@@ -224,6 +225,9 @@ def test_no_planted_secret_is_written_anywhere(leaked_run):
     assert any(n.endswith(".parquet") for n in searched) and any(n.endswith("calls.sqlite rows") for n in searched)
     assert any(n.startswith("pushed data/") for n in searched) and "export" in searched
     assert any("_manifest.json" in n for n in searched)
+    endpoint = store.manifest("rollouts")["config"]["model"]["base_url"]
+    assert endpoint.startswith("http://127.0.0.1:") and endpoint in store.manifest("rollouts")["usage"]["endpoints"]
+    assert f"base_url: {endpoint}" in searched["card/README.md"]  # endpoints without credentials
     found = {where: _leaks(text) for where, text in searched.items()}
     assert {w: f for w, f in found.items() if f} == {}
     # a trajectory that held a secret lost its token ids; a clean one kept them, and they decode
