@@ -23,10 +23,11 @@ from typer.testing import CliRunner
 from tests.data_cards.conftest import TOKEN
 from tests.data_cards.fake_hub import FakeHub
 from tests.synth.brain import Brain
+from trajkit import schema as S
 from trajkit.cli import app
 from trajkit.envs.config import ServerConfig
 from trajkit.models.scripted_server import ScriptedServer
-from trajkit.redact import INVISIBLE, REDACTED, config_secrets
+from trajkit.redact import INVISIBLE, REDACTED, Redactor, config_secrets
 from trajkit.store import Store
 
 LEAKY = Path(__file__).resolve().parent / "envs" / "servers" / "leaky.py"
@@ -244,3 +245,23 @@ def test_values_under_the_floor_are_not_redacted(leaked_run):
     env = {"TZ": "UTC", "DEBUG": "false", "MODE": "production", "SHOP_ID": SHORT, "DB_PASSWORD": "hunter"}
     found = config_secrets({"s": ServerConfig(command="x", env=env)}, environ={})
     assert found == {"s.SHOP_ID": SHORT, "s.DB_PASSWORD": "hunter"}  # a secret's name lowers the bar to the floor
+
+
+def test_a_table_is_redacted_as_its_rows_are():
+    """Arrow's RE2 and Python's re read the patterns alike; nulls and nesting survive; only rows that
+    held a secret lose their token trace."""
+    redactor = Redactor({"s.SHOP_ID": SHORT})
+    split = SHORT[:3] + "\u200d" + SHORT[3:]
+    rows = [
+        {"traj_id": "a", "task_id": "t", "status": "completed", "token_ids": [1, 2], "messages": [
+            {"role": "tool", "content": f"id {split}", "name": None},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "name": "f", "arguments": f"Bearer {BEARER}"}]},
+        ]},
+        {"traj_id": "b", "task_id": "t", "status": "completed", "token_ids": [3], "messages": None, "reason": None},
+        {"traj_id": "c", "task_id": "t", "status": "failed", "token_ids": [4], "messages": [], "reason": f"https://u:{URL_PASSWORD}@h"},
+    ]  # fmt: skip
+    table = redactor.table(S.to_batch("trajectories", rows))
+    expected = [{**redactor.value(r), **({"token_ids": None} if redactor.value(r) != r else {})} for r in rows]
+    assert table.to_pylist() == S.to_batch("trajectories", expected).to_pylist()
+    assert [r["token_ids"] for r in table.to_pylist()] == [None, [3], None]
+    assert REDACTED in table.column("reason")[2].as_py() and SHORT not in str(table.to_pylist())
