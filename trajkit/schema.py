@@ -20,16 +20,15 @@ TABLE_KEY = b"trajkit.table"
 # ---------------------------------------------------------------- enums
 SERVER_STATUS = ("ok", "failed")
 TRANSPORTS = ("stdio", "http")
-TASK_MODES = ("single_tool", "multi_tool", "multi_server", "imported")
+SYNTH_MODES = ("single_tool", "multi_tool", "multi_server")  # how synth tasks make a task (Toucan)
+TASK_MODES = (*SYNTH_MODES, "imported")
 VS_METHODS = ("direct", "vs_standard", "vs_cot", "vs_multi")
-VERIFIER_KINDS = ("unit_tests", "stdio", "math", "tool_outcome", "judge", "custom", "none")
 TRAJ_STATUS = ("completed", "truncated", "failed", "aborted")
 VERDICTS = ("pass", "fail", "timeout", "memory", "error")
 DIFFICULTIES = ("unsolved", "hard", "medium", "easy", "trivial")
 SPLITS = ("train", "held_out")
 REVIEW_TARGETS = ("task", "trajectory")
 REVIEW_DECISIONS = ("accept", "reject")
-ROLES = ("system", "user", "assistant", "tool")
 
 ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
     ("servers", "status"): SERVER_STATUS,

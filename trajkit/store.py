@@ -10,15 +10,21 @@ Layout::
 
 Only this module writes shards: through pyarrow, cast to the table's schema,
 secrets redacted (``trajkit.redact``), to a temporary file that is fsynced and
-renamed into place.
+renamed into place. A run of a stage shard holds a ``Lease`` on it
+(``_stages/<stage>/_lease-r<rank>``); a newer run of the same shard takes the
+lease over, and the older run's next commit then fails (``Fenced``) with its
+temporary file removed, so a rerun never races an older run that is still
+alive (a killed driver's Ray tasks, a second shell).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
 import shutil
+import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +34,7 @@ import pyarrow.parquet as pq
 
 from trajkit import redact
 from trajkit import schema as S
-from trajkit.errors import UserError
+from trajkit.errors import Fenced, UserError
 
 STAGES_DIR = "_stages"
 TMP_PREFIX = ".tmp-"
@@ -42,7 +48,7 @@ def safe_name(stage: str) -> str:
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{TMP_PREFIX}{os.getpid()}-{path.name}")  # unique: ranks may write at once
+    tmp = path.with_name(f"{TMP_PREFIX}{uuid.uuid4().hex[:12]}-{path.name}")  # unique: ranks on any node write at once
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
@@ -63,15 +69,43 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_parquet_atomic(path: Path, data: pa.Table) -> None:
+def _write_parquet_atomic(path: Path, data: pa.Table, lease: Lease | None = None) -> None:
+    """Write a shard to a temporary file of its own, then (``lease`` still held) rename it into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(TMP_PREFIX + path.name)
+    tmp = path.with_name(f"{TMP_PREFIX}{path.name}.{uuid.uuid4().hex[:8]}")
     with open(tmp, "wb") as f:
         pq.write_table(data, f, compression="zstd", row_group_size=64 * 1024)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
+    if lease is not None:
+        try:
+            lease.check()
+        except Fenced:
+            tmp.unlink(missing_ok=True)
+            raise
+    os.replace(tmp, path)  # fails if a newer run cleaned the temporary file after checking: fenced as well
     _fsync_dir(path.parent)
+
+
+class Lease:
+    """A run's hold on one stage shard (stage, rank), written when the run starts and checked before it
+    commits anything. A newer run of that shard writes its own token, which fences the older run off."""
+
+    def __init__(self, path: Path, stage: str, rank: int):
+        self.path, self.stage, self.rank = path, stage, rank
+        self.token = uuid.uuid4().hex
+        atomic_write_bytes(path, self.token.encode())
+
+    def check(self) -> None:
+        try:
+            holder = self.path.read_text()
+        except FileNotFoundError:  # the stage was dropped (--fresh) since
+            holder = None
+        if holder != self.token:
+            raise Fenced(
+                f"stage {self.stage!r} rank {self.rank}: a newer run took this shard over; "
+                "this run stopped and its unwritten rows were discarded"
+            )
 
 
 class ShardWriter:
@@ -108,7 +142,7 @@ class ShardWriter:
         self._pending = [rest] if len(rest) else []
         self._buffered = len(rest)
         path = self.store.table_dir(self.table) / f"{self.stage}-r{self.rank}-{self._seq:06d}.parquet"
-        _write_parquet_atomic(path, shard.combine_chunks())
+        _write_parquet_atomic(path, shard.combine_chunks(), self.store.lease)
         self._seq += 1
         self.rows_written += len(shard)
 
@@ -140,7 +174,8 @@ def opened_runs() -> list[str]:
 
 
 class Store:
-    """A run directory. ``create=False`` makes a missing directory a user error."""
+    """A run directory. ``create=False`` makes a missing directory a user error; ``create=True`` (a stage
+    that writes) also requires it to be writable."""
 
     def __init__(self, root: str | Path, create: bool = False):
         self.root = Path(root)
@@ -151,7 +186,17 @@ class Store:
                 self.root.mkdir(parents=True)
             except OSError as e:
                 raise UserError(f"cannot create the run directory {self.root}: {e.strerror or e}") from None
+        elif create and not os.access(self.root, os.W_OK | os.X_OK):
+            raise UserError(f"the run directory {self.root} is not writable (read-only file system or permissions)")
         _OPENED.add(os.path.realpath(self.root))
+        self.lease: Lease | None = None  # set on the store a stage run writes through (``leased``)
+
+    def leased(self, stage: str, rank: int) -> Store:
+        """Take the lease on a stage shard (fencing off any older run of it) and return this run directory
+        as the new run writes to it: every shard it commits or rewrites checks the lease first."""
+        store = copy.copy(self)
+        store.lease = Lease(self.stage_dir(stage) / f"_lease-r{rank}", stage, rank)
+        return store
 
     # ------------------------------------------------------------ paths
     def table_dir(self, table: str) -> Path:
@@ -277,7 +322,8 @@ class Store:
 
     def clean_temp(self, stage: str, rank: int = 0) -> None:
         """Remove temporary shard files a killed writer of this stage and rank left behind
-        (never another writer's: ranks and stages may run at the same time)."""
+        (never another writer's: ranks and stages may run at the same time). Called after taking the
+        shard's lease, so an older run still alive can no longer rename one into place."""
         for p in self.root.glob(f"*/{TMP_PREFIX}{safe_name(stage)}-r{rank}-*"):
             p.unlink(missing_ok=True)
 
@@ -307,8 +353,10 @@ class Store:
             if n:
                 kept = data.filter(keep)
                 if len(kept):
-                    _write_parquet_atomic(p, kept)
+                    _write_parquet_atomic(p, kept, self.lease)
                 else:
+                    if self.lease is not None:
+                        self.lease.check()
                     p.unlink()
                 removed += n
         return removed

@@ -316,6 +316,12 @@ def _loads(text: str) -> Any:
         return None
 
 
+def episode_seed(base: int, task_id: str, index: int) -> int:
+    """The sampling seed of episode (or attempt) ``index`` at a task: fixed by the base seed, the task and the
+    index, the same for every model and stage, so models compared on a task draw the same random numbers."""
+    return S.seed_for(base, task_id, index)
+
+
 def traj_id(task_id: str, rollout_index: int, seed: int | None, model: str, parent_id: str | None = None) -> str:
     """The id of a trajectory: the inputs that define the episode, never what the model said."""
     return S.content_id(task_id, rollout_index, seed, model, parent_id)

@@ -7,8 +7,8 @@ is one chat completion from a prompt built from the task. Faults are data
 (``Attempt.error``, with ``transient`` set for the faults a retry may cure),
 never exceptions. ``solve`` is an attempt judged by the task's verifier, as
 ``curate.passk`` and ``eval.passk`` both run it through one ``Solver`` (backends,
-servers and sandbox opened once per stage); ``attempt_seed`` is the seed of
-sample ``index`` of a task, whichever the model.
+servers and sandbox opened once per stage); ``envs.agent.episode_seed`` is
+the seed of sample ``index`` of a task, whichever the model.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from trajkit.envs.agent import MODEL_ERROR, AgentLimits, RolloutFn, is_transient, run_episode
+from trajkit.envs.agent import MODEL_ERROR, AgentLimits, RolloutFn, episode_seed, is_transient, run_episode
 from trajkit.envs.env import ToolEnv
 from trajkit.errors import StageStopped, UserError
 from trajkit.models.base import Backend, Message, SamplingParams
-from trajkit.schema import seed_for
+from trajkit.schema import content_id
 
 CODE_INSTRUCTION = "Write the complete function{name} in a single ```python code block."
 STDIO_INSTRUCTION = (
@@ -54,12 +54,6 @@ class Attempt:
     error: str | None = None
     seconds: float = 0.0
     transient: bool = False
-
-
-def attempt_seed(base: int, task_id: str, index: int) -> int:
-    """The sampling seed of attempt ``index`` at a task, the same for every model: models compared on a
-    task draw the same random numbers, and a run directory's path (in a local model's name) changes nothing."""
-    return seed_for(base, task_id, index)
 
 
 def is_tool_task(task: dict[str, Any]) -> bool:
@@ -178,8 +172,8 @@ async def solve(
 
 class Solver:
     """What attempts at a stage's tasks need, opened once: a backend per model, the run's servers as a
-    ``ToolEnv`` (only when a task needs tools) and the sandbox. ``curate.passk`` and ``eval.passk`` both
-    solve through it::
+    ``ToolEnv`` (only when a task needs tools) and the sandbox (only when a task's verifier runs code).
+    ``curate.passk`` and ``eval.passk`` both solve through it::
 
         async with Solver(models, tasks, servers, ...) as solver:
             solved = await solver.solve(task, model_name, index)
@@ -201,18 +195,50 @@ class Solver:
         rollout: str | None = None,
         sandbox: str = "local",
         workers: int | None = None,
+        scope: str | None = None,
     ):
         self.models, self.tasks, self.servers = models, tasks, servers
+        self.scope = scope
         self.params, self.limits, self.seed = params, limits, seed
         self.usage, self.cache_dir, self.servers_config = usage, cache_dir, servers_config
         self.system_prompt, self.rollout_path = system_prompt, rollout
         self.sandbox_kind, self.workers = sandbox, workers
         self._stack = contextlib.AsyncExitStack()
 
+    @classmethod
+    def for_stage(cls, ctx: Any, cfg: Any, models: list[Any], tasks: list[dict[str, Any]]) -> Solver:
+        """The solver of a pass@k stage (``curate passk``, ``eval passk``): sampling, limits, servers and sandbox
+        from the stage's config fields of those names, episode ids scoped to the stage."""
+        from trajkit.models.base import SamplingParams
+
+        return cls(
+            models,
+            tasks,
+            ctx.store.rows("servers"),
+            params=SamplingParams(
+                n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed
+            ),
+            limits=AgentLimits(
+                max_turns=cfg.max_turns,
+                max_context_tokens=getattr(cfg, "max_context_tokens", None),
+                tool_timeout_s=cfg.tool_timeout_s,
+                max_tool_output_chars=cfg.max_tool_output_chars,
+            ),
+            seed=cfg.seed,
+            usage=ctx.usage,
+            cache_dir=ctx.store.root / "_cache",
+            servers_config=cfg.servers_config,
+            system_prompt=cfg.system_prompt,
+            rollout=getattr(cfg, "rollout", None),
+            sandbox=cfg.sandbox,
+            workers=cfg.workers,
+            scope=ctx.name,
+        )
+
     async def __aenter__(self) -> Self:
         from trajkit.envs.agent import load_rollout
         from trajkit.models import make_backend
-        from trajkit.verify import make_sandbox
+        from trajkit.verify import SANDBOXED_KINDS, make_sandbox
 
         try:
             self.rollout = load_rollout(self.rollout_path) if self.rollout_path else None
@@ -225,7 +251,9 @@ class Solver:
             if any(is_tool_task(t) for t in self.tasks):
                 self.env = ToolEnv(self.servers, config=self.servers_config)
                 self._stack.push_async_callback(self.env.aclose)
-            self.sandbox = self._stack.enter_context(make_sandbox(self.sandbox_kind, self.workers))
+            self.sandbox = None  # started only for verifiers that run code (a custom or tool verifier runs here)
+            if any((t.get("verifier") or {}).get("kind") in SANDBOXED_KINDS for t in self.tasks):
+                self.sandbox = self._stack.enter_context(make_sandbox(self.sandbox_kind, self.workers))
         except BaseException:
             await self._stack.aclose()
             raise
@@ -234,20 +262,27 @@ class Solver:
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
 
-    def attempt_seed(self, task: dict[str, Any], index: int) -> int:
-        return attempt_seed(self.seed, task["task_id"], index)
+    def episode_seed(self, task: dict[str, Any], index: int) -> int:
+        return episode_seed(self.seed, task["task_id"], index)
 
     async def solve(self, task: dict[str, Any], model: str, index: int) -> Solved:
-        """Attempt ``index`` of ``model`` at ``task`` (seeded by ``attempt_seed``), judged."""
-        return await solve(
+        """Attempt ``index`` of ``model`` at ``task`` (seeded by ``episode_seed``), judged.
+
+        An episode's ``traj_id`` is ``content_id(<its synth rollouts id>, scope)``: the same task, index, seed
+        and model run by ``synth rollouts`` and by this stage are two trajectories, with two ids."""
+        solved = await solve(
             task,
             self.backends[model],
             self.env,
             self.params,
             self.limits,
             sample_index=index,
-            seed=self.attempt_seed(task, index),
+            seed=self.episode_seed(task, index),
             system_prompt=self.system_prompt,
             rollout=self.rollout,
             sandbox=self.sandbox,
         )
+        if solved.attempt.trajectory is not None and self.scope:
+            trajectory = solved.attempt.trajectory
+            trajectory["traj_id"] = content_id(trajectory["traj_id"], self.scope)
+        return solved

@@ -126,6 +126,11 @@ class CallCache:
                 (key, model, time.time(), blob),
             )
 
+    def models(self) -> dict[str, int]:
+        """How many calls the cache holds per model."""
+        with self._lock:
+            return dict(self._db.execute("SELECT model, count(*) FROM calls GROUP BY model ORDER BY model").fetchall())
+
     def __len__(self) -> int:
         with self._lock:
             return self._db.execute("SELECT count(*) FROM calls").fetchone()[0]
