@@ -26,6 +26,8 @@ from tests.synth.brain import Brain
 from trajkit import schema as S
 from trajkit.cli import app
 from trajkit.envs.config import ServerConfig
+from trajkit.envs.env import row_config
+from trajkit.errors import UserError
 from trajkit.models.scripted_server import ScriptedServer
 from trajkit.redact import INVISIBLE, REDACTED, Redactor, config_secrets
 from trajkit.store import Store
@@ -38,7 +40,8 @@ HEADER_BEARER = "VaultBearer-8c1d2e3f4a5b"  # Authorization: Bearer ${VAULT_TOKE
 BEARER = "qW3rTy-Free-Standing-81"  # a Bearer header in a tool's input and output
 URL_PASSWORD = "Pg-Passw0rd-4471"  # a password in a URL
 SHORT = "zq9Vt4"  # a short custom token, env SHOP_ID
-SECRETS = (INLINE, EXPANDED, HEADER, HEADER_BEARER, BEARER, URL_PASSWORD, SHORT)
+QUERY = "Qu3ry-Api-Key-Value-64"  # in the query string of an HTTP server's url
+SECRETS = (INLINE, EXPANDED, HEADER, HEADER_BEARER, BEARER, URL_PASSWORD, SHORT, QUERY)
 KEPT = ("TZ=UTC", "DEBUG=false", "MODE=production")  # under the floor, or not shaped like a token
 
 
@@ -174,7 +177,7 @@ def _leak(tmp_path: Path, vault_url: str, monkeypatch: pytest.MonkeyPatch) -> tu
     env |= {"TZ": "UTC", "DEBUG": "false", "MODE": "production"}
     headers = {"Authorization": "Bearer ${VAULT_TOKEN}", "X-Api-Key": HEADER}
     config = {"leaky": {"command": "python", "args": [str(LEAKY)], "env": env}}
-    config["vault"] = {"url": vault_url, "headers": headers}
+    config["vault"] = {"url": f"{vault_url}?api_key={QUERY}", "headers": headers}
     servers.write_text(json.dumps({"mcpServers": config}))
     run = tmp_path / "run"
     out = {}
@@ -265,3 +268,12 @@ def test_a_table_is_redacted_as_its_rows_are():
     assert table.to_pylist() == S.to_batch("trajectories", expected).to_pylist()
     assert [r["token_ids"] for r in table.to_pylist()] == [None, [3], None]
     assert REDACTED in table.column("reason")[2].as_py() and SHORT not in str(table.to_pylist())
+
+
+def test_a_server_whose_url_held_a_secret_needs_its_servers_file(leaked_run):
+    """The servers row keeps the url with its secret redacted, so rebuilding it from the row is a user error."""
+    run, _ = leaked_run
+    (vault,) = [r for r in Store(run).rows("servers") if r["name"] == "vault"]
+    assert vault["url"].endswith(f"?api_key={REDACTED}")
+    with pytest.raises(UserError, match="secret in its url.*--servers-config"):
+        row_config({**vault, "env_names": []})

@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import numpy as np
 import pyarrow as pa
@@ -108,8 +108,9 @@ def environment_secrets(environ: Mapping[str, str] | None = None) -> dict[str, s
 
 
 def config_secrets(servers: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The values of every server's ``env`` and ``headers`` (``${VAR}`` expanded) over the floor:
-    {"server.VAR": value}. The token of an ``Authorization: Bearer <token>`` value is a value of its own."""
+    """The values of every server's ``env`` and ``headers`` (``${VAR}`` expanded), and the password and
+    query values of its ``url``, over the floor: {"server.VAR": value}. The token of an
+    ``Authorization: Bearer <token>`` value is a value of its own."""
     from trajkit.envs.config import _VAR
 
     env = os.environ if environ is None else environ
@@ -124,6 +125,12 @@ def config_secrets(servers: Mapping[str, Any], environ: Mapping[str, str] | None
             for i, v in enumerate([value] + ([parts[1]] if len(parts) == 2 else [])):
                 if worth_redacting(v, named):
                     out[f"{name}.{key}" + ("" if i == 0 else ".token")] = v.strip()
+        url = urlsplit(cfg.url or "")
+        if url.password and worth_redacting(url.password, True):
+            out[f"{name}.url.password"] = url.password
+        for key, v in parse_qsl(url.query):
+            if worth_redacting(v, bool(SECRET_HEADER.search(key))):
+                out[f"{name}.url.{key}"] = v
     return out
 
 
