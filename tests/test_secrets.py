@@ -41,7 +41,8 @@ BEARER = "qW3rTy-Free-Standing-81"  # a Bearer header in a tool's input and outp
 URL_PASSWORD = "Pg-Passw0rd-4471"  # a password in a URL
 SHORT = "zq9Vt4"  # a short custom token, env SHOP_ID
 QUERY = "Qu3ry-Api-Key-Value-64"  # in the query string of an HTTP server's url
-SECRETS = (INLINE, EXPANDED, HEADER, HEADER_BEARER, BEARER, URL_PASSWORD, SHORT, QUERY)
+ARG = "Arg-Api-Key-Value-12"  # a stdio server's --api-key argument
+SECRETS = (INLINE, EXPANDED, HEADER, HEADER_BEARER, BEARER, URL_PASSWORD, SHORT, QUERY, ARG)
 KEPT = ("TZ=UTC", "DEBUG=false", "MODE=production")  # under the floor, or not shaped like a token
 
 
@@ -74,6 +75,7 @@ class Leaker(Brain):
         calls = [("leaky__read_env", {"name": n}) for n in ("INTERNAL_API_KEY", "MY_TOKEN", "SHOP_ID", *_KEPT_NAMES)]
         calls += [
             ("leaky__read_env_split", {"name": "INTERNAL_API_KEY"}),
+            ("leaky__read_api_key", {}),
             ("leaky__echo", {"text": f"curl -H 'Authorization: Bearer {BEARER}' https://api.example"}),
             ("leaky__echo", {"text": f"postgres://admin:{URL_PASSWORD}@db.internal/app?sslmode=require"}),
             ("vault__request_headers", {}),
@@ -176,7 +178,7 @@ def _leak(tmp_path: Path, vault_url: str, monkeypatch: pytest.MonkeyPatch) -> tu
     env = {"INTERNAL_API_KEY": INLINE, "MY_TOKEN": "${UPSTREAM_SECRET}", "SHOP_ID": SHORT}
     env |= {"TZ": "UTC", "DEBUG": "false", "MODE": "production"}
     headers = {"Authorization": "Bearer ${VAULT_TOKEN}", "X-Api-Key": HEADER}
-    config = {"leaky": {"command": "python", "args": [str(LEAKY)], "env": env}}
+    config = {"leaky": {"command": "python", "args": [str(LEAKY), f"--api-key={ARG}"], "env": env}}
     config["vault"] = {"url": f"{vault_url}?api_key={QUERY}", "headers": headers}
     servers.write_text(json.dumps({"mcpServers": config}))
     run = tmp_path / "run"
@@ -222,7 +224,7 @@ def test_no_planted_secret_is_written_anywhere(leaked_run):
     assert audits and all(t["status"] == "completed" for t in trajs), [t["reason"] for t in trajs]
     tool_results = "\n".join(m["content"] for t in audits for m in t["messages"] if m["role"] == "tool")
     # every leak happened, and was redacted where it was written
-    for seen in ("INTERNAL_API_KEY=" + REDACTED, "MY_TOKEN=" + REDACTED, "SHOP_ID=" + REDACTED):
+    for seen in ("INTERNAL_API_KEY=" + REDACTED, "MY_TOKEN=" + REDACTED, "SHOP_ID=" + REDACTED, "key: " + REDACTED):
         assert seen in tool_results
     assert f"Bearer {REDACTED}" in tool_results and f"admin:{REDACTED}@db.internal" in tool_results
     assert f"x-api-key: {REDACTED}" in tool_results
@@ -275,5 +277,5 @@ def test_a_server_whose_url_held_a_secret_needs_its_servers_file(leaked_run):
     run, _ = leaked_run
     (vault,) = [r for r in Store(run).rows("servers") if r["name"] == "vault"]
     assert vault["url"].endswith(f"?api_key={REDACTED}")
-    with pytest.raises(UserError, match="secret in its url.*--servers-config"):
+    with pytest.raises(UserError, match="secret in its url or args.*--servers-config"):
         row_config({**vault, "env_names": []})
