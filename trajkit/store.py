@@ -263,16 +263,22 @@ class Store:
         schema = S.table(table).arrow_schema()
         parts = []
         for p in self.shards(table, stage):
-            f = self._open(p, table)
-            try:
-                parts.append(f.read(columns=columns))
-            except (pa.ArrowInvalid, OSError) as e:
-                raise UserError(f"{p}: corrupt Parquet data ({str(e).splitlines()[0]})") from None
+            parts.append(self._read_shard(p, table, columns))
         if not parts:
             if columns:
                 schema = pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)
             return pa.Table.from_batches([], schema=schema)
         return pa.concat_tables(parts)
+
+    def _read_shard(self, path: Path, table: str, columns: list[str] | None = None) -> pa.Table:
+        """One shard's rows (older shards get the columns added since as nulls)."""
+        f = self._open(path, table)
+        have = f.schema_arrow.names
+        try:
+            data = f.read(columns=None if columns is None else [c for c in columns if c in have])
+        except (pa.ArrowInvalid, OSError) as e:
+            raise UserError(f"{path}: corrupt Parquet data ({str(e).splitlines()[0]})") from None
+        return S.upgrade(table, data, columns)
 
     def rows(self, table: str, columns: list[str] | None = None, stage: str | None = None) -> list[dict[str, Any]]:
         return self.read(table, columns, stage).to_pylist()
@@ -287,7 +293,11 @@ class Store:
         self, table: str, columns: list[str] | None = None, batch_size: int = 1024
     ) -> Iterator[pa.RecordBatch]:
         for p in self.shards(table):
-            yield from self._open(p, table).iter_batches(batch_size=batch_size, columns=columns)
+            f = self._open(p, table)
+            have = f.schema_arrow.names
+            wanted = None if columns is None else [c for c in columns if c in have]
+            for batch in f.iter_batches(batch_size=batch_size, columns=wanted):
+                yield from S.upgrade(table, pa.Table.from_batches([batch]), columns).to_batches()
 
     def count(self, table: str, stage: str | None = None) -> int:
         return sum(self._open(p, table).metadata.num_rows for p in self.shards(table, stage))
@@ -347,7 +357,7 @@ class Store:
         key = S.table(table).key
         removed = 0
         for p in self.shards(table, stage):
-            data = self._open(p, table).read()
+            data = self._read_shard(p, table)
             keep = pc.invert(pc.is_in(data[key], pa.array(sorted(ids))))
             n = len(data) - pc.sum(keep.cast(pa.int64())).as_py() if len(data) else 0
             if n:
@@ -395,7 +405,7 @@ class Store:
         rows: dict[str, dict[str, Any]] = {}
         for group in self._by_stage(self.shards(table)):
             for p in group:
-                for row in self._open(p, table).read(columns=columns).to_pylist():
+                for row in self._read_shard(p, table, columns).to_pylist():
                     rows[row[key]] = row
         if not rows:
             return self.read(table, columns)
@@ -410,7 +420,7 @@ class Store:
         tbl = S.table(name)
         groups = self._by_stage(paths)
         if tbl.base is None or len(groups) == 1:
-            return f"SELECT * FROM read_parquet([{_files(paths)}])"
+            return f"SELECT *{_absent_columns(tbl, paths)} FROM read_parquet([{_files(paths)}], union_by_name = true)"
         parts = " UNION ALL BY NAME ".join(
             f"SELECT *, {i} AS _order FROM read_parquet([{_files(group)}])" for i, group in enumerate(groups)
         )
@@ -473,6 +483,16 @@ def _view_sql(tbl: S.Table, present: dict[str, list[Path]]) -> str:
     if not source:
         return f"SELECT {', '.join(cols)} WHERE false"
     return f"SELECT {', '.join(cols)} FROM {source} {' '.join(joins)}"
+
+
+def _absent_columns(tbl: S.Table, paths: list[Path]) -> str:
+    """Typed NULLs for the ``added`` columns no shard has (a run written before they were added)."""
+    if not tbl.added:
+        return ""
+    have = {n for p in paths for n in pq.read_schema(p).names}
+    return "".join(
+        f", CAST(NULL AS {_duck_type(tbl.schema.field(c).type)}) AS {_q(c)}" for c in tbl.added if c not in have
+    )
 
 
 def _files(paths: list[Path]) -> str:

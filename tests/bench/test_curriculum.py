@@ -11,9 +11,9 @@ from trajkit.store import Store
 
 def test_curriculum_bench_runs_every_stage_at_equal_completions(tmp_path, monkeypatch, capsys):
     out = tmp_path / "seed0"
-    monkeypatch.setattr(sys, "argv", ["curriculum.py", "--tiny", "--out", str(out)])
+    monkeypatch.setattr(sys, "argv", ["curriculum.py", "--tiny", "--seeds", "0", "--out", str(out)])
     curriculum.main()
-    result = json.loads((out / "results.json").read_text())
+    (result,) = json.loads((out / "results.json").read_text())
     store = Store(out / "run")
 
     # the task family: four carry levels, imported with a custom verifier; a fifth held out
@@ -38,7 +38,7 @@ def test_curriculum_bench_runs_every_stage_at_equal_completions(tmp_path, monkey
 
     # three arms at equal total completions; (b) is two stages, broad then hard
     arms = result["arms"]
-    assert arms["b"]["stages"] == ["grpo-b-broad", "grpo-b-hard"]
+    assert arms["b"]["stages"] == ["grpo-b-broad-s0", "grpo-b-hard-s0"]
     assert len({arms[a]["completions"] for a in curriculum.ARMS}) == 1 and arms["a"]["completions"] == 32
     assert all(len(arms[a]["reward"]) == 2 for a in curriculum.ARMS)
 
@@ -47,7 +47,7 @@ def test_curriculum_bench_runs_every_stage_at_equal_completions(tmp_path, monkey
     assert models == {"warm start", "a", "b", "c"}
     held_out = sum(1 for s in split.values() if s == "held_out")
     assert all(r["tasks"] == held_out for r in result["eval"] if r["difficulty"] == "all")
-    assert store.manifest("eval")["config"]["seed"] != store.manifest("passk")["config"]["seed"]
+    assert store.manifest("eval-s0")["config"]["seed"] != store.manifest("passk")["config"]["seed"]
 
     text = capsys.readouterr().out
     assert "(b) broad, then hard pass@1" in text and "zero-var groups" in text
@@ -58,7 +58,7 @@ def test_curriculum_bench_runs_every_stage_at_equal_completions(tmp_path, monkey
     second.mkdir()
     result["seed"] = 1
     result["eval"] = [{**r, "pass@1": (r["pass@1"] or 0) + 0.25} for r in result["eval"]]
-    (second / "results.json").write_text(json.dumps(result))
+    (second / "results.json").write_text(json.dumps([result]))
     monkeypatch.setattr(sys, "argv", ["curriculum.py", "--report", str(out), str(second), "--out", str(tmp_path)])
     curriculum.main()
     merged = capsys.readouterr().out

@@ -92,7 +92,9 @@ def scan_text(text: str, where: str, literals: dict[str, str] | None = None) -> 
 def _string_leaves(arr: pa.Array, name: str, rows: pa.Array | None) -> Iterator[tuple[str, pa.Array, pa.Array | None]]:
     """Every string array inside ``arr`` with its dotted name and, per element, the batch row it came from."""
     t = arr.type
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
+    if isinstance(t, pa.BaseExtensionType):  # JSON columns of the card's views: text underneath
+        yield from _string_leaves(arr.storage, name, rows)
+    elif pa.types.is_string(t) or pa.types.is_large_string(t):
         yield name, arr, rows
     elif pa.types.is_struct(t):
         for field, child in zip(t, arr.flatten()):

@@ -243,6 +243,7 @@ def _declined(parent: dict[str, Any], agent: Any, params: SamplingParams, seed: 
         **head,
         "status": "aborted" if why == ENDED else "failed",  # ended on purpose vs. no usable follow-up
         "reason": why,
+        "reason_code": "conversation_ended" if why == ENDED else "extension_failed",
     }
 
 

@@ -2,7 +2,10 @@
 
 Every (task, rollout index) is one episode of ``envs.agent.run_episode`` (or a
 custom rollout function) against the run's harvested servers, and one
-``trajectories`` row whatever happens (a fault is a status and a reason).
+``trajectories`` row whatever happens (a fault is a status, a reason and a
+reason code). Each row's ``verdict`` is its task verifier's outcome
+(``envs.solve.trajectory_verdict``: the final answer and end state judged as
+``curate.passk`` judges them; null for a task without a verifier).
 Episodes run in breadth-first order: rollout 0 of every task, then rollout 1.
 
 With ``target`` N, the stage keeps ``concurrency`` episodes in flight until N
@@ -87,8 +90,8 @@ class RolloutsConfig(StageConfig):
 
 
 def accepted(row: dict[str, Any], accept_rules: list[str]) -> bool:
-    """A trajectory counts toward the target: completed and passing the rules."""
-    return row["status"] == "completed" and not rules.check(row, accept_rules)
+    """A trajectory counts toward the target: completed, not failed by its task's verifier, passing the rules."""
+    return row["status"] == "completed" and row.get("verdict") in (None, "pass") and not rules.check(row, accept_rules)
 
 
 def select_tasks(ctx: StageContext, where: str | None, include_rejected: bool) -> list[dict[str, Any]]:
@@ -176,6 +179,7 @@ async def _run(
     """Run the episodes; ``retry`` are aborted ones being run again: those the target leaves
     unstarted are recorded as aborted again, so no aborted row is lost."""
     from trajkit.envs.agent import AgentLimits, ToolEnv
+    from trajkit.envs.solve import trajectory_verdict
     from trajkit.models import make_backend
 
     backend = make_backend(cfg.model, usage=ctx.usage, cache_dir=ctx.store.root / "_cache")
@@ -187,9 +191,9 @@ async def _run(
     def aborted(task_id: str, i: int) -> dict[str, Any]:
         return aborted_row(task_id, i, backend, params, episode_seed(cfg.seed, task_id, i))
 
-    def episode(item: tuple[dict[str, Any], int]) -> Any:
+    async def episode(item: tuple[dict[str, Any], int]) -> dict[str, Any]:
         task, i = item
-        return rollout(
+        row = await rollout(
             task,
             backend,
             env,
@@ -200,6 +204,7 @@ async def _run(
             seed=episode_seed(cfg.seed, task["task_id"], i),
             policy_version=cfg.policy_version,
         )
+        return {**row, "verdict": await trajectory_verdict(task, row)}
 
     def write(_: Any, row: dict[str, Any]) -> None:
         nonlocal have
@@ -233,6 +238,7 @@ def aborted_row(task_id: str, rollout_index: int, backend: Any, params: Sampling
         **episode_head(task_id, rollout_index, backend, params, seed, None),
         "status": "aborted",
         "reason": ABORTED_REASON,
+        "reason_code": "target_reached",
     }
 
 
