@@ -230,7 +230,7 @@ def test_no_planted_secret_is_written_anywhere(leaked_run):
     assert f"x-api-key: {REDACTED}" in tool_results
     assert any(n.endswith(".parquet") for n in searched) and any(n.endswith("calls.sqlite rows") for n in searched)
     assert any(n.startswith("pushed data/") for n in searched) and "export" in searched
-    assert any("_manifest.json" in n for n in searched)
+    assert any("_manifest.json" in n for n in searched) and "card/data/sft/train-00000.parquet" in searched
     endpoint = store.manifest("rollouts")["config"]["model"]["base_url"]
     assert endpoint.startswith("http://127.0.0.1:") and endpoint in store.manifest("rollouts")["usage"]["endpoints"]
     assert f"base_url: {endpoint}" in searched["card/README.md"]  # endpoints without credentials

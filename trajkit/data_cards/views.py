@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from trajkit import redact
 from trajkit.accepted import accepted, accepted_where
 from trajkit.export import openai_messages, openai_tools
 from trajkit.store import Store
@@ -154,7 +155,7 @@ def _write(folder: Path, view: str, batches: Iterator[list[dict[str, Any]]]) -> 
         with pq.ParquetWriter(tmp, SCHEMAS[view], compression="zstd") as writer:
             for rows in batches:
                 if rows:
-                    writer.write_table(_table(view, rows))
+                    writer.write_table(redact.current().table(_table(view, rows)))
                     n += len(rows)
         if n:
             os.replace(tmp, final)
