@@ -379,23 +379,30 @@ def one_seed(
     store: Any, run_dir: Path, s: dict, seed: int, warm: str, model: dict, sampling: dict, times: dict
 ) -> dict[str, Any]:
     """The three arms of one GRPO seed, then ``eval.passk`` of the warm start and the arms on fresh samples."""
+    from trajkit.errors import UserError
     from trajkit.stages import get_stage
     from trajkit.train.curriculum import run_curriculum
 
     arms: dict[str, Any] = {}
     for arm, path in arm_files(run_dir, warm, s, seed).items():
         t0 = time.time()
-        manifests = run_curriculum(path, run_dir)
+        try:
+            manifests = run_curriculum(path, run_dir)
+        except UserError as e:  # e.g. no task tagged hard: the arm cannot run; the others still do
+            arms[arm] = {"error": str(e)}
+            print(f"seed {seed} arm {arm}: not run: {e}", flush=True)
+            continue
         names = [m["stage"] for m in manifests]
         completions = sum(m["summary"]["steps"] * batch_size(m["summary"]["grpo"]) for m in manifests)
         arms[arm] = {"stages": names, "gpu_s": time.time() - t0, "completions": completions}
         arms[arm] |= arm_metrics(store, names) | {"model": str(run_dir / "models" / names[-1])}
         print(f"seed {seed} arm {arm}: {', '.join(names)} in {time.time() - t0:.0f}s", flush=True)
-    models = [{**model, "model": warm}] + [{**model, "model": arms[a]["model"]} for a in ARMS]
+    ran = [a for a in ARMS if "model" in arms[a]]
+    models = [{**model, "model": warm}] + [{**model, "model": arms[a]["model"]} for a in ran]
     ev = {"models": models, "split": "held_out", "n": s["eval_n"], "ks": [1, s["eval_n"]], "seed": 1, **sampling}
     ev["limit"] = s["eval_tasks"]
     report = run(store, get_stage("eval.passk"), ev, f"eval-s{seed}", times)["summary"]["report"]
-    names = {warm: "warm start"} | {arms[a]["model"]: a for a in ARMS}
+    names = {warm: "warm start"} | {arms[a]["model"]: a for a in ran}
     levels = {names[m]: v for m, v in by_level(store, "eval_passk", f"eval-s{seed}").items()}
     return {
         "seed": seed,
@@ -458,7 +465,10 @@ def table(results: list[dict[str, Any]]) -> str:
     lines.append("")
     lines.append(f"{'arm':24}{'stages':>34}{'zero-var groups':>18}{'compl. len':>12}{'GPU s':>10}{'completions':>13}")
     for a in ARMS:
-        per = [res["arms"][a] for res in results]
+        per = [res["arms"][a] for res in results if "model" in res["arms"][a]]
+        if not per:
+            lines.append(f"{ARM_NAMES[a]:24} not run: {results[0]['arms'][a].get('error')}")
+            continue
         zv = sum(p["zero_variance"] or 0 for p in per) / len(per)
         cl = sum(p["completion_length"] or 0 for p in per) / len(per)
         gpu = sum(p["gpu_s"] for p in per) / len(per)
@@ -484,7 +494,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     colors = {"a": "tab:blue", "b": "tab:orange", "c": "tab:green"}
     for res in results:
         for a in ARMS:
-            reward = res["arms"][a]["reward"]
+            reward = res["arms"][a].get("reward", [])
             ax.plot(
                 range(1, len(reward) + 1), reward, color=colors[a], alpha=0.8, label=f"{ARM_NAMES[a]} s{res['seed']}"
             )
