@@ -42,6 +42,8 @@ def test_target_stops_at_n_accepted_and_aborts_the_rest(tmp_path, calculator_row
         assert sum(accepted(r, rules) for r in rows) == 6
         aborted = [r for r in rows if r["status"] == "aborted"]
         assert all(r["reason"] == "target reached" and r["messages"] is None for r in aborted)
+        assert {(r["reason_code"], r["verdict"]) for r in aborted} == {("target_reached", None)}
+        assert {r["verdict"] for r in rows if accepted(r, rules)} <= {"pass", None}  # a failed verdict is not accepted
         n_tasks = len(store.ids("tasks") - store.rejected("tasks"))
         assert len(rows) < 2 * n_tasks  # it stopped early
         assert {r["rollout_index"] for r in rows if r["status"] != "aborted"} == {0}  # breadth first
@@ -86,6 +88,7 @@ def test_stateful_server_end_state_feeds_the_outcome_check(tmp_path):
     assert traj["status"] == "completed" and traj["tools_called"] == ["set"]
     assert traj["end_state"] == [probe["expected"]]
     assert verify(task["verifier"], traj["final_answer"], {"end_state": traj["end_state"]}).verdict == "pass"
+    assert traj["verdict"] == "pass"  # the stage judged it so itself
 
 
 def _agent(messages, tools, body):
@@ -134,6 +137,15 @@ def test_dying_servers_and_models_fail_rows_not_runs(tmp_path, raw_server):
     assert rows["t-fail"]["status"] == "completed", rows["t-fail"]["reason"]
     assert rows["t-fail"]["messages"][2]["content"].startswith("Error")
     assert rows["t-echo2"]["status"] == "failed" and rows["t-echo2"]["reason"].startswith("model error")
+    codes = {t: r["reason_code"] for t, r in rows.items()}
+    assert codes == {
+        "t-echo": None,
+        "t-crash": "server_crash",
+        "t-hang": "timeout",
+        "t-fail": None,
+        "t-echo2": "model_error",
+    }
+    assert {r["verdict"] for r in rows.values()} == {None}  # these tasks have no verifier
     # the judge's unreadable answers are nulls with reasons; the run still completes
     quality = Store(run).rows("trajectory_quality")
     assert judged["counts"]["trajectory_quality.unparsed"] == len(quality) > 0

@@ -138,6 +138,11 @@ def run_eval_passk(ctx: StageContext, cfg: EvalPasskConfig) -> dict[str, Any]:
     if todo:
         asyncio.run(_evaluate(ctx, cfg, todo))
     ctx.flush()
+    return summarize(ctx, cfg)
+
+
+def summarize(ctx: StageContext, cfg: EvalPasskConfig) -> dict[str, Any]:
+    """The stage's report over every shard's rows (also written as RUN/reports/<stage>.parquet)."""
     rows = ctx.store.rows("eval_passk", stage=ctx.name)
     report = passk_report(rows, [m.model for m in cfg.models], cfg.ks)
     _write_report(ctx, report)
@@ -219,6 +224,7 @@ EVAL_PASSK = StageSpec(
     EvalPasskConfig,
     run_eval_passk,
     retry=retry_unjudged,
+    report=summarize,
     inputs=("tasks", "passk", "splits"),
     outputs=("eval_passk",),
     help="pass@k (unbiased) of one or more models on a split, per difficulty bucket and overall.",
