@@ -195,7 +195,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         "per_level": args.per_level,
         "shape": {},
         "sft_chunk": 100,
-        "sft_batch": 64,
+        "sft_batch": 128,
         "sft_lr": 1e-3,
         "sft_chunks": 12,
         "target": (0.2, 0.6),
