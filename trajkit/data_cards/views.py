@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from trajkit import redact
 from trajkit.accepted import accepted, accepted_where
 from trajkit.store import Store
 
@@ -173,7 +174,7 @@ def _write(folder: Path, view: str, batches: Iterator[pa.Table]) -> int:
     try:
         with pq.ParquetWriter(tmp, SCHEMAS[view], compression="zstd") as writer:
             for table in batches:
-                writer.write_table(table)
+                writer.write_table(redact.current().table(table))
                 n += len(table)
         if n:
             os.replace(tmp, final)
