@@ -23,10 +23,13 @@ from typer.testing import CliRunner
 from tests.data_cards.conftest import TOKEN
 from tests.data_cards.fake_hub import FakeHub
 from tests.synth.brain import Brain
+from trajkit import schema as S
 from trajkit.cli import app
 from trajkit.envs.config import ServerConfig
+from trajkit.envs.env import row_config
+from trajkit.errors import UserError
 from trajkit.models.scripted_server import ScriptedServer
-from trajkit.redact import INVISIBLE, REDACTED, config_secrets
+from trajkit.redact import INVISIBLE, REDACTED, Redactor, config_secrets
 from trajkit.store import Store
 
 LEAKY = Path(__file__).resolve().parent / "envs" / "servers" / "leaky.py"
@@ -37,7 +40,9 @@ HEADER_BEARER = "VaultBearer-8c1d2e3f4a5b"  # Authorization: Bearer ${VAULT_TOKE
 BEARER = "qW3rTy-Free-Standing-81"  # a Bearer header in a tool's input and output
 URL_PASSWORD = "Pg-Passw0rd-4471"  # a password in a URL
 SHORT = "zq9Vt4"  # a short custom token, env SHOP_ID
-SECRETS = (INLINE, EXPANDED, HEADER, HEADER_BEARER, BEARER, URL_PASSWORD, SHORT)
+QUERY = "Qu3ry-Api-Key-Value-64"  # in the query string of an HTTP server's url
+ARG = "Arg-Api-Key-Value-12"  # a stdio server's --api-key argument
+SECRETS = (INLINE, EXPANDED, HEADER, HEADER_BEARER, BEARER, URL_PASSWORD, SHORT, QUERY, ARG)
 KEPT = ("TZ=UTC", "DEBUG=false", "MODE=production")  # under the floor, or not shaped like a token
 
 
@@ -70,6 +75,7 @@ class Leaker(Brain):
         calls = [("leaky__read_env", {"name": n}) for n in ("INTERNAL_API_KEY", "MY_TOKEN", "SHOP_ID", *_KEPT_NAMES)]
         calls += [
             ("leaky__read_env_split", {"name": "INTERNAL_API_KEY"}),
+            ("leaky__read_api_key", {}),
             ("leaky__echo", {"text": f"curl -H 'Authorization: Bearer {BEARER}' https://api.example"}),
             ("leaky__echo", {"text": f"postgres://admin:{URL_PASSWORD}@db.internal/app?sslmode=require"}),
             ("vault__request_headers", {}),
@@ -172,13 +178,14 @@ def _leak(tmp_path: Path, vault_url: str, monkeypatch: pytest.MonkeyPatch) -> tu
     env = {"INTERNAL_API_KEY": INLINE, "MY_TOKEN": "${UPSTREAM_SECRET}", "SHOP_ID": SHORT}
     env |= {"TZ": "UTC", "DEBUG": "false", "MODE": "production"}
     headers = {"Authorization": "Bearer ${VAULT_TOKEN}", "X-Api-Key": HEADER}
-    config = {"leaky": {"command": "python", "args": [str(LEAKY)], "env": env}}
-    config["vault"] = {"url": vault_url, "headers": headers}
+    config = {"leaky": {"command": "python", "args": [str(LEAKY), f"--api-key={ARG}"], "env": env}}
+    config["vault"] = {"url": f"{vault_url}?api_key={QUERY}", "headers": headers}
     servers.write_text(json.dumps({"mcpServers": config}))
     run = tmp_path / "run"
     out = {}
     with ScriptedServer(Leaker()) as model:
-        m = ["--model", "scripted", "--backend", "openai", "--base-url", model.base_url, "--set", "model.max_retries=0"]
+        url = model.base_url.replace("http://", f"http://bob:{URL_PASSWORD}@")  # the endpoint's password too
+        m = ["--model", "scripted", "--backend", "openai", "--base-url", url, "--set", "model.max_retries=0"]
         out["harvest output"] = _cli("synth", "harvest", "--run", run, "--servers", servers)
         out["tasks output"] = _cli(
             "synth", "tasks", "--run", run, *m, "--mode", "multi_server", "--requests", 1, "--k", 2,
@@ -217,13 +224,16 @@ def test_no_planted_secret_is_written_anywhere(leaked_run):
     assert audits and all(t["status"] == "completed" for t in trajs), [t["reason"] for t in trajs]
     tool_results = "\n".join(m["content"] for t in audits for m in t["messages"] if m["role"] == "tool")
     # every leak happened, and was redacted where it was written
-    for seen in ("INTERNAL_API_KEY=" + REDACTED, "MY_TOKEN=" + REDACTED, "SHOP_ID=" + REDACTED):
+    for seen in ("INTERNAL_API_KEY=" + REDACTED, "MY_TOKEN=" + REDACTED, "SHOP_ID=" + REDACTED, "key: " + REDACTED):
         assert seen in tool_results
     assert f"Bearer {REDACTED}" in tool_results and f"admin:{REDACTED}@db.internal" in tool_results
     assert f"x-api-key: {REDACTED}" in tool_results
     assert any(n.endswith(".parquet") for n in searched) and any(n.endswith("calls.sqlite rows") for n in searched)
     assert any(n.startswith("pushed data/") for n in searched) and "export" in searched
-    assert any("_manifest.json" in n for n in searched)
+    assert any("_manifest.json" in n for n in searched) and "card/data/sft/train-00000.parquet" in searched
+    endpoint = store.manifest("rollouts")["config"]["model"]["base_url"]
+    assert endpoint.startswith("http://127.0.0.1:") and endpoint in store.manifest("rollouts")["usage"]["endpoints"]
+    assert f"base_url: {endpoint}" in searched["card/README.md"]  # endpoints without credentials
     found = {where: _leaks(text) for where, text in searched.items()}
     assert {w: f for w, f in found.items() if f} == {}
     # a trajectory that held a secret lost its token ids; a clean one kept them, and they decode
@@ -240,3 +250,32 @@ def test_values_under_the_floor_are_not_redacted(leaked_run):
     env = {"TZ": "UTC", "DEBUG": "false", "MODE": "production", "SHOP_ID": SHORT, "DB_PASSWORD": "hunter"}
     found = config_secrets({"s": ServerConfig(command="x", env=env)}, environ={})
     assert found == {"s.SHOP_ID": SHORT, "s.DB_PASSWORD": "hunter"}  # a secret's name lowers the bar to the floor
+
+
+def test_a_table_is_redacted_as_its_rows_are():
+    """Arrow's RE2 and Python's re read the patterns alike; nulls and nesting survive; only rows that
+    held a secret lose their token trace."""
+    redactor = Redactor({"s.SHOP_ID": SHORT})
+    split = SHORT[:3] + "\u200d" + SHORT[3:]
+    rows = [
+        {"traj_id": "a", "task_id": "t", "status": "completed", "token_ids": [1, 2], "messages": [
+            {"role": "tool", "content": f"id {split}", "name": None},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "name": "f", "arguments": f"Bearer {BEARER}"}]},
+        ]},
+        {"traj_id": "b", "task_id": "t", "status": "completed", "token_ids": [3], "messages": None, "reason": None},
+        {"traj_id": "c", "task_id": "t", "status": "failed", "token_ids": [4], "messages": [], "reason": f"https://u:{URL_PASSWORD}@h"},
+    ]  # fmt: skip
+    table = redactor.table(S.to_batch("trajectories", rows))
+    expected = [{**redactor.value(r), **({"token_ids": None} if redactor.value(r) != r else {})} for r in rows]
+    assert table.to_pylist() == S.to_batch("trajectories", expected).to_pylist()
+    assert [r["token_ids"] for r in table.to_pylist()] == [None, [3], None]
+    assert REDACTED in table.column("reason")[2].as_py() and SHORT not in str(table.to_pylist())
+
+
+def test_a_server_whose_url_held_a_secret_needs_its_servers_file(leaked_run):
+    """The servers row keeps the url with its secret redacted, so rebuilding it from the row is a user error."""
+    run, _ = leaked_run
+    (vault,) = [r for r in Store(run).rows("servers") if r["name"] == "vault"]
+    assert vault["url"].endswith(f"?api_key={REDACTED}")
+    with pytest.raises(UserError, match="secret in its url or args.*--servers-config"):
+        row_config({**vault, "env_names": []})

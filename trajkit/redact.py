@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 import numpy as np
 import pyarrow as pa
@@ -108,8 +108,10 @@ def environment_secrets(environ: Mapping[str, str] | None = None) -> dict[str, s
 
 
 def config_secrets(servers: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The values of every server's ``env`` and ``headers`` (``${VAR}`` expanded) over the floor:
-    {"server.VAR": value}. The token of an ``Authorization: Bearer <token>`` value is a value of its own."""
+    """The values of every server's ``env`` and ``headers`` (``${VAR}`` expanded), its ``args`` (the values of
+    secret-named flags), and the password and query values of its ``url``, over the
+    floor: {"server.VAR": value}. The token of an
+    ``Authorization: Bearer <token>`` value is a value of its own."""
     from trajkit.envs.config import _VAR
 
     env = os.environ if environ is None else environ
@@ -124,6 +126,27 @@ def config_secrets(servers: Mapping[str, Any], environ: Mapping[str, str] | None
             for i, v in enumerate([value] + ([parts[1]] if len(parts) == 2 else [])):
                 if worth_redacting(v, named):
                     out[f"{name}.{key}" + ("" if i == 0 else ".token")] = v.strip()
+        for flag, value in _flag_values(cfg.args):
+            named = SECRET_HEADER.search(flag) and not NOT_A_VALUE.search(flag.replace("-", "_"))
+            if named and worth_redacting(value, True):
+                out[f"{name}.args.{flag.lstrip('-')}"] = value
+        url = urlsplit(cfg.url or "")
+        if url.password and worth_redacting(url.password, True):
+            out[f"{name}.url.password"] = url.password
+        for key, v in parse_qsl(url.query):
+            if worth_redacting(v, bool(SECRET_HEADER.search(key))):
+                out[f"{name}.url.{key}"] = v
+    return out
+
+
+def _flag_values(args: list[str]) -> list[tuple[str, str]]:
+    """(flag, value) for every ``--flag VALUE`` and ``--flag=VALUE`` in a command line."""
+    out = []
+    for before, arg in zip(["", *args], args):
+        if arg.startswith("-") and "=" in arg:
+            out.append(tuple(arg.split("=", 1)))
+        elif not arg.startswith("-") and before.startswith("-") and "=" not in before:
+            out.append((before, arg))
     return out
 
 

@@ -38,7 +38,7 @@ from trajkit import schema as S
 from trajkit.concurrency import bounded, cpus
 from trajkit.config import StageConfig, config_differences, config_hash, hashed_dict
 from trajkit.errors import Fenced, StageStopped, UserError
-from trajkit.redact import Redactor, clean_endpoints
+from trajkit.redact import Redactor, clean_endpoint, clean_endpoints
 from trajkit.store import ShardWriter, Store, atomic_write_json
 
 
@@ -134,13 +134,19 @@ class Usage:
 
 
 def _endpoint_summary(endpoints: dict[str, dict[str, float]]) -> dict[str, dict[str, Any]]:
+    """Per endpoint (without credentials or query string): requests, errors and mean latency."""
+    merged: dict[str, dict[str, float]] = {}
+    for url, e in endpoints.items():
+        m = merged.setdefault(clean_endpoint(url), {"requests": 0, "errors": 0, "seconds": 0.0})
+        for key in m:
+            m[key] += e[key]
     return {
         url: {
             "requests": int(e["requests"]),
             "errors": int(e["errors"]),
             "mean_latency_s": round(e["seconds"] / e["requests"], 4) if e["requests"] else None,
         }
-        for url, e in sorted(endpoints.items())
+        for url, e in sorted(merged.items())
     }
 
 

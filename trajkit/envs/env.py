@@ -41,6 +41,7 @@ from trajkit.envs.config import ServerConfig, check_command, check_environment, 
 from trajkit.envs.session import Connection, ServerFault, ToolOutput
 from trajkit.envs.tools import ToolRoute, select_servers, tool_routes
 from trajkit.errors import UserError
+from trajkit.redact import REDACTED
 
 SERVERS_PER_CPU = 16  # server processes mostly wait on their caller; memory, not CPU, bounds more
 
@@ -54,13 +55,18 @@ def is_stateless(row: dict[str, Any]) -> bool:
 def row_config(row: dict[str, Any]) -> ServerConfig:
     """A server's config rebuilt from its ``servers`` row: command and args, or url.
 
-    A row that names environment variables cannot be rebuilt (the table keeps
-    names, never values): a UserError that asks for the mcpServers file.
+    A row that names environment variables, or whose url or args held a secret
+    (redacted when written), cannot be rebuilt: a UserError that asks for the mcpServers file.
     """
     if row.get("env_names"):
         raise UserError(
             f"server {row['name']!r} reads environment variables ({', '.join(row['env_names'])}) that the servers "
             "table does not hold (names only): pass its mcpServers file (servers_config / --servers-config)"
+        )
+    if any(REDACTED in part for part in [row.get("url") or "", *(row.get("args") or [])]):
+        raise UserError(
+            f"server {row['name']!r} has a secret in its url or args that the servers table does not hold: "
+            "pass its mcpServers file (servers_config / --servers-config)"
         )
     if row["transport"] == "http":
         return ServerConfig(url=row["url"])

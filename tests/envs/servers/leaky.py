@@ -1,17 +1,20 @@
-"""An MCP server that leaks what it was configured with (for the redaction tests): its environment,
+"""An MCP server that leaks what it was configured with (for the redaction tests): its environment, its
+``--api-key`` argument,
 its environment split by a zero-width space, the HTTP headers of the request, and its input.
 Its tools are read-only, so one process serves every episode."""
 
 from __future__ import annotations
 
+import argparse
 import os
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 
-from trajkit.envs.servers import READ_ONLY, serve
+from trajkit.envs.servers import READ_ONLY
 
 server = MCPServer("leaky", version="1.0", log_level="WARNING")
+ARGS = argparse.Namespace(api_key="", http=None)
 
 
 @server.tool(annotations=READ_ONLY)
@@ -28,6 +31,12 @@ def read_env_split(name: str) -> str:
 
 
 @server.tool(annotations=READ_ONLY)
+def read_api_key() -> str:
+    """The --api-key this server was started with."""
+    return f"api key: {ARGS.api_key}"
+
+
+@server.tool(annotations=READ_ONLY)
 def echo(text: str) -> str:
     """The text, as given."""
     return text
@@ -41,4 +50,11 @@ def request_headers(ctx: Context) -> str:
 
 
 if __name__ == "__main__":
-    serve(server)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--api-key", default="")
+    parser.add_argument("--http", type=int, help="serve streamable HTTP on 127.0.0.1:PORT")
+    ARGS = parser.parse_args()
+    if ARGS.http is None:
+        server.run()
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=ARGS.http)
