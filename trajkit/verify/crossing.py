@@ -6,9 +6,9 @@ built-in value (or a ``range``) becomes that very value on the tests' side.
 Anything else a solution returns (a generator, a ``map``, an instance of a
 class it defines) stays in the solution's process and crosses as a handle:
 the tests see a ``Remote``, which they can call, read attributes of, iterate,
-index, take the ``len``, ``str`` or ``repr`` of, or ask ``in`` — each a
-question to the solution's process, answered again with plain values or
-handles. A ``Remote`` equals only itself and has no truth value, so no
+index, take the ``len``, ``str`` or ``repr`` of — each a question to the
+solution's process, answered again with plain values or handles — or ask
+``in``, which iterates it and compares here. A ``Remote`` equals only itself and has no truth value, so no
 ``__eq__``, ``__bool__`` or arithmetic of the solution decides anything in
 the tests' process. A ``Remote`` passed back as an argument (``Pair(5, 24)``
 given to ``max_chain_length``) arrives as the solution's own object.
@@ -19,6 +19,7 @@ This file runs inside the sandbox next to ``harness.py``: standard library only.
 from __future__ import annotations
 
 import builtins
+import collections
 import io
 import json
 import operator
@@ -37,7 +38,6 @@ _OPS = {
     "next": next,
     "len": len,
     "getitem": operator.getitem,
-    "contains": operator.contains,
     "str": str,
     "repr": repr,
 }
@@ -117,8 +117,8 @@ class Channel:
         if "value" in reply:
             return from_plain(reply["value"], self.remote)
         kind = getattr(builtins, str(reply.get("raise")), None)
-        if not (isinstance(kind, type) and issubclass(kind, Exception)):
-            kind = RuntimeError  # SystemExit, KeyboardInterrupt, the solution's own classes
+        if not (isinstance(kind, type) and issubclass(kind, Exception)) or (kind is StopIteration and op != "next"):
+            kind = RuntimeError  # SystemExit, KeyboardInterrupt; a StopIteration would end a test's map() early
         raise kind(f"{reply.get('raise')}: {reply.get('message')}" if kind is RuntimeError else reply.get("message"))
 
     def function(self, name: str):
@@ -168,8 +168,8 @@ class Remote:
     def __getitem__(self, key):
         return self._ask("getitem", key)
 
-    def __contains__(self, item):
-        return self._ask("contains", item)
+    def __contains__(self, item):  # compared here, as for an object without __contains__: never the solution's say
+        return any(value is item or value == item for value in self)
 
     def __str__(self):
         return self._ask("str")
@@ -184,13 +184,30 @@ class Remote:
     __hash__ = object.__hash__
 
 
+def exception_name(exc: BaseException) -> str:
+    """The name of the nearest built-in class ``exc`` is an instance of: ``except ValueError`` in the tests
+    catches the solution's own ``ValueError`` subclass, and a class merely named like a built-in is not one."""
+    for cls in type(exc).__mro__:
+        if getattr(builtins, cls.__name__, None) is cls:
+            return cls.__name__
+    return "BaseException"
+
+
+_AS_DICT = (collections.Counter, collections.OrderedDict, collections.defaultdict)
+
+
 def to_plain(value: object, handle) -> object:
-    """``value`` as tagged JSON of exact built-in types; numpy scalars become the Python number they hold;
-    anything else becomes ``handle(value)``."""
+    """``value`` as tagged JSON of exact built-in types; numpy scalars become the Python number they hold,
+    the standard library's dicts (``Counter``, ``OrderedDict``, ``defaultdict``) a dict and a named tuple a
+    tuple, as they compare equal to those in one process; anything else becomes ``handle(value)``."""
     kind = type(value)
     if kind.__module__ == "numpy" and getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
         value = value.item()
         kind = type(value)
+    if kind in _AS_DICT:
+        value, kind = dict(dict.items(value)), dict
+    elif issubclass(kind, tuple) and hasattr(kind, "_fields"):
+        value, kind = tuple(tuple.__iter__(value)), tuple
     if value is None or kind is bool or kind is str:
         return value
     if kind is int:

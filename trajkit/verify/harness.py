@@ -138,7 +138,7 @@ def serve(program: str, call_fd: int, reply_fd: int) -> None:
         except BaseException as exc:  # noqa: BLE001 - raised on the tests' side as a plain exception
             reply = {"raise": "Exception", "message": ""}
             with contextlib.suppress(BaseException):
-                reply = {"raise": str(type(exc).__name__), "message": str(exc)[:2000]}
+                reply = {"raise": crossing.exception_name(exc), "message": str(exc)[:2000]}
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(BaseException):
                 stream.flush()
