@@ -223,6 +223,10 @@ class Stack:
 def squares(n):
     return (i * i for i in range(n))
 
+def fails_after(n):
+    yield from range(n)
+    raise ValueError("late")
+
 def naturals():
     i = 0
     while True:
@@ -286,6 +290,11 @@ OBJECT_TESTS = {
     "an endless generator read in part": "import itertools\nassert list(itertools.islice(naturals(), 3)) == [0, 1, 2]",
     "a map": "assert list(as_text([1, 2])) == ['1', '2'] and ','.join(as_text([3])) == '3'",
     "a range": "assert indices(3) == range(3) and type(indices(3)) is range",
+    "a long generator, fetched ahead": "assert sum(squares(200000)) == 2666646666700000",
+    "an error after a generator's values": (
+        "got = []\ntry:\n    for v in fails_after(3):\n        got.append(v)\nexcept ValueError as e:\n"
+        "    assert got == [0, 1, 2] and str(e) == 'late'\nelse:\n    raise AssertionError"
+    ),
     "in over a generator": "assert 4 in squares(4) and 2 not in squares(4)",
     "the solution's ValueError subclass caught as one": (
         "try:\n    checked(-1)\nexcept ValueError as e:\n    assert str(e) == 'negative'\nelse:\n    raise AssertionError"
