@@ -217,6 +217,8 @@ class Stack:
         return self.items.pop()
     def __len__(self):
         return len(self.items)
+    def __setitem__(self, i, x):
+        self.items[i] = x
     def __str__(self):
         return f"Stack{self.items}"
 
@@ -286,6 +288,9 @@ def point():
 OBJECT_TESTS = {
     "an instance passed back to the solution": "assert max_chain_length([Pair(5, 24), Pair(15, 25), Pair(27, 40), Pair(50, 60)], 4) == 3",
     "methods, len and str of an instance": "s = Stack()\ns.push(4)\nassert len(s) == 1 and str(s) == 'Stack[4]'\nassert s.pop() == 4 and len(s) == 0\nassert s.items == []",
+    "attributes and items set by the tests": (
+        "s = Stack()\ns.push(1)\ns[0] = 5\ns.label = 'a'\nassert s.pop() == 5 and s.label == 'a'"
+    ),
     "a generator": "assert list(squares(4)) == [0, 1, 4, 9] and sorted(squares(3), reverse=True) == [4, 1, 0]",
     "an endless generator read in part": "import itertools\nassert list(itertools.islice(naturals(), 3)) == [0, 1, 2]",
     "a map": "assert list(as_text([1, 2])) == ['1', '2'] and ','.join(as_text([3])) == '3'",

@@ -5,13 +5,15 @@ Questions go over as a pickle; answers come back as tagged JSON. An exact
 built-in value (or a ``range``) becomes that very value on the tests' side.
 Anything else a solution returns (a generator, a ``map``, an instance of a
 class it defines) stays in the solution's process and crosses as a handle:
-the tests see a ``Remote``, which they can call, read attributes of, iterate,
-index, take the ``len``, ``str`` or ``repr`` of — each a question to the
-solution's process, answered again with plain values or handles — or ask
-``in``, which iterates it and compares here. A ``Remote`` equals only itself and has no truth value, so no
-``__eq__``, ``__bool__`` or arithmetic of the solution decides anything in
-the tests' process. A ``Remote`` passed back as an argument (``Pair(5, 24)``
-given to ``max_chain_length``) arrives as the solution's own object.
+the tests see a ``Remote``, which they can call, read and set attributes of,
+iterate, index and assign items of, take the ``len``, ``str`` or ``repr`` of
+(each a question to the solution's process, answered again with plain values
+or handles), or ask ``in``, which iterates it and compares here. A
+``Remote`` equals only itself and has no truth value, so no ``__eq__``,
+``__bool__``, ``__contains__`` or arithmetic of the solution decides anything
+in the tests' process. A ``Remote`` passed back as an argument
+(``Pair(5, 24)`` given to ``max_chain_length``) arrives as the solution's own
+object.
 
 This file runs inside the sandbox next to ``harness.py``: standard library only.
 """
@@ -36,9 +38,11 @@ MAX_AHEAD = 256  # values of an iterator fetched in one question
 _OPS = {
     "call": lambda obj, *args, **kwargs: obj(*args, **kwargs),
     "getattr": getattr,
+    "setattr": setattr,
     "iter": iter,
     "len": len,
     "getitem": operator.getitem,
+    "setitem": operator.setitem,
     "str": str,
     "repr": repr,
 }
@@ -186,6 +190,12 @@ class Remote:
             raise AttributeError(name)
         return self._ask("getattr", name)
 
+    def __setattr__(self, name: str, value):
+        if name in Remote.__slots__:
+            object.__setattr__(self, name, value)
+        else:
+            self._ask("setattr", name, value)
+
     def __call__(self, *args, **kwargs):
         return self._ask("call", *args, **kwargs)
 
@@ -205,6 +215,9 @@ class Remote:
             self._ahead.extend(values)
             self._error, self._batch = error, min(2 * self._batch, MAX_AHEAD)
         return self._ahead.popleft()
+
+    def __setitem__(self, key, value):
+        self._ask("setitem", key, value)
 
     def __len__(self):
         return self._ask("len")
