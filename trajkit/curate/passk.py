@@ -170,12 +170,12 @@ def _write(ctx: StageContext, cfg: PassKConfig, item: tuple, solved: Any, writte
     traj = solved.attempt.trajectory
     n = 1
     if traj is not None and traj["traj_id"] not in written:
-        ctx.write("trajectories", traj)
+        ctx.write("trajectories", {**traj, "verdict": solved.result.verdict})
         written.add(traj["traj_id"])
         n += 1
-    row = sample_row(
-        sid, task["task_id"], index, cfg.model.model, solved.attempt.completion, solved.result, traj and traj["traj_id"]
-    )
+    a = solved.attempt
+    traj_id = traj and traj["traj_id"]
+    row = sample_row(sid, task["task_id"], index, cfg.model.model, a.completion, solved.result, traj_id, a.reason_code)
     ctx.write("samples", row)
     return n
 

@@ -46,6 +46,7 @@ class Attempt:
     server failed, a tool crashed); a malformed tool call is the model's
     mistake, so it is no error: the attempt simply has no completion.
     ``transient``: the error is one a retry may cure (``envs.agent.is_transient``).
+    ``reason_code``: the error's ``schema.REASON_CODES`` value, where known.
     """
 
     completion: str | None
@@ -54,6 +55,31 @@ class Attempt:
     error: str | None = None
     seconds: float = 0.0
     transient: bool = False
+    reason_code: str | None = None
+
+
+def has_verifier(task: dict[str, Any]) -> bool:
+    """Whether a task has a verifier an attempt is judged by here (a ``judge`` kind needs the caller's judge)."""
+    return (task.get("verifier") or {}).get("kind") not in (None, "", "none", "judge")
+
+
+def episode_attempt(row: dict[str, Any], seconds: float = 0.0) -> Attempt:
+    """The attempt a tool task's trajectory row is: its final answer, or the error that stopped it."""
+    error, reason = None, row.get("reason")
+    if row["status"] in ("failed", "aborted") and not (reason or "").startswith(MODEL_FAULT):
+        error = reason or row["status"]
+    answer = row["final_answer"] if row["status"] == "completed" else None
+    transient = error is not None and (row["status"] == "aborted" or is_transient(reason))
+    code = row.get("reason_code") if error is not None else None
+    return Attempt(answer, row, {"end_state": row.get("end_state")}, error, seconds, transient, code)
+
+
+async def trajectory_verdict(task: dict[str, Any], row: dict[str, Any], sandbox: Any = None) -> str | None:
+    """The task verifier's verdict on a trajectory row (as ``solve`` judges it), or None when the task has
+    no verifier judged here or the episode never ran (aborted)."""
+    if not has_verifier(task) or row["status"] == "aborted":
+        return None
+    return (await judge(task, episode_attempt(row), sandbox)).verdict
 
 
 def is_tool_task(task: dict[str, Any]) -> bool:
@@ -96,16 +122,11 @@ async def attempt(
     t0 = time.monotonic()
     if is_tool_task(task):
         if env is None:
-            return Attempt(None, error="a tool task needs a ToolEnv (harvested servers)")
+            return Attempt(None, error="a tool task needs a ToolEnv (harvested servers)", reason_code="unknown_server")
         row = await (rollout or run_episode)(
             task, backend, env, params, limits, system_prompt=system_prompt, rollout_index=sample_index, seed=seed
         )
-        error, reason = None, row.get("reason")
-        if row["status"] in ("failed", "aborted") and not (reason or "").startswith(MODEL_FAULT):
-            error = reason or row["status"]
-        answer = row["final_answer"] if row["status"] == "completed" else None
-        transient = error is not None and (row["status"] == "aborted" or is_transient(reason))
-        return Attempt(answer, row, {"end_state": row.get("end_state")}, error, time.monotonic() - t0, transient)
+        return episode_attempt(row, time.monotonic() - t0)
     messages: list[Message] = [{"role": "system", "content": system_prompt}] if system_prompt else []
     messages.append({"role": "user", "content": task_prompt(task)})
     params = dataclasses.replace(params, n=1, seed=seed if seed is not None else params.seed)
@@ -115,11 +136,11 @@ async def attempt(
         raise
     except Exception as e:  # noqa: BLE001 - a backend bug fails this attempt, not the run
         error = f"{MODEL_ERROR}: {type(e).__name__}: {e}"
-        return Attempt(None, error=error, seconds=time.monotonic() - t0, transient=True)
+        return Attempt(None, error=error, seconds=time.monotonic() - t0, transient=True, reason_code="model_error")
     c = completions[0] if completions else None
     if c is None or c.error:
         error = f"{MODEL_ERROR}: {c.error if c else 'no completion'}"
-        return Attempt(None, error=error, seconds=time.monotonic() - t0, transient=True)
+        return Attempt(None, error=error, seconds=time.monotonic() - t0, transient=True, reason_code="model_error")
     return Attempt(c.text, seconds=time.monotonic() - t0)
 
 
@@ -145,12 +166,7 @@ async def solve(
     rollout: RolloutFn | None = None,
     sandbox: Any = None,
 ) -> Solved:
-    """One attempt at a task (``attempt``), judged by the task's verifier (``trajkit.verify.verify``,
-    in ``sandbox``, off the event loop)."""
-    import asyncio
-
-    from trajkit.verify import Result, verify
-
+    """One attempt at a task (``attempt``), judged by the task's verifier (``judge``)."""
     a = await attempt(
         task,
         backend,
@@ -162,18 +178,27 @@ async def solve(
         system_prompt=system_prompt,
         rollout=rollout,
     )
+    return Solved(a, await judge(task, a, sandbox))
+
+
+async def judge(task: dict[str, Any], a: Attempt, sandbox: Any = None) -> Any:
+    """An attempt's ``trajkit.verify.Result``: an ``error`` verdict for a failed attempt, else the task
+    verifier's (``verify``, in ``sandbox``, off the event loop)."""
+    import asyncio
+
+    from trajkit.verify import Result, verify
+
     if a.error is not None:
         result = Result.error(a.error, transient=a.transient)
         result.runtime_s = round(a.seconds, 4)
-    else:
-        result = await asyncio.to_thread(verify, task["verifier"], a.completion or "", a.context, sandbox)
-    return Solved(a, result)
+        return result
+    return await asyncio.to_thread(verify, task["verifier"], a.completion or "", a.context, sandbox)
 
 
 class Solver:
     """What attempts at a stage's tasks need, opened once: a backend per model, the run's servers as a
-    ``ToolEnv`` (only when a task needs tools) and the sandbox. ``curate.passk`` and ``eval.passk`` both
-    solve through it::
+    ``ToolEnv`` (only when a task needs tools) and the sandbox (only when a task's verifier runs code).
+    ``curate.passk`` and ``eval.passk`` both solve through it::
 
         async with Solver(models, tasks, servers, ...) as solver:
             solved = await solver.solve(task, model_name, index)
@@ -238,7 +263,7 @@ class Solver:
     async def __aenter__(self) -> Self:
         from trajkit.envs.agent import load_rollout
         from trajkit.models import make_backend
-        from trajkit.verify import make_sandbox
+        from trajkit.verify import SANDBOXED_KINDS, make_sandbox
 
         try:
             self.rollout = load_rollout(self.rollout_path) if self.rollout_path else None
@@ -251,7 +276,9 @@ class Solver:
             if any(is_tool_task(t) for t in self.tasks):
                 self.env = ToolEnv(self.servers, config=self.servers_config)
                 self._stack.push_async_callback(self.env.aclose)
-            self.sandbox = self._stack.enter_context(make_sandbox(self.sandbox_kind, self.workers))
+            self.sandbox = None  # started only for verifiers that run code (a custom or tool verifier runs here)
+            if any((t.get("verifier") or {}).get("kind") in SANDBOXED_KINDS for t in self.tasks):
+                self.sandbox = self._stack.enter_context(make_sandbox(self.sandbox_kind, self.workers))
         except BaseException:
             await self._stack.aclose()
             raise

@@ -138,6 +138,11 @@ def run_eval_passk(ctx: StageContext, cfg: EvalPasskConfig) -> dict[str, Any]:
     if todo:
         asyncio.run(_evaluate(ctx, cfg, todo))
     ctx.flush()
+    return summarize(ctx, cfg)
+
+
+def summarize(ctx: StageContext, cfg: EvalPasskConfig) -> dict[str, Any]:
+    """The stage's report over every shard's rows (also written as RUN/reports/<stage>.parquet)."""
     rows = ctx.store.rows("eval_passk", stage=ctx.name)
     report = passk_report(rows, [m.model for m in cfg.models], cfg.ks)
     _write_report(ctx, report)
@@ -207,10 +212,11 @@ def _write_report(ctx: StageContext, report: list[dict[str, Any]]) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from trajkit import redact
     from trajkit.store import atomic_write_bytes, safe_name
 
     buf = io.BytesIO()
-    pq.write_table(pa.Table.from_pylist(report), buf)
+    pq.write_table(redact.current().table(pa.Table.from_pylist(report)), buf)
     atomic_write_bytes(ctx.store.root / "reports" / f"{safe_name(ctx.name)}.parquet", buf.getvalue())
 
 
@@ -219,6 +225,7 @@ EVAL_PASSK = StageSpec(
     EvalPasskConfig,
     run_eval_passk,
     retry=retry_unjudged,
+    report=summarize,
     inputs=("tasks", "passk", "splits"),
     outputs=("eval_passk",),
     help="pass@k (unbiased) of one or more models on a split, per difficulty bucket and overall.",
