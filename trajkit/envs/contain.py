@@ -14,9 +14,10 @@ process left in the namespace (daemons included). Memory is capped per instance
 (``spec["memory_mb"]``): by a memory cgroup holding the whole namespace where one can be made,
 else by ``RLIMIT_AS`` on the server (a cap on address space, not on use: runtimes that reserve
 large virtual ranges, such as V8 or the JVM, may then fail to start below a few GiB). With
-``spec["readonly"]`` (a stateless server shared by trajectories) there are no overlays at all:
-every write but to its private /dev/shm fails, so a server wrongly declared stateless cannot carry
-state between trajectories through the user's files.
+``spec["readonly"]`` (a stateless server shared by trajectories) the only overlays are over the
+package caches (``~/.cache``, ``~/.npm``, ``~/.local``: uvx and npx write there to start) and every other write
+but to its private /dev/shm fails, so a server wrongly declared stateless cannot carry state
+between trajectories through the user's files.
 """
 
 from __future__ import annotations
@@ -91,6 +92,11 @@ def enabled() -> bool:
     return missing is None
 
 
+def _caches(home: str) -> list[str]:
+    """The package caches uvx/npx write to while starting a server: private layers even for a read-only one."""
+    return [p for p in (os.path.join(home, d) for d in (".cache", ".npm", ".local")) if os.path.isdir(p)]
+
+
 def wrap(name: str, cfg: ServerConfig, command: str, args: list[str], readonly: bool = False) -> list[str]:
     """The launcher's arguments (after ``python``) that run ``command args`` contained; ``readonly``:
     the server sees the whole filesystem read-only (a stateless server shared by trajectories)."""
@@ -104,7 +110,7 @@ def wrap(name: str, cfg: ServerConfig, command: str, args: list[str], readonly: 
     if keep:
         keep = tempfile.mkdtemp(prefix=f"{name}-", dir=keep)
     spec = {
-        "writable": [] if readonly else writable_paths(args, env, cfg.cwd, home),
+        "writable": _caches(home) if readonly else writable_paths(args, env, cfg.cwd, home),
         "network": cfg.network,
         "disk_mb": DISK_MB,
         "memory_mb": MEMORY_MB,
