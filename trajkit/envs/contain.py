@@ -10,7 +10,9 @@ mounted over the namespace's own /dev/shm (nothing is made on the host), so writ
 vanish with the trajectory and no other trajectory or the host sees them; with
 ``spec["keep"]`` (a folder under the run directory) they land there instead. The server
 is pid 1's only child: when it exits or the launcher is killed, the kernel kills every
-process left in the namespace (daemons included). Memory is capped per instance
+process left in the namespace (daemons included). The launcher dies with its client
+(parent-death signal), so a client killed outright leaves no server behind, not even
+one that ignores its closed stdin. Memory is capped per instance
 (``spec["memory_mb"]``): by a memory cgroup holding the whole namespace where one can be made,
 else by ``RLIMIT_AS`` on the server (a cap on address space, not on use: runtimes that reserve
 large virtual ranges, such as V8 or the JVM, may then fail to start below a few GiB). With
@@ -144,6 +146,7 @@ def _contain(spec: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
+    iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)  # a client killed outright (SIGKILL) takes us with it
     return run(json.loads(argv[0]), argv[argv.index("--") + 1 :])
 
 
@@ -186,6 +189,7 @@ def run(spec: dict, command: list[str] | Callable[[], object]) -> int:
 def _serve(spec: dict, command: list[str] | Callable[[], object], cgroup: iso.Cgroup | None) -> int:
     pid = os.fork()  # the child is pid 1 of the new pid namespace
     if pid == 0:
+        iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)  # and us: the namespace ends with its pid 1
         os.setsid()
         iso.mount(None, "/proc", None, iso.MS_REC | iso.MS_PRIVATE)
         iso.mount("proc", "/proc", "proc", iso.MS_NOSUID | iso.MS_NODEV | iso.MS_NOEXEC)
