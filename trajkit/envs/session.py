@@ -13,8 +13,8 @@ not the server's. The SDK kills the server's whole process group on every exit
 path, cancellation included. A fault's reason says ``timed out after`` exactly
 when a start or a call timed out (``TIMED_OUT``: the fault a retry may cure).
 
-``${SESSION_DIR}`` in a stdio server's args becomes a fresh temporary
-directory for that session, removed when it closes: a file-backed server
+``${SESSION_DIR}`` in a stdio server's command, args, env or cwd becomes a
+fresh temporary directory for that session (``ServerConfig.resolved``), removed when it closes: a file-backed server
 (``--db-path ${SESSION_DIR}/db.sqlite``) starts each trajectory clean too.
 """
 
@@ -31,12 +31,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from trajkit.envs import contain
-from trajkit.envs.config import ServerConfig, child_environment, expand, resolve_command
+from trajkit.envs.config import ServerConfig, child_environment, resolve_command
 from trajkit.errors import UserError
 
 STDERR_TAIL_CHARS = 300
 TIMED_OUT = "timed out after"  # in a fault's reason: a start or a call that timed out
-SESSION_DIR = "${SESSION_DIR}"  # in a server's args: a fresh directory per session, removed at its end
 
 
 def _not_parse_noise(record: logging.LogRecord) -> bool:
@@ -175,28 +174,28 @@ class Connection:
 
             # closed in _own's finally, after a failure's reason has read its tail
             self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
-            args = list(self.cfg.args)
-            if any(SESSION_DIR in a for a in args):
+            workdir = None
+            if self.cfg.uses_session_dir:
                 workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"trajkit-{self.name}-"))
-                args = [a.replace(SESSION_DIR, workdir) for a in args]
-            command = resolve_command(self.cfg.command)
+            cfg = self.cfg.resolved(session_dir=workdir)
+            command, args = resolve_command(cfg.command), list(cfg.args)
             if contain.enabled():
-                args = contain.wrap(self.name, self.cfg, command, args, readonly=self.shared)
+                args = contain.wrap(self.name, cfg, command, args, readonly=self.shared)
                 command = sys.executable
             params = StdioServerParameters(
                 command=command,
                 args=args,
-                env=child_environment(self.cfg),
-                cwd=self.cfg.cwd,
+                env=child_environment(cfg),
+                cwd=cfg.cwd,
                 encoding_error_handler="replace",
             )
             return await stack.enter_async_context(stdio_client(params, errlog=self._stderr))
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
 
-        headers = {k: expand(v) for k, v in self.cfg.headers.items()}
-        http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
-        return await stack.enter_async_context(streamable_http_client(self.cfg.url, http_client=http))
+        cfg = self.cfg.resolved()
+        http = await stack.enter_async_context(create_mcp_http_client(headers=cfg.headers))
+        return await stack.enter_async_context(streamable_http_client(cfg.url, http_client=http))
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception):  # a line on stdout that is not JSON-RPC
@@ -241,20 +240,21 @@ class Connection:
     def server_info(self) -> Any:
         return self.init_result.server_info if self.init_result else None
 
-    async def list_tools(self, timeout_s: float = 30.0, max_pages: int = 100) -> list[Any]:
-        """Every tool the server lists, following ``nextCursor`` pages."""
+    async def list_all(self, kind: str = "tools", timeout_s: float = 30.0, max_pages: int = 100) -> list[Any]:
+        """Every item the server lists of ``kind`` (tools, resources, resource_templates, prompts), all pages."""
         from mcp.types import PaginatedRequestParams
 
         await self.open()
-        tools, cursor = [], None
+        items, cursor = [], None
+        what = kind.replace("resource_templates", "resources/templates") + "/list"
         for _ in range(max_pages):
             params = PaginatedRequestParams(cursor=cursor) if cursor else None
-            result = await self._request("tools/list", self.session.list_tools(params=params), timeout_s)
-            tools.extend(result.tools)
+            result = await self._request(what, getattr(self.session, f"list_{kind}")(params=params), timeout_s)
+            items.extend(getattr(result, kind))
             cursor = result.next_cursor
             if not cursor:
-                return tools
-        raise ServerFault(f"tools/list returned more than {max_pages} pages")
+                return items
+        raise ServerFault(f"{what} returned more than {max_pages} pages")
 
     async def call(
         self, tool: str, arguments: dict[str, Any], timeout_s: float = 30.0, max_chars: int | None = None
