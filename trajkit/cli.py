@@ -233,6 +233,13 @@ def _user(message: str) -> Exception:
     return UserError(message)
 
 
+def _redacted(error: BaseException) -> str:
+    """An error's text without secrets (it may quote a server's stderr); pyarrow stays out of ``--help``."""
+    from trajkit import redact
+
+    return redact.current().text(str(error))
+
+
 def main() -> None:
     """Entry point: user errors become one line and exit status 2."""
     from trajkit.errors import StageStopped, UserError
@@ -241,10 +248,10 @@ def main() -> None:
     try:
         app()
     except (UserError, ProtectionMissing) as e:
-        typer.echo(f"error: {e}", err=True)
+        typer.echo(f"error: {_redacted(e)}", err=True)
         sys.exit(2)
     except StageStopped as e:
-        typer.echo(f"stopped: {e}", err=True)
+        typer.echo(f"stopped: {_redacted(e)}", err=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         typer.echo("interrupted; rerun the same command to resume", err=True)

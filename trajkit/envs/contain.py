@@ -8,7 +8,9 @@ overlays' upper layers sit on a size-capped tmpfs private to the namespace, so w
 vanish with the trajectory and no other trajectory or the host sees them; with
 ``spec["keep"]`` (a folder under the run directory) they land there instead. The server
 is pid 1's only child: when it exits or the launcher is killed, the kernel kills every
-process left in the namespace (daemons included).
+process left in the namespace (daemons included). The launcher dies with its client
+(parent-death signal), so a client killed outright leaves no server behind, not even
+one that ignores its closed stdin.
 """
 
 from __future__ import annotations
@@ -114,6 +116,7 @@ def _contain(spec: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
+    iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)  # a client killed outright (SIGKILL) takes us with it
     spec = json.loads(argv[0])
     command = argv[argv.index("--") + 1 :]
     spec["scratch"] = tempfile.mkdtemp(prefix="trajkit-env-", dir="/dev/shm")
@@ -131,6 +134,7 @@ def _run(spec: dict, command: list[str]) -> int:
     _contain(spec)
     pid = os.fork()  # the child is pid 1 of the new pid namespace
     if pid == 0:
+        iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)  # and us: the namespace ends with its pid 1
         os.setsid()
         iso.mount(None, "/proc", None, iso.MS_REC | iso.MS_PRIVATE)
         iso.mount("proc", "/proc", "proc", iso.MS_NOSUID | iso.MS_NODEV | iso.MS_NOEXEC)

@@ -9,7 +9,9 @@ environment), unless ``stateless={name: bool}`` says otherwise. Bounds:
 * ``max_processes`` — live per-trajectory server processes, all servers
   together; a trajectory reserves the processes it needs at once (so two
   trajectories can never deadlock holding half of theirs); pools add
-  ``pool_size`` processes per stateless server on top;
+  ``pool_size`` processes per stateless server on top, started as load needs
+  them. Both default to the CPUs the shard has (``cpus()``: a Ray task's, not
+  its node's): ``SERVERS_PER_CPU`` per CPU, and one pool process per CPU;
 * ``max_concurrency_per_server`` — calls in flight on one server process
   (or HTTP session) at a time.
 
@@ -18,7 +20,8 @@ Server env values, HTTP headers and cwd come from ``config`` (the
 which holds its command, args or url but only the *names* of the environment
 variables it reads: a row with ``env_names`` then needs the file, and
 building the env says so (a UserError, before anything starts), as it does for
-a ``${VAR}`` of the config that is not set. (Nor does a row record a stdio
+a ``${VAR}`` of the config that is not set and for a stdio command this machine
+does not have (a cluster node that cannot start the servers fails its shard). (Nor does a row record a stdio
 ``cwd`` or literal HTTP headers: pass the file for servers that have them.)
 Use ``async with ToolEnv(...)``: every server is shut down on every exit path,
 Ctrl-C included.
@@ -33,10 +36,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Self
 
-from trajkit.envs.config import ServerConfig, check_environment, load_servers_config
+from trajkit.concurrency import cpus
+from trajkit.envs.config import ServerConfig, check_command, check_environment, load_servers_config
 from trajkit.envs.session import Connection, ServerFault, ToolOutput
 from trajkit.envs.tools import ToolRoute, select_servers, tool_routes
 from trajkit.errors import UserError
+from trajkit.redact import REDACTED
+
+SERVERS_PER_CPU = 16  # server processes mostly wait on their caller; memory, not CPU, bounds more
 
 
 def is_stateless(row: dict[str, Any]) -> bool:
@@ -48,13 +55,18 @@ def is_stateless(row: dict[str, Any]) -> bool:
 def row_config(row: dict[str, Any]) -> ServerConfig:
     """A server's config rebuilt from its ``servers`` row: command and args, or url.
 
-    A row that names environment variables cannot be rebuilt (the table keeps
-    names, never values): a UserError that asks for the mcpServers file.
+    A row that names environment variables, or whose url or args held a secret
+    (redacted when written), cannot be rebuilt: a UserError that asks for the mcpServers file.
     """
     if row.get("env_names"):
         raise UserError(
             f"server {row['name']!r} reads environment variables ({', '.join(row['env_names'])}) that the servers "
             "table does not hold (names only): pass its mcpServers file (servers_config / --servers-config)"
+        )
+    if any(REDACTED in part for part in [row.get("url") or "", *(row.get("args") or [])]):
+        raise UserError(
+            f"server {row['name']!r} has a secret in its url or args that the servers table does not hold: "
+            "pass its mcpServers file (servers_config / --servers-config)"
         )
     if row["transport"] == "http":
         return ServerConfig(url=row["url"])
@@ -132,8 +144,8 @@ class ToolEnv:
         *,
         config: Mapping[str, ServerConfig] | str | Path | None = None,
         stateless: Mapping[str, bool] | None = None,
-        max_processes: int = 32,
-        pool_size: int = 2,
+        max_processes: int | None = None,
+        pool_size: int | None = None,
         max_concurrency_per_server: int = 8,
         startup_timeout_s: float = 60.0,
     ):
@@ -144,11 +156,12 @@ class ToolEnv:
         for row in self.rows:  # every server that may start can start: a user error now, not a fault later
             if row["status"] == "ok":
                 check_environment(row["name"], self.config_for(row))
+                check_command(row["name"], self.config_for(row))
         self.stateless = {r["name"]: (stateless or {}).get(r["name"], is_stateless(r)) for r in self.rows}
-        self.pool_size = pool_size
+        self.pool_size = pool_size or cpus()
         self.max_concurrency_per_server = max_concurrency_per_server
         self.startup_timeout_s = startup_timeout_s
-        self.slots = _Slots(max_processes)
+        self.slots = _Slots(max_processes or SERVERS_PER_CPU * cpus())
         self.pools: dict[str, Pool] = {}
         self.live: set[Connection] = set()
         self._closers: set[asyncio.Task] = set()

@@ -21,7 +21,9 @@ requests outstanding; an endpoint that times out, refuses the connection or
 answers 429/5xx is taken out for ``endpoint_backoff_s`` (doubling while it
 keeps failing) and the retry goes elsewhere. Per-endpoint requests, errors
 and seconds are counted into the ``stats`` mapping the stage's usage hands in
-(the manifest's ``usage.endpoints``).
+(the manifest's ``usage.endpoints``). ``served`` asks each endpoint which model
+it serves (``/v1/models``): the stage records it (``usage.served``) and refuses
+to mix models.
 """
 
 from __future__ import annotations
@@ -74,6 +76,26 @@ class OpenAIBackend(Backend):
                 raise UserError(f"model.headers_env: environment variable {env} (for header {header}) is not set")
             headers[header] = value
         return headers
+
+    def served(self) -> dict[str, str]:
+        """What each endpoint reports serving for ``spec.model`` (``GET /v1/models``): the listed entry of that
+        name, by its ``root`` (vLLM's weights) or id, or the one model an endpoint lists; endpoints that do not
+        answer, or list several models but not this one, are left out (their requests will say more)."""
+        import httpx
+
+        out = {}
+        for e in self._endpoints:
+            try:
+                response = httpx.get(e.url + "models", headers=self._headers(), timeout=min(self.spec.timeout_s, 10))
+                listed = response.json().get("data") if response.status_code == 200 else None
+            except (httpx.HTTPError, ValueError, AttributeError):
+                continue
+            if not isinstance(listed, list) or not all(isinstance(m, dict) for m in listed):
+                continue
+            named = [m for m in listed if m.get("id") == self.spec.model] or (listed if len(listed) == 1 else [])
+            if named:
+                out[e.url.rstrip("/")] = str(named[0].get("root") or named[0].get("id"))
+        return out
 
     def _session(self) -> asyncio.Semaphore:
         """Open the endpoints' HTTP clients for the running event loop; the concurrency bound

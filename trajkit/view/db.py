@@ -144,7 +144,7 @@ class RunDB:
         if not paths:
             return f"(SELECT *, NULL::VARCHAR AS filename, NULL::BIGINT AS file_row_number FROM {table} WHERE false)"
         listed = ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths)
-        return f"read_parquet([{listed}], filename = true, file_row_number = true)"
+        return f"read_parquet([{listed}], filename = true, file_row_number = true, union_by_name = true)"
 
     def row_at(self, filename: str, row: int) -> dict[str, Any]:
         """One row of one shard, by its position."""
