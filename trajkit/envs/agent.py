@@ -180,19 +180,18 @@ class _Episode:
         outputs = await asyncio.gather(*(self._call(ep, call.name, call.arguments, routes) for call in c.tool_calls))
         self.tools_s += time.monotonic() - t0
         fault = None
-        for call, (text, err) in zip(c.tool_calls, outputs):
+        for call, (out, err) in zip(c.tool_calls, outputs):
             self.tools_called.append(call.name)
-            self.messages.append(
-                schema_message({"role": "tool", "content": text, "tool_call_id": call.id, "name": call.name})
-            )
-            self.context_estimate += len(text) // 4
+            message = {"role": "tool", "content": out.text, "tool_call_id": call.id, "name": call.name}
+            self.messages.append(schema_message(message | {"parts": list(out.parts) or None}))
+            self.context_estimate += len(out.text) // 4
             fault = fault or err
         if fault:
             self.stop("failed", fault)
 
     async def _call(
         self, ep: Episode, name: str, arguments: str, routes: dict[str, ToolRoute]
-    ) -> tuple[str, str | None]:
+    ) -> tuple[ToolOutput, str | None]:
         route = routes[name]
         try:
             out: ToolOutput = await ep.call(
@@ -202,13 +201,14 @@ class _Episode:
                 self.limits.tool_timeout_s,
                 self.limits.max_tool_output_chars,
             )
-            return out.text, None
+            return out, None
         except ServerFault as e:
-            return f"Error: tool {name} failed: {e}", f"tool {name} ({route.server}) failed: {e}"
+            return ToolOutput(f"Error: tool {name} failed: {e}", True), f"tool {name} ({route.server}) failed: {e}"
         except (StageStopped, UserError):
             raise
         except Exception as e:  # noqa: BLE001 - same: this trajectory fails, the run goes on
-            return f"Error: tool {name} failed: {type(e).__name__}", f"tool {name} failed: {type(e).__name__}: {e}"
+            failed = f"tool {name} failed: {type(e).__name__}"
+            return ToolOutput(f"Error: {failed}", True), f"{failed}: {e}"
 
     async def probe(self, ep: Episode) -> None:
         """Call the task's outcome-check probes on this episode's sessions; store their outputs in order."""
