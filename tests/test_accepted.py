@@ -11,8 +11,8 @@ from trajkit.errors import UserError
 from trajkit.store import Store
 
 
-def _traj(i: str, task: str, status: str = "completed") -> dict:
-    return {"traj_id": i, "task_id": task, "status": status}
+def _traj(i: str, task: str, status: str = "completed", verdict: str | None = None) -> dict:
+    return {"traj_id": i, "task_id": task, "status": status, "verdict": verdict}
 
 
 @pytest.fixture
@@ -23,10 +23,10 @@ def store(run_dir):
         "trajectories",
         "r",
         [
-            _traj("ok", "A"),
+            _traj("ok", "A", verdict="pass"),
             _traj("trunc", "A", "truncated"),
             _traj("lowjudge", "A"),
-            _traj("vfail", "B"),
+            _traj("vfail", "B", verdict="fail"),
             _traj("filtered", "B"),
             _traj("human", "B"),
             _traj("taskout", "C"),
@@ -138,3 +138,35 @@ def test_synth_filter_applies_verdicts_and_default_thresholds(store):
     rejected = {(r["row_id"], r["reason"]) for r in store.rows("rejected") if r["stage"] != "f"}
     assert {("vfail", "verdict_fail"), ("lowjudge", "low_completeness"), ("trunc", "status_truncated")} <= rejected
     assert "low_completeness 1" in out and "verdict_fail 1" in out
+
+
+def test_a_run_written_before_verdict_and_reason_code_reads_them_as_null(run_dir, tmp_path):
+    import pyarrow.parquet as pq
+
+    from tests.test_cli import invoke
+    from trajkit import schema as S
+
+    s = Store(run_dir)
+    s.write("trajectories", "old", [_traj("a", "A"), _traj("b", "A", "failed")])
+    s.write("samples", "old", [{"sample_id": "s", "task_id": "A", "sample_index": 0, "verdict": "pass"}])
+    for table in ("trajectories", "samples"):  # as version 1 wrote them: without the columns added since
+        for path in s.shards(table):
+            old = pq.read_table(path).drop_columns(list(S.table(table).added))
+            pq.write_table(old.replace_schema_metadata({S.VERSION_KEY: b"1", S.TABLE_KEY: table.encode()}), path)
+    assert "verdict" not in pq.read_schema(s.shards("trajectories")[0]).names
+    rows = s.rows("trajectories")
+    assert [(r["traj_id"], r["verdict"], r["reason_code"]) for r in rows] == [("a", None, None), ("b", None, None)]
+    assert s.rows("trajectories", ["traj_id", "verdict"]) == [{"traj_id": "a", "verdict": None}] + [
+        {"traj_id": "b", "verdict": None}
+    ]
+    assert s.rows("samples")[0]["reason_code"] is None
+    assert A.accepted_ids(s, "trajectories") == {"a"}
+    out = invoke("sql", "-r", str(run_dir), "SELECT count(*) AS n FROM trajectories WHERE verdict IS NULL", "-f", "csv")
+    assert out.output.splitlines()[-1] == "2"
+    # a resumed old run gets new shards beside the old ones: both read, through pyarrow and DuckDB
+    s.write("trajectories", "new", [_traj("c", "A", verdict="fail")])
+    assert {r["traj_id"]: r["verdict"] for r in s.rows("trajectories")} == {"a": None, "b": None, "c": "fail"}
+    assert A.accepted_ids(s, "trajectories") == {"a"}
+    exported = tmp_path / "out.jsonl"
+    invoke("export", str(exported), "--run", str(run_dir), "--format", "jsonl")
+    assert [json.loads(line)["traj_id"] for line in exported.read_text().splitlines()] == ["a"]

@@ -4,6 +4,7 @@ between items, and on a failure the work in flight is cancelled (its cleanup run
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pyarrow.parquet as pq
 import pytest
@@ -71,3 +72,50 @@ def test_stage_log_lines_show_server_and_model_text_literally(tmp_path, capsys):
     ctx = StageContext(Store(tmp_path, create=True), "s", "toy")
     ctx.log("server 'x' failed: [bold red]boom[/] [image 1]")
     assert "[bold red]boom[/] [image 1]" in capsys.readouterr().err
+
+
+def test_until_stops_launching_and_cancels_the_rest(tmp_path):
+    ctx = StageContext(Store(tmp_path, create=True), "s", "toy", quiet=True)
+    written, cancelled_cleanup = [], []
+
+    async def work(i: int) -> int:
+        try:
+            await asyncio.sleep(0 if i < 4 else 5)  # 0..3 finish at once; the rest would hang
+        except asyncio.CancelledError:
+            cancelled_cleanup.append(i)
+            raise
+        return i
+
+    cancelled, unstarted = asyncio.run(
+        ctx.fan_out(
+            range(10),
+            work,
+            concurrency=6,
+            unit="items",
+            write=lambda i, _: written.append(i),
+            until=lambda: len(written) >= 3,
+        )
+    )
+    assert written == [0, 1, 2]  # finished together: written in the order they started
+    assert cancelled == [3, 4, 5] and unstarted == [6, 7, 8, 9]
+    assert {4, 5} <= set(cancelled_cleanup) <= {3, 4, 5}  # the cancelled ones ran their cleanup
+
+
+def test_pools_size_from_the_cpus_the_executor_gave_the_shard():
+    """Inside ``cpu_share(n)`` (a Ray task's CPUs) the sandbox and the server bound size from n, not the machine."""
+    from trajkit.concurrency import cpu_share, cpus
+    from trajkit.envs.env import SERVERS_PER_CPU, ToolEnv
+    from trajkit.verify.sandbox import WORKERS_PER_CPU, Sandbox, SandboxUnavailable
+
+    machine = len(os.sched_getaffinity(0))
+    assert cpus() == machine
+    assert Sandbox().workers == machine and ToolEnv([]).slots.total == SERVERS_PER_CPU * machine
+    assert ToolEnv([]).pool_size == machine
+    share = machine + 3  # not the machine's count, whatever the machine
+    with cpu_share(share):
+        assert cpus() == share
+        assert Sandbox().workers == share and ToolEnv([]).slots.total == SERVERS_PER_CPU * share
+        assert ToolEnv([]).pool_size == share
+        with pytest.raises(SandboxUnavailable, match=f"1 to {WORKERS_PER_CPU * share} "):
+            Sandbox(workers=WORKERS_PER_CPU * share + 1)
+    assert cpus() == machine

@@ -99,6 +99,25 @@ def test_sigkill_then_resume_equals_uninterrupted_byte_for_byte(tmp_path, kill_a
     assert (killed / "_stages" / "toy" / "_manifest.json").exists()
 
 
+def test_a_rerun_fences_off_an_older_run_still_writing(tmp_path):
+    """Two runs of one shard at once (a killed driver's task still alive, a second shell): the newer one takes
+    the lease, the older one's next commit fails and its rows are discarded; the result is the uninterrupted one."""
+    clean = tmp_path / "clean"
+    run_stage(Store(clean, create=True), TOY, ToyConfig(n=60, shard_rows=7), quiet=True)
+
+    raced = tmp_path / "raced"
+    old = run_toy_subprocess(raced, 60, 0.05)  # 7 rows per shard: a commit every 0.35 s, 3 s in all
+    deadline = time.monotonic() + 60
+    while len(list((raced / "tasks").glob("*.parquet"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert old.poll() is None, "the older run must still be writing"
+    run_stage(Store(raced), TOY, ToyConfig(n=60, shard_rows=7, sleep_s=0.0), quiet=True)
+    assert old.wait(timeout=60) != 0
+    assert "a newer run took this shard over" in old.stderr.read().decode()
+    assert shard_bytes(raced) == shard_bytes(clean)
+    assert not list(raced.glob("*/.tmp-*"))
+
+
 def test_manifest_written_last_with_config_counts_and_version(run_dir):
     m = run_stage(Store(run_dir), TOY, ToyConfig(n=12, shard_rows=5), quiet=True)
     on_disk = json.loads((run_dir / "_stages" / "toy" / "_manifest.json").read_text())

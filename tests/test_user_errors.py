@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from tests.test_cli import trajkit
+from tests.test_cli import TRAJKIT, trajkit
 from trajkit.cli import app
 from trajkit.errors import UserError
 
@@ -103,6 +104,18 @@ def test_too_many_sandbox_workers():
 
     with pytest.raises(UserError, match="this machine can run 1 to"):
         Sandbox(workers=100_000)
+
+
+def test_read_only_run_directory(tmp_path):
+    """A run directory on a read-only mount (root ignores permission bits, so a mount it must be)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    command = " ".join([*TRAJKIT, "curate", "import", "-r", str(run), "--preset", "humaneval", "--limit", "1"])
+    script = f"mount --bind {run} {run} && mount -o remount,ro,bind {run} {run} && exec {command}"
+    unshare = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script]
+    proc = subprocess.run(unshare, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == f"error: the run directory {run} is not writable (read-only file system or permissions)\n"
 
 
 def test_the_real_command_prints_one_line_and_exits_2(tmp_path):

@@ -4,8 +4,9 @@ A row is accepted when all of these hold (docs/schema.md, "Accepted rows"):
 
 - no stage rejected it (the ``rejected`` table) and the latest human review of it (or of its
   task) is not ``reject``;
-- trajectories: status ``completed``; no verified sample of it failed; the judge's
-  completeness is at least ``min_completeness`` where it was judged;
+- trajectories: status ``completed``; its ``verdict`` (the task verifier's outcome, written with
+  the row) is ``pass`` or null (no verifier); the judge's completeness is at least
+  ``min_completeness`` where it was judged;
 - samples: verdict ``pass``;
 - tasks: the judge's ``quality_score`` is at least ``min_task_quality`` where it was judged;
   a task with verified samples has at least one that passed.
@@ -67,7 +68,7 @@ def accepted_where(table: str, thresholds: Thresholds = DEFAULT) -> str:
         parts = [
             "status = 'completed'",
             "reject_reason IS NULL",
-            "traj_id NOT IN (SELECT traj_id FROM samples WHERE traj_id IS NOT NULL AND verdict <> 'pass')",
+            "(verdict IS NULL OR verdict = 'pass')",
             _at_least("completeness", thresholds.min_completeness),
             _not_reviewed_out("trajectory", "traj_id"),
             _not_reviewed_out("task", "task_id"),

@@ -66,8 +66,9 @@ def run_command(
     executor: str = "local",
     address: str | None = None,
 ) -> dict[str, Any] | list[dict[str, Any]]:
-    """Build a stage's config from YAML, options and overrides, validate it, run the stage (its shard
-    ``rank`` here, or with ``executor="ray"`` all ``world_size`` shards on Ray)."""
+    """Build a stage's config from YAML, options and overrides, validate it, run the stage: its shard
+    ``rank`` here (returns its manifest), or with ``executor="ray"`` all ``world_size`` shards on Ray
+    (returns their manifests as ``shards`` and a reporting stage's ``summary`` over all of them)."""
     from trajkit.config import build, read_yaml
     from trajkit.errors import UserError
     from trajkit.runner import run_stage
@@ -85,7 +86,7 @@ def run_command(
         from trajkit.executors.ray import run_on_ray
 
         name = name or spec.kind.split(".")[-1]
-        return run_on_ray(run, kind, cfg, name, fresh, world_size, address, budget_tokens, budget_cost)
+        return run_on_ray(run, spec, cfg, name, fresh, world_size, address, budget_tokens, budget_cost)
     store = Store(run, create=True)
     return run_stage(
         store,

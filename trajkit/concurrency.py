@@ -12,31 +12,56 @@ progress and periodic flushes, for the stages.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+import contextlib
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
 
+_SHARES: list[int] = []  # CPUs an executor gave the shards running in this process, innermost last
+
+
+def cpus() -> int:
+    """CPUs this process's work may use: what an executor gave the shard running here (a Ray task's
+    CPUs, through ``cpu_share``), else every CPU the process may run on. Sandbox and server pools size
+    themselves from it, so shards sharing a node do not each take the whole node."""
+    return _SHARES[-1] if _SHARES else len(os.sched_getaffinity(0))
+
+
+@contextlib.contextmanager
+def cpu_share(n: int) -> Iterator[None]:
+    """Work inside runs on ``n`` CPUs (``cpus()``)."""
+    _SHARES.append(max(1, n))
+    try:
+        yield
+    finally:
+        _SHARES.pop()
+
 
 async def bounded(items: Iterable[T], fn: Callable[[T], Awaitable[R]], concurrency: int) -> AsyncIterator[tuple[T, R]]:
-    """Run ``fn`` over ``items`` with at most ``concurrency`` in flight; yield (item, result) as each finishes."""
+    """Run ``fn`` over ``items`` with at most ``concurrency`` in flight; yield (item, result) as each finishes
+    (those finishing together in the order they started). ``items`` is read lazily, one item per free slot."""
     pending = iter(items)
-    running: dict[asyncio.Task[R], T] = {}
+    running: dict[asyncio.Task[R], tuple[int, T]] = {}
+    started = 0
 
     def launch() -> None:
+        nonlocal started
         while len(running) < max(1, concurrency):
             item = next(pending, _END)
             if item is _END:
                 return
-            running[asyncio.ensure_future(fn(item))] = item
+            running[asyncio.ensure_future(fn(item))] = (started, item)
+            started += 1
 
     launch()
     try:
         while running:
             finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-            for task in finished:
-                item = running.pop(task)
+            for task in sorted(finished, key=lambda t: running[t][0]):
+                _, item = running.pop(task)
                 yield item, task.result()
             launch()
     finally:

@@ -17,3 +17,7 @@ class StageStopped(Exception):
     """A stage stopped cleanly before finishing (a budget cap): rerun to resume."""
 
     exit_code = 3
+
+
+class Fenced(StageStopped):
+    """A newer run of the same stage shard took it over: this run's uncommitted rows are discarded and it stops."""

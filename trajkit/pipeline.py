@@ -96,11 +96,11 @@ def run_pipeline(
     if executor == "ray":
         from trajkit.executors.ray import cluster, run_on_ray
 
-        with cluster(address, world_size):
+        with cluster(address):
             return [
                 m
                 for spec, name, cfg in plan
-                for m in run_on_ray(Path(run_dir), spec.kind, cfg, name, fresh, world_size)
+                for m in run_on_ray(Path(run_dir), spec, cfg, name, fresh, world_size)["shards"]
             ]
     if executor != "local" or world_size != 1:
         raise UserError("trajkit run takes --world-size only with --executor ray (executors: local, ray)")

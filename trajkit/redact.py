@@ -1,9 +1,28 @@
-"""Endpoints without credentials: what manifests and cards keep of a ``base_url``."""
+"""What a run writes keeps no credentials: endpoints without them, and secret values redacted.
+
+``clean_endpoint`` is what manifests and cards keep of a ``base_url``. A ``Redactor``
+replaces with ``[REDACTED]`` the values of secret-named environment variables and
+of the servers config's ``env`` and ``headers`` (over a length and entropy floor, so
+``false`` or ``UTC`` stay), those values split by invisible characters, and forms
+that are a credential wherever they appear (``Bearer`` tokens, passwords in URLs,
+known token formats). ``trajkit.runner`` builds one per stage and makes it
+``current()``; the store, manifests, log lines and the call cache apply it.
+"""
 
 from __future__ import annotations
 
+import math
+import os
+import re
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 
 def clean_endpoint(url: str) -> str:
@@ -31,3 +50,220 @@ def _clean_url_value(value: Any) -> Any:
     if isinstance(value, list):
         return [clean_endpoint(v) if isinstance(v, str) else v for v in value]
     return value
+
+
+# ---------------------------------------------------------------- secret values
+REDACTED = "[REDACTED]"
+INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u00ad"  # zero-width characters and the soft hyphen
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS(?:W(?:OR)?D|PHRASE)?(?:_|$)|CREDENTIAL", re.IGNORECASE)
+SECRET_HEADER = re.compile(r"AUTH|COOKIE|KEY|TOKEN|SECRET", re.IGNORECASE)
+NOT_A_VALUE = re.compile(r"_(?:FILE|PATH|DIR|URL|ENDPOINT|SOCK|NAME|ENV)$", re.IGNORECASE)
+MIN_LEN = 6
+MIN_BITS = 12.0  # length x Shannon entropy per character: "false" has 11.6, "hunter2" 19.7
+TOKEN_COLUMNS = ("token_ids", "loss_mask", "logprobs")
+# Forms that are a credential wherever they appear: (pattern, replacement), read alike by Python's re and RE2.
+FORMS = (
+    (r"(\b(?i:bearer)\s+)[A-Za-z0-9._~+/=-]{12,}", r"\1" + REDACTED),
+    (r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:)[^/\s@]+@", r"\1" + REDACTED + "@"),
+    *(
+        (p, REDACTED)
+        for p in (
+            r"\bhf_[A-Za-z0-9]{30,}",
+            r"\bsk-(?:proj-|ant-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}",
+            r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+            r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})",
+            r"\bAIza[0-9A-Za-z_-]{35}",
+            r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
+        )
+    ),
+)
+
+
+def entropy_bits(value: str) -> float:
+    """The value's length times the Shannon entropy of its characters."""
+    n = len(value)
+    return -sum(c * math.log2(c / n) for c in Counter(value).values()) if n else 0.0
+
+
+def worth_redacting(value: str, named_secret: bool) -> bool:
+    """Whether a configured value is redacted: over the floor (``MIN_LEN`` characters and ``MIN_BITS``), and
+    either named as a secret or shaped like a token (no spaces, letters and digits; not a path or plain URL)."""
+    v = value.strip()
+    if len(v) < MIN_LEN or entropy_bits(v) < MIN_BITS:
+        return False
+    if named_secret:
+        return True
+    plain_url = "://" in v and "@" not in v
+    shaped = not any(c.isspace() for c in v) and any(c.isalpha() for c in v) and any(c.isdigit() for c in v)
+    return shaped and not plain_url and not v.startswith(("/", "~", "."))
+
+
+def environment_secrets(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Variables whose names say they hold a secret (``*KEY*``, ``*TOKEN*``, ``*SECRET*``, ``*PASSWORD*``, ...),
+    over the floor: {name: value}. Names that point at a secret (``*_FILE``, ``*_PATH``, ...) are left out."""
+    env = os.environ if environ is None else environ
+    return {
+        k: v for k, v in env.items() if SECRET_NAME.search(k) and not NOT_A_VALUE.search(k) and worth_redacting(v, True)
+    }
+
+
+def config_secrets(servers: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The values of every server's ``env`` and ``headers`` (``${VAR}`` expanded), its ``args`` (the values of
+    secret-named flags), and the password and query values of its ``url``, over the
+    floor: {"server.VAR": value}. The token of an
+    ``Authorization: Bearer <token>`` value is a value of its own."""
+    from trajkit.envs.config import _VAR
+
+    env = os.environ if environ is None else environ
+    out: dict[str, str] = {}
+    for name, cfg in servers.items():
+        for key, raw in [*cfg.env.items(), *cfg.headers.items()]:
+            value = _VAR.sub(lambda m: env.get(m.group(1), ""), raw)
+            named = bool((SECRET_HEADER if key in cfg.headers else SECRET_NAME).search(key)) or any(
+                SECRET_NAME.search(m.group(1)) for m in _VAR.finditer(raw)
+            )
+            parts = value.split(None, 1)
+            for i, v in enumerate([value] + ([parts[1]] if len(parts) == 2 else [])):
+                if worth_redacting(v, named):
+                    out[f"{name}.{key}" + ("" if i == 0 else ".token")] = v.strip()
+        for flag, value in _flag_values(cfg.args):
+            named = SECRET_HEADER.search(flag) and not NOT_A_VALUE.search(flag.replace("-", "_"))
+            if named and worth_redacting(value, True):
+                out[f"{name}.args.{flag.lstrip('-')}"] = value
+        url = urlsplit(cfg.url or "")
+        if url.password and worth_redacting(url.password, True):
+            out[f"{name}.url.password"] = url.password
+        for key, v in parse_qsl(url.query):
+            if worth_redacting(v, bool(SECRET_HEADER.search(key))):
+                out[f"{name}.url.{key}"] = v
+    return out
+
+
+def _flag_values(args: list[str]) -> list[tuple[str, str]]:
+    """(flag, value) for every ``--flag VALUE`` and ``--flag=VALUE`` in a command line."""
+    out = []
+    for before, arg in zip(["", *args], args):
+        if arg.startswith("-") and "=" in arg:
+            out.append(tuple(arg.split("=", 1)))
+        elif not arg.startswith("-") and before.startswith("-") and "=" not in before:
+            out.append((before, arg))
+    return out
+
+
+def _escape(literal: str) -> str:
+    """A literal as a pattern that Python's ``re`` and Arrow's RE2 read alike, matching with
+    invisible characters between any two of its characters."""
+    chars = [c if c.isalnum() or c == "_" or not c.isascii() or c.isspace() else "\\" + c for c in literal]
+    return f"[{INVISIBLE}]*".join(chars)
+
+
+class Redactor:
+    """Replaces secret values and credential forms with ``[REDACTED]`` in text, JSON-like values and
+    Arrow tables. Built once per stage (``for_stage``) and applied where rows, manifests, log lines and
+    call-cache entries are written, so a secret is gone before anything reaches a disk."""
+
+    def __init__(self, values: Mapping[str, str] | None = None):
+        literals = sorted(set((values or {}).values()), key=len, reverse=True)
+        rules = [(f"(?:{'|'.join(_escape(v) for v in literals)})", REDACTED)] if literals else []
+        self.rules = rules + list(FORMS)
+        self._any = "|".join(f"(?:{p})" for p, _ in self.rules)  # one pass finds the strings to redact
+        self._compiled = [(re.compile(p), r) for p, r in self.rules]
+
+    @classmethod
+    def for_stage(cls, cfg: Any, environ: Mapping[str, str] | None = None) -> Redactor:
+        """The environment's secret-named variables, the ``inputs`` a stage config gives (VS Code's
+        ``${input:ID}``), and the env and header values of the servers file it names (``servers_config``,
+        or ``servers`` when it is a path)."""
+        from trajkit.envs.config import load_servers_config
+
+        values = environment_secrets(environ)
+        inputs = {k: v.get_secret_value() for k, v in (getattr(cfg, "inputs", None) or {}).items()}  # ${input:ID}
+        values.update({f"input.{k}": v for k, v in inputs.items() if worth_redacting(v, True)})
+        for field in ("servers_config", "servers"):
+            path = getattr(cfg, field, None)
+            if isinstance(path, str) and Path(path).is_file():
+                values.update(config_secrets(load_servers_config(path, inputs), environ))
+        return cls(values)
+
+    def text(self, text: str) -> str:
+        for rx, replacement in self._compiled:
+            text = rx.sub(replacement, text)
+        return text
+
+    def value(self, data: Any) -> Any:
+        """Strings anywhere in dicts, lists and tuples redacted (keys too)."""
+        if isinstance(data, str):
+            return self.text(data)
+        if isinstance(data, dict):
+            return {self.value(k): self.value(v) for k, v in data.items()}
+        if isinstance(data, (list, tuple)):
+            return [self.value(v) for v in data]
+        return data
+
+    def table(self, data: pa.Table) -> pa.Table:
+        """Every string, nested ones included, redacted. A row whose text held a secret loses its token
+        trace (``token_ids``, ``loss_mask``, ``logprobs``): ids cannot be redacted without the tokenizer,
+        so such a row trains on its (redacted) messages."""
+        data = data.combine_chunks()
+        hit = np.zeros(len(data), dtype=bool)
+        columns = []
+        for col in data.columns:
+            arr, mask = self._array(col.chunk(0) if col.num_chunks else pa.array([], col.type))
+            columns.append(arr)
+            if mask is not None:
+                hit |= mask
+        if not hit.any():
+            return data
+        for name in TOKEN_COLUMNS:
+            if name in data.column_names:
+                i = data.column_names.index(name)
+                columns[i] = pc.if_else(pa.array(hit), pa.nulls(len(data), columns[i].type), columns[i])
+        return pa.Table.from_arrays(columns, schema=data.schema)
+
+    def _array(self, arr: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
+        """``arr`` redacted and which of its elements changed (None: none did)."""
+        t = arr.type
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            mask = None
+            if not pc.any(pc.match_substring_regex(arr, self._any)).as_py():
+                return arr, mask
+            for pattern, replacement in self.rules:
+                found = pc.fill_null(pc.match_substring_regex(arr, pattern), False)
+                if pc.any(found).as_py():
+                    arr = pc.replace_substring_regex(arr, pattern, replacement)
+                    m = found.to_numpy(zero_copy_only=False)
+                    mask = m if mask is None else mask | m
+            return arr, mask
+        if pa.types.is_struct(t):
+            children = [self._array(child) for child in arr.flatten()]
+            masks = [m for _, m in children if m is not None]
+            if not masks:
+                return arr, None
+            nulls = arr.is_null() if arr.null_count else None
+            rebuilt = pa.StructArray.from_arrays([c for c, _ in children], fields=list(t), mask=nulls)
+            return rebuilt, np.logical_or.reduce(masks)
+        if pa.types.is_list(t):
+            values, mask = self._array(arr.flatten())
+            if mask is None:
+                return arr, None
+            lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False)
+            offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+            nulls = arr.is_null() if arr.null_count else None
+            rebuilt = pa.ListArray.from_arrays(offsets, values, type=t, mask=nulls)
+            rows = np.zeros(len(arr), dtype=bool)
+            rows[pc.list_parent_indices(arr).to_numpy()[mask]] = True
+            return rebuilt, rows
+        return arr, None
+
+
+_current = Redactor(environment_secrets())
+
+
+def current() -> Redactor:
+    """The redactor of the stage running now (the environment's secrets alone before any stage ran)."""
+    return _current
+
+
+def activate(redactor: Redactor) -> None:
+    global _current
+    _current = redactor

@@ -8,7 +8,10 @@ runner makes every stage resumable the same way:
   is a user error unless ``fresh`` (which deletes the stage's own shards);
 * a stage whose manifest exists is complete and is skipped;
 * ``ctx.done(table)`` gives the ids this stage already wrote, so it skips them;
-* writers are flushed on every exit path, and the manifest is written last.
+* writers are flushed on every exit path, and the manifest is written last;
+* a run takes its shard's lease first: an older run of the same shard that is
+  still alive (a killed driver's Ray task, a second shell) is fenced off, its
+  unwritten rows discarded, before the temporary files are cleaned.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import contextlib
 import datetime as dt
 import functools
 import hashlib
-import subprocess
+import json
 import sys
 import threading
 import time
@@ -30,12 +33,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from trajkit import __version__
+from trajkit import __version__, redact
 from trajkit import schema as S
-from trajkit.concurrency import bounded
+from trajkit.concurrency import bounded, cpus
 from trajkit.config import StageConfig, config_differences, config_hash, hashed_dict
-from trajkit.errors import StageStopped, UserError
-from trajkit.redact import clean_endpoints
+from trajkit.errors import Fenced, StageStopped, UserError
+from trajkit.redact import Redactor, clean_endpoint, clean_endpoints
 from trajkit.store import ShardWriter, Store, atomic_write_json
 
 
@@ -48,6 +51,11 @@ class StageSpec:
     that a previous run left failed in a way a rerun may cure (a model request or
     a server that failed or timed out) and returns how many units run again; the
     runner counts them as ``retried``.
+
+    ``report``, for a stage whose summary covers every shard's rows (an
+    evaluation's report): called with the context and config, it builds that
+    summary from the stage's rows; the stage returns it from ``run``, and the
+    Ray executor calls it once more after every shard finished.
     """
 
     kind: str
@@ -57,6 +65,7 @@ class StageSpec:
     outputs: tuple[str, ...] = ()
     help: str = ""
     retry: Callable[[StageContext, Any], int] | None = None
+    report: Callable[[StageContext, Any], dict[str, Any]] | None = None
 
 
 @dataclass
@@ -75,6 +84,25 @@ class Usage:
     cached_calls: int = 0
     cost: float = 0.0
     endpoints: dict[str, dict[str, float]] = field(default_factory=dict)  # openai: url -> requests, errors, seconds
+    served: dict[str, str] = field(default_factory=dict)  # openai: model name -> what its endpoints report serving
+    served_file: Path | None = None  # where the stage keeps ``served`` across resumes
+
+    def serving(self, model: str, reported: str) -> None:
+        """Record the model an endpoint reports serving (``/v1/models``) for the configured ``model``. A stage
+        never mixes models: one its earlier runs recorded otherwise is a user error (the endpoint left the
+        config hash, so this is what tells a moved endpoint from another model)."""
+        if self.served_file is not None and self.served_file.is_file():
+            self.served.update(json.loads(self.served_file.read_text()))
+        before = self.served.get(model)
+        if before is not None and before != reported:
+            raise UserError(
+                f"model {model!r}: the endpoint serves {reported!r}, but this stage was run with {before!r}; "
+                f"a stage never mixes models: point base_url at a server of {before!r}, or pass --fresh"
+            )
+        if before is None:
+            self.served[model] = reported
+            if self.served_file is not None:
+                atomic_write_json(self.served_file, self.served)
 
     def add(self, prompt_tokens: int = 0, completion_tokens: int = 0, cost: float = 0.0, cached: bool = False) -> None:
         if cached:
@@ -101,17 +129,24 @@ class Usage:
             "cached_calls": self.cached_calls,
             "cost": round(self.cost, 6),
             **({"endpoints": _endpoint_summary(self.endpoints)} if self.endpoints else {}),
+            **({"served": dict(sorted(self.served.items()))} if self.served else {}),
         }
 
 
 def _endpoint_summary(endpoints: dict[str, dict[str, float]]) -> dict[str, dict[str, Any]]:
+    """Per endpoint (without credentials or query string): requests, errors and mean latency."""
+    merged: dict[str, dict[str, float]] = {}
+    for url, e in endpoints.items():
+        m = merged.setdefault(clean_endpoint(url), {"requests": 0, "errors": 0, "seconds": 0.0})
+        for key in m:
+            m[key] += e[key]
     return {
         url: {
             "requests": int(e["requests"]),
             "errors": int(e["errors"]),
             "mean_latency_s": round(e["seconds"] / e["requests"], 4) if e["requests"] else None,
         }
-        for url, e in sorted(endpoints.items())
+        for url, e in sorted(merged.items())
     }
 
 
@@ -185,6 +220,10 @@ class StageContext:
         for w in self._writers.values():
             w.flush()
 
+    def discard(self) -> None:
+        """Forget the rows buffered and not yet written (a fenced-off run)."""
+        self._writers.clear()
+
     def flush_every(self, rows: int, tables: tuple[str, ...]) -> Callable[[int], None]:
         """For work items that write several rows (a request's candidates and their rejects):
         returns ``wrote(n)``, which after ``rows`` rows flushes ``tables`` in the given order, so
@@ -212,7 +251,8 @@ class StageContext:
         unit: str,
         write: Callable[[Any, Any], int | None],
         flush: tuple[int, tuple[str, ...]] | None = None,
-    ) -> None:
+        until: Callable[[], bool] | None = None,
+    ) -> tuple[list[Any], list[Any]]:
         """The one way a stage fans out: ``fn`` over ``items`` with at most ``concurrency`` in flight.
 
         Each (item, result) goes to ``write`` in this coroutine as it finishes (no
@@ -221,16 +261,35 @@ class StageContext:
         end only between items. A progress bar counts items as ``unit``. An
         exception from ``fn`` or ``write`` (a bug, a budget cap) cancels the work
         in flight and propagates; faults that are data are rows made inside ``fn``.
+        Once ``until()`` is true after a write, no item starts and those in flight
+        are cancelled. Returns the items cancelled in flight and those never
+        started, each in input order.
         """
         items = list(items)
         wrote = self.flush_every(*flush) if flush else None
+        started: list[int] = []
+        finished: set[int] = set()
+
+        def feed():
+            for index in range(len(items)):
+                started.append(index)
+                yield index
+
+        async def run(index: int) -> Any:
+            return await fn(items[index])
+
         with self.progress(len(items), unit) as advance:
-            async with contextlib.aclosing(bounded(items, fn, concurrency)) as results:
-                async for item, result in results:
-                    rows = write(item, result)
+            async with contextlib.aclosing(bounded(feed(), run, concurrency)) as results:
+                async for index, result in results:
+                    finished.add(index)
+                    rows = write(items[index], result)
                     if wrote is not None:
                         wrote(rows or 0)
                     advance(1)
+                    if until is not None and until():
+                        break
+        cancelled = [items[i] for i in started if i not in finished]
+        return cancelled, items[len(started) :]
 
     def recount(self) -> None:
         """Set ``rows.<table>`` (and the tallies below) from this stage's and rank's shards, so a
@@ -273,7 +332,8 @@ class StageContext:
         if not self.quiet:
             from rich.markup import escape  # messages carry server and model text: shown literally
 
-            _console().print(f"[dim]{escape(self.name)}[/]: {escape(message)}", highlight=False)
+            text = escape(redact.current().text(message))
+            _console().print(f"[dim]{escape(self.name)}[/]: {text}", highlight=False)
 
     @contextlib.contextmanager
     def progress(self, total: int | None, description: str = "") -> Iterator[Callable[[int], None]]:
@@ -335,19 +395,20 @@ def _console():
 
 @functools.cache
 def code_version() -> str:
-    """The package version, plus the git commit when run from a checkout."""
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=Path(__file__).parent,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        sha = ""
-    return f"{__version__}+{sha}" if sha else __version__
+    """The package version plus a hash of its source files (what runs, whatever git says: a commit made
+    while a cluster runs changes nothing, an edited file does)."""
+    return f"{__version__}+{source_hash(Path(__file__).parent)}"
+
+
+def source_hash(package: Path) -> str:
+    """A short hash of every file of a package directory (paths and contents; compiled files left out)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        if path.suffix in (".pyc", ".pyo"):
+            continue
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
 
 
 def _now() -> str:
@@ -390,6 +451,7 @@ def run_stage(
     name = name or spec.kind.split(".")[-1]
     if not 0 <= rank < world_size:
         raise UserError(f"rank {rank} is not in 0..{world_size - 1}")
+    redact.activate(Redactor.for_stage(cfg))  # rows, manifests, log lines and cache entries go through it
     chash, pin = check_config(store, name, cfg, fresh)
     done = store.manifest(name, rank, world_size)
     if done is not None and not fresh:
@@ -401,13 +463,17 @@ def run_stage(
         if not quiet:
             _console().print(f"[dim]{name}[/]: already complete, skipped ({_summary(done)})", highlight=False)
         return done
+    store = store.leased(name, rank)  # an older run of this shard still alive is fenced off from here on
     store.clean_temp(name, rank)
     if pin:
         atomic_write_json(
             store.stage_dir(name) / "_config.json",
-            {"stage": name, "kind": spec.kind, "config": hashed_dict(cfg), "config_hash": chash},
+            redact.current().value(
+                {"stage": name, "kind": spec.kind, "config": hashed_dict(cfg), "config_hash": chash}
+            ),
         )
-    ctx = StageContext(store, name, spec.kind, rank, world_size, Usage(budget_tokens, budget_cost), quiet=quiet)
+    usage = Usage(budget_tokens, budget_cost, served_file=store.stage_dir(name) / "_served.json")
+    ctx = StageContext(store, name, spec.kind, rank, world_size, usage, quiet=quiet)
     started, t0 = _now(), time.monotonic()
     inputs = {t: {"rows": store.count(t), "shards": len(store.shards(t))} for t in spec.inputs}
     try:
@@ -416,13 +482,17 @@ def run_stage(
             ctx.counts["retried"] += retried
             ctx.log(f"running again {retried} unit(s) that failed in a way a rerun may cure")
         extra = spec.run(ctx, cfg) or {}
+    except Fenced:
+        ctx.discard()
+        raise
     except StageStopped as e:
         ctx.flush()
         raise StageStopped(f"stage {name!r} stopped: {e}; rerun to resume") from None
     except BaseException:
         ctx.flush()
-        if not any(store.shards(t, name) for t in S.TABLES):
-            (store.stage_dir(name) / "_config.json").unlink(missing_ok=True)  # no rows: pin nothing
+        if not any(store.shards(t, name) for t in S.TABLES):  # no rows: pin nothing
+            (store.stage_dir(name) / "_config.json").unlink(missing_ok=True)
+            (store.stage_dir(name) / "_served.json").unlink(missing_ok=True)
         raise
     finally:
         ctx.flush()
@@ -436,6 +506,7 @@ def run_stage(
         "outputs": {t: store.count(t, stage=name) for t in S.TABLES if store.shards(t, name)},
         "code_version": code_version(),
         "python": sys.version.split()[0],
+        "cpus": cpus(),
         "rank": rank,
         "world_size": world_size,
         "started_at": started,
@@ -445,7 +516,8 @@ def run_stage(
         "usage": ctx.usage.as_dict(),
         **({"summary": extra} if extra else {}),
     }
-    atomic_write_json(store.manifest_path(name, rank, world_size), manifest)
+    store.lease.check()
+    atomic_write_json(store.manifest_path(name, rank, world_size), redact.current().value(manifest))
     if not quiet:
         _console().print(f"[dim]{name}[/]: done in {manifest['seconds']:.1f}s ({_summary(manifest)})", highlight=False)
     return manifest

@@ -21,16 +21,35 @@ TABLE_KEY = b"trajkit.table"
 SERVER_STATUS = ("ok", "failed")
 SERVER_STATES = ("stateless", "stateful")
 TRANSPORTS = ("stdio", "http")
-TASK_MODES = ("single_tool", "multi_tool", "multi_server", "imported")
+SYNTH_MODES = ("single_tool", "multi_tool", "multi_server")  # how synth tasks make a task (Toucan)
+TASK_MODES = (*SYNTH_MODES, "imported")
 VS_METHODS = ("direct", "vs_standard", "vs_cot", "vs_multi")
-VERIFIER_KINDS = ("unit_tests", "stdio", "math", "tool_outcome", "judge", "custom", "none")
 TRAJ_STATUS = ("completed", "truncated", "failed", "aborted")
 VERDICTS = ("pass", "fail", "timeout", "memory", "error")
 DIFFICULTIES = ("unsolved", "hard", "medium", "easy", "trivial")
 SPLITS = ("train", "held_out")
 REVIEW_TARGETS = ("task", "trajectory")
 REVIEW_DECISIONS = ("accept", "reject")
-ROLES = ("system", "user", "assistant", "tool")
+# Why a trajectory (or an attempt's sample) did not end well, beside the free-text reason; set where
+# the agent loop and the stages write reasons (envs/agent.py, synth/rollouts.py, synth/extend.py).
+REASON_CODES = (
+    "model_error",  # the model request failed
+    "malformed_call",  # a tool call that could not be parsed
+    "unknown_tool",  # a call to a tool that was not offered
+    "bad_arguments",  # arguments that are not JSON, not an object, or violate the tool's schema
+    "tool_error",  # calling the tool raised in trajkit (not a server fault)
+    "server_crash",  # a server would not start, exited, went away or answered garbage
+    "timeout",  # a server start or a tool call timed out
+    "unknown_server",  # the task names a server the run does not have
+    "turn_limit",  # max_turns reached
+    "context_limit",  # max_context_tokens reached
+    "max_tokens",  # the final answer hit max_tokens
+    "probe_failed",  # an end-state probe of the outcome check failed
+    "token_trace",  # the token trace does not match the turns
+    "target_reached",  # cancelled: the stage's target was reached
+    "conversation_ended",  # the user simulator ended the conversation (no extension)
+    "extension_failed",  # the user simulator gave no usable follow-up
+)
 
 ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
     ("servers", "status"): SERVER_STATUS,
@@ -39,7 +58,10 @@ ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
     ("tasks", "mode"): TASK_MODES,
     ("tasks", "vs_method"): VS_METHODS,
     ("trajectories", "status"): TRAJ_STATUS,
+    ("trajectories", "verdict"): VERDICTS,
+    ("trajectories", "reason_code"): REASON_CODES,
     ("samples", "verdict"): VERDICTS,
+    ("samples", "reason_code"): REASON_CODES,
     ("passk", "difficulty"): DIFFICULTIES,
     ("splits", "split"): SPLITS,
     ("reviews", "target_kind"): REVIEW_TARGETS,
@@ -141,6 +163,7 @@ class Table:
     version: int = 1
     base: str | None = None  # annotation tables name the base table they join onto
     doc: str = ""
+    added: tuple[str, ...] = ()  # nullable columns added after version 1: older shards lack them (read as null)
 
     def arrow_schema(self) -> pa.Schema:
         return self.schema.with_metadata({VERSION_KEY: str(self.version), TABLE_KEY: self.name})
@@ -212,6 +235,8 @@ TRAJECTORIES = Table(
             pa.field("messages", pa.list_(MESSAGE)),
             _req("status", pa.string()),
             pa.field("reason", pa.string()),
+            pa.field("reason_code", pa.string()),
+            pa.field("verdict", pa.string()),  # the task verifier's outcome; null: no verifier or not judged
             pa.field("model_s", pa.float64()),
             pa.field("tools_s", pa.float64()),
             pa.field("total_s", pa.float64()),
@@ -232,6 +257,8 @@ TRAJECTORIES = Table(
             pa.field("policy_version", pa.int64()),
         ]
     ),
+    version=2,
+    added=("reason_code", "verdict"),
     doc="Agent rollouts in the OpenAI chat format, with side columns and tokens.",
 )
 
@@ -251,8 +278,11 @@ SAMPLES = Table(
             pa.field("runtime_s", pa.float64()),
             pa.field("output_tail", pa.string()),
             pa.field("details", pa.string()),  # JSON text from the verifier
+            pa.field("reason_code", pa.string()),  # why an attempt could not be judged (verdict error)
         ]
     ),
+    version=2,
+    added=("reason_code",),
     doc="Verified completions: one row per (task, sample index).",
 )
 
@@ -583,17 +613,35 @@ def _first_bad_row(values: list[Any], type_: pa.DataType) -> int:
 
 
 def check_schema(name: str, schema: pa.Schema, where: str = "") -> None:
-    """Raise SchemaError unless a file's schema matches the table's schema."""
-    expected = table(name).schema
+    """Raise SchemaError unless a file's schema matches the table's schema (an older file may
+    lack the table's ``added`` columns)."""
+    tbl = table(name)
+    expected = tbl.schema
     got = pa.schema(list(schema)).remove_metadata()
     if got.equals(expected):
         return
     for field in expected:
         if field.name not in got.names:
+            if field.name in tbl.added:
+                continue
             raise SchemaError(f"{where or name}: missing field {field.name!r}")
         if not got.field(field.name).type.equals(field.type):
             raise SchemaError(
                 f"{where or name}: field {field.name!r} is {got.field(field.name).type}, expected {field.type}"
             )
     extra = [n for n in got.names if n not in expected.names]
-    raise SchemaError(f"{where or name}: unexpected field(s) {', '.join(extra) or '(order differs)'}")
+    if extra or got.names != [n for n in expected.names if n in got.names]:
+        raise SchemaError(f"{where or name}: unexpected field(s) {', '.join(extra) or '(order differs)'}")
+
+
+def upgrade(name: str, data: pa.Table, columns: list[str] | None = None) -> pa.Table:
+    """Rows read from an older shard with the ``added`` columns it lacks filled in as nulls."""
+    tbl = table(name)
+    missing = [c for c in tbl.added if c not in data.column_names and (columns is None or c in columns)]
+    if not missing:
+        return data
+    for c in missing:
+        data = data.append_column(tbl.schema.field(c), pa.nulls(len(data), tbl.schema.field(c).type))
+    if columns is not None:
+        return data.select(columns)
+    return pa.Table.from_arrays([data.column(c) for c in tbl.schema.names], schema=tbl.arrow_schema())

@@ -9,15 +9,22 @@ Layout::
       _stages/<stage>/_manifest.json          written last: the stage completed
 
 Only this module writes shards: through pyarrow, cast to the table's schema,
-to a temporary file that is fsynced and renamed into place.
+secrets redacted (``trajkit.redact``), to a temporary file that is fsynced and
+renamed into place. A run of a stage shard holds a ``Lease`` on it
+(``_stages/<stage>/_lease-r<rank>``); a newer run of the same shard takes the
+lease over, and the older run's next commit then fails (``Fenced``) with its
+temporary file removed, so a rerun never races an older run that is still
+alive (a killed driver's Ray tasks, a second shell).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
 import shutil
+import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,8 +32,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from trajkit import redact
 from trajkit import schema as S
-from trajkit.errors import UserError
+from trajkit.errors import Fenced, UserError
 
 STAGES_DIR = "_stages"
 TMP_PREFIX = ".tmp-"
@@ -40,7 +48,7 @@ def safe_name(stage: str) -> str:
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{TMP_PREFIX}{os.getpid()}-{path.name}")  # unique: ranks may write at once
+    tmp = path.with_name(f"{TMP_PREFIX}{uuid.uuid4().hex[:12]}-{path.name}")  # unique: ranks on any node write at once
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
@@ -61,15 +69,43 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_parquet_atomic(path: Path, data: pa.Table) -> None:
+def _write_parquet_atomic(path: Path, data: pa.Table, lease: Lease | None = None) -> None:
+    """Write a shard to a temporary file of its own, then (``lease`` still held) rename it into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(TMP_PREFIX + path.name)
+    tmp = path.with_name(f"{TMP_PREFIX}{path.name}.{uuid.uuid4().hex[:8]}")
     with open(tmp, "wb") as f:
         pq.write_table(data, f, compression="zstd", row_group_size=64 * 1024)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
+    if lease is not None:
+        try:
+            lease.check()
+        except Fenced:
+            tmp.unlink(missing_ok=True)
+            raise
+    os.replace(tmp, path)  # fails if a newer run cleaned the temporary file after checking: fenced as well
     _fsync_dir(path.parent)
+
+
+class Lease:
+    """A run's hold on one stage shard (stage, rank), written when the run starts and checked before it
+    commits anything. A newer run of that shard writes its own token, which fences the older run off."""
+
+    def __init__(self, path: Path, stage: str, rank: int):
+        self.path, self.stage, self.rank = path, stage, rank
+        self.token = uuid.uuid4().hex
+        atomic_write_bytes(path, self.token.encode())
+
+    def check(self) -> None:
+        try:
+            holder = self.path.read_text()
+        except FileNotFoundError:  # the stage was dropped (--fresh) since
+            holder = None
+        if holder != self.token:
+            raise Fenced(
+                f"stage {self.stage!r} rank {self.rank}: a newer run took this shard over; "
+                "this run stopped and its unwritten rows were discarded"
+            )
 
 
 class ShardWriter:
@@ -94,7 +130,7 @@ class ShardWriter:
             rows = [rows] if isinstance(rows, dict) else list(rows)
             if not rows:
                 return
-        data = S.to_batch(self.table, rows)
+        data = redact.current().table(S.to_batch(self.table, rows))
         self._pending.append(data)
         self._buffered += len(data)
         while self._buffered >= self.rows_per_shard:
@@ -106,7 +142,7 @@ class ShardWriter:
         self._pending = [rest] if len(rest) else []
         self._buffered = len(rest)
         path = self.store.table_dir(self.table) / f"{self.stage}-r{self.rank}-{self._seq:06d}.parquet"
-        _write_parquet_atomic(path, shard.combine_chunks())
+        _write_parquet_atomic(path, shard.combine_chunks(), self.store.lease)
         self._seq += 1
         self.rows_written += len(shard)
 
@@ -138,7 +174,8 @@ def opened_runs() -> list[str]:
 
 
 class Store:
-    """A run directory. ``create=False`` makes a missing directory a user error."""
+    """A run directory. ``create=False`` makes a missing directory a user error; ``create=True`` (a stage
+    that writes) also requires it to be writable."""
 
     def __init__(self, root: str | Path, create: bool = False):
         self.root = Path(root)
@@ -149,7 +186,17 @@ class Store:
                 self.root.mkdir(parents=True)
             except OSError as e:
                 raise UserError(f"cannot create the run directory {self.root}: {e.strerror or e}") from None
+        elif create and not os.access(self.root, os.W_OK | os.X_OK):
+            raise UserError(f"the run directory {self.root} is not writable (read-only file system or permissions)")
         _OPENED.add(os.path.realpath(self.root))
+        self.lease: Lease | None = None  # set on the store a stage run writes through (``leased``)
+
+    def leased(self, stage: str, rank: int) -> Store:
+        """Take the lease on a stage shard (fencing off any older run of it) and return this run directory
+        as the new run writes to it: every shard it commits or rewrites checks the lease first."""
+        store = copy.copy(self)
+        store.lease = Lease(self.stage_dir(stage) / f"_lease-r{rank}", stage, rank)
+        return store
 
     # ------------------------------------------------------------ paths
     def table_dir(self, table: str) -> Path:
@@ -216,16 +263,22 @@ class Store:
         schema = S.table(table).arrow_schema()
         parts = []
         for p in self.shards(table, stage):
-            f = self._open(p, table)
-            try:
-                parts.append(f.read(columns=columns))
-            except (pa.ArrowInvalid, OSError) as e:
-                raise UserError(f"{p}: corrupt Parquet data ({str(e).splitlines()[0]})") from None
+            parts.append(self._read_shard(p, table, columns))
         if not parts:
             if columns:
                 schema = pa.schema([schema.field(c) for c in columns], metadata=schema.metadata)
             return pa.Table.from_batches([], schema=schema)
         return pa.concat_tables(parts)
+
+    def _read_shard(self, path: Path, table: str, columns: list[str] | None = None) -> pa.Table:
+        """One shard's rows (older shards get the columns added since as nulls)."""
+        f = self._open(path, table)
+        have = f.schema_arrow.names
+        try:
+            data = f.read(columns=None if columns is None else [c for c in columns if c in have])
+        except (pa.ArrowInvalid, OSError) as e:
+            raise UserError(f"{path}: corrupt Parquet data ({str(e).splitlines()[0]})") from None
+        return S.upgrade(table, data, columns)
 
     def rows(self, table: str, columns: list[str] | None = None, stage: str | None = None) -> list[dict[str, Any]]:
         return self.read(table, columns, stage).to_pylist()
@@ -240,7 +293,11 @@ class Store:
         self, table: str, columns: list[str] | None = None, batch_size: int = 1024
     ) -> Iterator[pa.RecordBatch]:
         for p in self.shards(table):
-            yield from self._open(p, table).iter_batches(batch_size=batch_size, columns=columns)
+            f = self._open(p, table)
+            have = f.schema_arrow.names
+            wanted = None if columns is None else [c for c in columns if c in have]
+            for batch in f.iter_batches(batch_size=batch_size, columns=wanted):
+                yield from S.upgrade(table, pa.Table.from_batches([batch]), columns).to_batches()
 
     def count(self, table: str, stage: str | None = None) -> int:
         return sum(self._open(p, table).metadata.num_rows for p in self.shards(table, stage))
@@ -275,7 +332,8 @@ class Store:
 
     def clean_temp(self, stage: str, rank: int = 0) -> None:
         """Remove temporary shard files a killed writer of this stage and rank left behind
-        (never another writer's: ranks and stages may run at the same time)."""
+        (never another writer's: ranks and stages may run at the same time). Called after taking the
+        shard's lease, so an older run still alive can no longer rename one into place."""
         for p in self.root.glob(f"*/{TMP_PREFIX}{safe_name(stage)}-r{rank}-*"):
             p.unlink(missing_ok=True)
 
@@ -299,14 +357,16 @@ class Store:
         key = S.table(table).key
         removed = 0
         for p in self.shards(table, stage):
-            data = self._open(p, table).read()
+            data = self._read_shard(p, table)
             keep = pc.invert(pc.is_in(data[key], pa.array(sorted(ids))))
             n = len(data) - pc.sum(keep.cast(pa.int64())).as_py() if len(data) else 0
             if n:
                 kept = data.filter(keep)
                 if len(kept):
-                    _write_parquet_atomic(p, kept)
+                    _write_parquet_atomic(p, kept, self.lease)
                 else:
+                    if self.lease is not None:
+                        self.lease.check()
                     p.unlink()
                 removed += n
         return removed
@@ -345,7 +405,7 @@ class Store:
         rows: dict[str, dict[str, Any]] = {}
         for group in self._by_stage(self.shards(table)):
             for p in group:
-                for row in self._open(p, table).read(columns=columns).to_pylist():
+                for row in self._read_shard(p, table, columns).to_pylist():
                     rows[row[key]] = row
         if not rows:
             return self.read(table, columns)
@@ -360,7 +420,7 @@ class Store:
         tbl = S.table(name)
         groups = self._by_stage(paths)
         if tbl.base is None or len(groups) == 1:
-            return f"SELECT * FROM read_parquet([{_files(paths)}])"
+            return f"SELECT *{absent_columns(name, paths)} FROM read_parquet([{_files(paths)}], union_by_name = true)"
         parts = " UNION ALL BY NAME ".join(
             f"SELECT *, {i} AS _order FROM read_parquet([{_files(group)}])" for i, group in enumerate(groups)
         )
@@ -423,6 +483,18 @@ def _view_sql(tbl: S.Table, present: dict[str, list[Path]]) -> str:
     if not source:
         return f"SELECT {', '.join(cols)} WHERE false"
     return f"SELECT {', '.join(cols)} FROM {source} {' '.join(joins)}"
+
+
+def absent_columns(table: str, paths: list[Path]) -> str:
+    """``, CAST(NULL AS type) AS column`` for each of a table's ``added`` columns that none of these shards
+    has (a run written before it was added), to follow ``SELECT *`` over them."""
+    tbl = S.table(table)
+    if not tbl.added:
+        return ""
+    have = {n for p in paths for n in pq.read_schema(p).names}
+    return "".join(
+        f", CAST(NULL AS {_duck_type(tbl.schema.field(c).type)}) AS {_q(c)}" for c in tbl.added if c not in have
+    )
 
 
 def _files(paths: list[Path]) -> str:

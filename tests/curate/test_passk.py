@@ -11,7 +11,7 @@ from tests.curate.helpers import run, task
 from trajkit.config import build
 from trajkit.curate.passk import PASSK
 from trajkit.curate.samples import sample_row
-from trajkit.envs.solve import attempt_seed
+from trajkit.envs.agent import episode_seed
 from trajkit.errors import StageStopped, UserError
 from trajkit.models.scripted_server import Fault, ScriptedServer
 from trajkit.runner import run_stage
@@ -61,7 +61,7 @@ def humaneval_run(run_dir) -> Store:
 
 
 def sample_seed(task_id: str, index: int) -> int:
-    return attempt_seed(0, task_id, index)
+    return episode_seed(0, task_id, index)
 
 
 def _expected_ids(store: Store) -> set[str]:
@@ -129,6 +129,12 @@ def test_tool_tasks_run_the_agent_loop_and_link_trajectories(run_dir, example_se
         assert traj["task_id"] == tool_task["task_id"] and traj["tools_called"] == ["add"]
         assert s["completion"] == traj["final_answer"] == "The answer is 5."
     assert store.rows("passk")[0]["difficulty"] == "trivial"
+    with ScriptedServer(agent) as server:  # the same episodes (task, index, seed, model) made by synth rollouts
+        run(
+            store, "synth.rollouts", model=_model(server), rollouts_per_task=2, servers_config=str(example_servers_json)
+        )
+    ids = [t["traj_id"] for t in store.rows("trajectories")]
+    assert len(ids) == len(set(ids)) == 4
 
 
 def test_a_custom_verifier_that_does_not_import_stops_the_stage_before_any_sample(run_dir):

@@ -34,10 +34,10 @@ def test_front_matter_maps_every_table_to_its_shards(carded_run):
     text = (carded_run / "card" / "README.md").read_text()
     meta = _front(text)
     store = Store(carded_run)
-    assert [c["config_name"] for c in meta["configs"]] == store.tables()
+    assert [c["config_name"] for c in meta["configs"]] == ["sft", "rl", *store.tables()]
     for c in meta["configs"]:
         assert c["data_files"] == [{"split": "train", "path": f"data/{c['config_name']}/*.parquet"}]
-    assert [c["config_name"] for c in meta["configs"] if c.get("default")] == ["trajectories"]
+    assert [c["config_name"] for c in meta["configs"] if c.get("default")] == ["sft"]
     assert meta["license"] == "unknown" and meta["task_categories"] == ["text-generation"]
     assert meta["size_categories"] == ["n<1K"]
     assert {"trajkit", "tool-use", "weather"} <= set(meta["tags"])
@@ -98,7 +98,7 @@ def test_examples_render_conversations(carded_run):
     assert len(shown) == 2 and not rejected & set(shown)
     assert re.search(r'`(get_forecast|get_alerts|read_file|search)\(\{"city": "City \d+"\}\)`', examples)
     assert re.search(r"\*\*tool\*\* \((get_forecast|get_alerts|read_file|search)\)", examples)
-    assert 'load_dataset("alice/tool-traj", "trajectories", split="train")' in text
+    assert 'load_dataset("alice/tool-traj", "sft", split="train")' in text
 
 
 def test_card_cli_renders_afresh_each_time(carded_run, run_dir):
@@ -112,11 +112,12 @@ def test_card_cli_renders_afresh_each_time(carded_run, run_dir):
     assert "with 0 plot(s)" in result.output
     meta = _front((run_dir / "card" / "README.md").read_text())
     assert meta["pretty_name"] == "Weather agents" and meta["license"] == "cc-by-4.0"
-    assert [c["config_name"] for c in meta["configs"]] == ["tasks"] and meta["configs"][0]["default"]
+    # tasks only: the rl view (every task, unjudged) is the default; no trajectories, so no sft view
+    assert [c["config_name"] for c in meta["configs"]] == ["rl", "tasks"] and meta["configs"][0]["default"]
     shutil.copytree(carded_run / "splits", run_dir / "splits")  # the run changed: the card follows
     assert CliRunner().invoke(app, args).exit_code == 0
     meta = _front((run_dir / "card" / "README.md").read_text())
-    assert [c["config_name"] for c in meta["configs"]] == ["tasks", "splits"]
+    assert [c["config_name"] for c in meta["configs"]] == ["rl", "tasks", "splits"]
     missing = CliRunner().invoke(app, ["card", "--run", str(run_dir / "nope")])
     assert isinstance(missing.exception, UserError)
 

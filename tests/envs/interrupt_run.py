@@ -1,4 +1,5 @@
-"""Run by test_leaks: trajectories hanging in tool calls, to be interrupted with SIGINT (Ctrl-C)."""
+"""Run by test_leaks: trajectories hanging in tool calls, to be interrupted (SIGINT, Ctrl-C) or killed.
+Arguments: the raw server's path, then flags for its processes (``--linger``)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ from trajkit.envs.config import ServerConfig
 from trajkit.envs.discovery import discover
 from trajkit.envs.env import ToolEnv
 
-RAW = sys.argv[1]
+RAW, FLAGS = sys.argv[1], sys.argv[2:]
 
 
 async def main() -> None:
     config = {
-        "fresh": ServerConfig(command=sys.executable, args=["-S", RAW, "--no-readonly"]),
-        "shared": ServerConfig(command=sys.executable, args=["-S", RAW]),
+        "fresh": ServerConfig(command=sys.executable, args=["-S", RAW, "--no-readonly", *FLAGS]),
+        "shared": ServerConfig(command=sys.executable, args=["-S", RAW, *FLAGS]),
     }
     rows = await discover(config)
     async with ToolEnv(rows, config=config, pool_size=1) as env:

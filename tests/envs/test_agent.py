@@ -127,17 +127,24 @@ def raw_task(n: int = 0) -> dict:
 
 
 @pytest.mark.parametrize(
-    "tool, reason",
+    "tool, reason, code",
     [
-        ("crash", "tool crash (raw) failed: server 'raw' exited during crash (stderr: crashing on purpose)"),
-        ("hang", "tool hang (raw) failed: hang timed out after 0.5s"),
+        (
+            "crash",
+            "tool crash (raw) failed: server 'raw' exited during crash (stderr: crashing on purpose)",
+            "server_crash",
+        ),
+        ("hang", "tool hang (raw) failed: hang timed out after 0.5s", "timeout"),
         (
             "malformed",
             "tool malformed (raw) failed: malformed malformed result from 'raw': content: Input should be a valid list",
+            "server_crash",
         ),
     ],
 )
-async def test_server_faults_fail_the_trajectory_and_the_run_goes_on(fresh_raw_env, scripted_openai, tool, reason):
+async def test_server_faults_fail_the_trajectory_and_the_run_goes_on(
+    fresh_raw_env, scripted_openai, tool, reason, code
+):
     def script(messages, tools, body):
         if "doomed" in messages[-1]["content"] and messages[-1]["role"] == "user":
             return {"tool_calls": [call(tool)]}
@@ -150,27 +157,33 @@ async def test_server_faults_fail_the_trajectory_and_the_run_goes_on(fresh_raw_e
         run_episode(doomed, backend, fresh_raw_env, PARAMS, limits),
         run_episode(raw_task(2), backend, fresh_raw_env, PARAMS, limits),
     )
-    assert (rows[0]["status"], rows[0]["reason"]) == ("failed", reason)
+    assert (rows[0]["status"], rows[0]["reason"], rows[0]["reason_code"]) == ("failed", reason, code)
+    assert rows[1]["reason_code"] is None
     assert tool_results(rows[0]["messages"]) == [f"Error: tool {tool} failed: {reason.split(' failed: ', 1)[1]}"]
     assert (rows[1]["status"], rows[1]["final_answer"]) == ("completed", "done")
     S.to_batch("trajectories", rows)
 
 
 @pytest.mark.parametrize(
-    "reply, reason",
+    "reply, reason, code",
     [
         (
             {"tool_calls": [{"name": "echo", "arguments": "{not json"}]},
             "malformed tool call: arguments are not valid JSON",
+            "bad_arguments",
         ),
-        ({"tool_calls": [call("no_such_tool")]}, "malformed tool call: unknown tool 'no_such_tool'"),
-        ('<tool_call>\n{"name": "echo", "arguments": {"text": 1}', "malformed tool call: unterminated <tool_call>"),
+        ({"tool_calls": [call("no_such_tool")]}, "malformed tool call: unknown tool 'no_such_tool'", "unknown_tool"),
+        (
+            '<tool_call>\n{"name": "echo", "arguments": {"text": 1}',
+            "malformed tool call: unterminated <tool_call>",
+            "malformed_call",
+        ),
     ],
 )
-async def test_unusable_tool_calls_fail_with_the_reason(raw_env, scripted_openai, reply, reason):
+async def test_unusable_tool_calls_fail_with_the_reason(raw_env, scripted_openai, reply, reason, code):
     _, backend = scripted_openai(steps(reply))
     row = await run_episode(raw_task(), backend, raw_env, PARAMS, AgentLimits())
-    assert row["status"] == "failed" and row["reason"].startswith(reason)
+    assert row["status"] == "failed" and row["reason"].startswith(reason) and row["reason_code"] == code
     assert row["num_tool_calls"] == 0 and row["final_answer"] is None
 
 
@@ -183,15 +196,21 @@ async def test_turn_limit_context_limit_and_max_tokens_truncate(raw_env, scripte
         3,
         3,
     )
+    assert row["reason_code"] == "turn_limit"
 
     _, backend = scripted_openai(steps({"tool_calls": [call("big", seconds=4000)]}))
     row = await run_episode(raw_task(), backend, raw_env, PARAMS, AgentLimits(max_turns=9, max_context_tokens=500))
     assert row["status"] == "truncated" and row["reason"].startswith("context limit (")
+    assert row["reason_code"] == "context_limit"
     assert row["num_turns"] == 1 and row["roles"][-1] == "tool"
 
     _, backend = scripted_openai(steps("word " * 100))
     row = await run_episode(raw_task(), backend, raw_env, SamplingParams(max_tokens=5), AgentLimits())
-    assert (row["status"], row["reason"]) == ("truncated", "the final answer hit max_tokens")
+    assert (row["status"], row["reason"], row["reason_code"]) == (
+        "truncated",
+        "the final answer hit max_tokens",
+        "max_tokens",
+    )
 
 
 async def test_tool_errors_are_fed_back_and_output_is_truncated(raw_env, scripted_openai):
@@ -225,6 +244,7 @@ async def test_model_errors_fail_the_trajectory(raw_env, scripted_openai):
     _, backend = scripted_openai(broken, max_retries=0)
     row = await run_episode(raw_task(), backend, raw_env, PARAMS, AgentLimits())
     assert row["status"] == "failed" and row["reason"].startswith("model error: HTTP 500")
+    assert row["reason_code"] == "model_error"
     assert row["roles"] == ["user"]
 
 

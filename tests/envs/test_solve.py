@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
-from trajkit.envs.agent import AgentLimits
+from trajkit.envs.agent import AgentLimits, episode_seed
 from trajkit.envs.discovery import discover
 from trajkit.envs.env import ToolEnv
-from trajkit.envs.solve import attempt, attempt_seed, solve, task_prompt
+from trajkit.envs.solve import attempt, solve, task_prompt
 from trajkit.models.base import SamplingParams
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=64)
@@ -93,7 +93,43 @@ async def test_solve_judges_an_attempt_with_the_tasks_verifier(scripted_openai, 
     assert failed.result.details["reason"].startswith("model error: HTTP 500")
 
 
-def test_attempt_seeds_depend_on_what_defines_the_attempt():
-    seeds = {attempt_seed(0, t, i) for t in ("a", "b") for i in range(3)}
-    assert len(seeds) == 6 and attempt_seed(0, "a", 0) == attempt_seed(0, "a", 0)
-    assert attempt_seed(1, "a", 0) != attempt_seed(0, "a", 0) and all(0 <= s < 2**31 for s in seeds)
+def test_episode_seeds_depend_on_what_defines_the_attempt():
+    seeds = {episode_seed(0, t, i) for t in ("a", "b") for i in range(3)}
+    assert len(seeds) == 6 and episode_seed(0, "a", 0) == episode_seed(0, "a", 0)
+    assert episode_seed(1, "a", 0) != episode_seed(0, "a", 0) and all(0 <= s < 2**31 for s in seeds)
+
+
+def is_three(completion, spec, context):
+    return completion.strip() == "3"
+
+
+async def test_solver_starts_the_sandbox_only_for_verifiers_that_run_code(scripted_openai, monkeypatch, tmp_path):
+    import contextlib
+
+    from trajkit.envs.solve import Solver
+    from trajkit.models import ModelSpec
+    from trajkit.runner import Usage
+
+    server, _ = scripted_openai(lambda m, t, b: "3")
+    spec = ModelSpec(model="scripted", backend="openai", base_url=server.base_url, cache=False, max_retries=0)
+    custom = {
+        "task_id": "m",
+        "question": "What is 1 plus 2?",
+        "verifier": {"kind": "custom", "spec": json.dumps({"path": "tests.envs.test_solve:is_three"})},
+    }
+    code = {"task_id": "c", "question": "def f(): ...", "verifier": {"kind": "unit_tests", "spec": "{}"}}
+    started = []
+
+    @contextlib.contextmanager
+    def fake_sandbox(kind, workers):
+        started.append(kind)
+        yield "sandbox"
+
+    monkeypatch.setattr("trajkit.verify.make_sandbox", fake_sandbox)
+    kwargs = {"params": PARAMS, "limits": AgentLimits(), "seed": 0, "usage": Usage(), "cache_dir": tmp_path}
+    async with Solver([spec], [custom], [], **kwargs) as solver:
+        solved = await solver.solve(custom, "scripted", 0)
+        assert solver.sandbox is None and started == []
+    assert (solved.result.verdict, solved.result.score) == ("pass", 1.0)
+    async with Solver([spec], [custom, code], [], **kwargs) as solver:
+        assert solver.sandbox == "sandbox" and started == ["local"]

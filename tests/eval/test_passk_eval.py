@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.eval.helpers import question_expression
-from trajkit.envs.solve import attempt_seed
+from trajkit.envs.agent import episode_seed
 from trajkit.eval import cli
 from trajkit.eval.passk import EVAL_PASSK, EvalPasskConfig
 from trajkit.models.base import ModelSpec
@@ -23,7 +23,7 @@ from trajkit.verify import pass_at_k
 N, KS = 4, [1, 2, 4]
 NAMES = ("easy-sum", "hard-sum", "train-sum", "tool")
 # the seeds of 'weak''s odd attempts: it answers those wrong, so 2 of its 4 attempts at each task pass
-ODD = {attempt_seed(0, content_id("task", name), i) for name in NAMES for i in range(1, N, 2)}
+ODD = {episode_seed(0, content_id("task", name), i) for name in NAMES for i in range(1, N, 2)}
 
 
 def _custom(answer: int) -> dict:
@@ -105,7 +105,7 @@ def test_two_models_side_by_side(run_dir, calculator_rows):
         tool_requests = [b for b in server.chat_requests if b.get("tools")]
         assert len(tool_requests) == 2 * N * 2  # the tool task ran the agent loop: call, then answer
         held_out = ("easy-sum", "hard-sum", "tool")
-        expected = {attempt_seed(0, ids[t], i) for t in held_out for i in range(N)}
+        expected = {episode_seed(0, ids[t], i) for t in held_out for i in range(N)}
         assert {b["seed"] for b in server.chat_requests} == expected  # each attempt its own seed, the same per model
 
         report = {(e["model"], e["difficulty"]): e for e in summary["report"]}

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.synth.conftest import brain, calculator_rows, model_server  # noqa: F401 (shared fixtures)
+from tests.synth.conftest import brain, calculator_rows, clean_pipeline, model_server  # noqa: F401 (shared fixtures)
+from trajkit.envs.config import ServerConfig
 
 RAY = str(Path(sys.executable).with_name("ray"))
 NODE = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--object-store-memory=100000000", "--disable-usage-stats"]
@@ -47,3 +48,16 @@ def ray_cluster() -> str:
             del os.environ["RAY_AUTH_MODE"]
         else:
             os.environ["RAY_AUTH_MODE"] = saved
+
+
+@pytest.fixture(scope="module")
+def stdio_rows() -> list[dict]:
+    """The example calculator harvested as a stdio server: each shard starts its own process of it."""
+    import asyncio
+
+    from trajkit.envs.discovery import discover
+
+    cfg = ServerConfig(command=sys.executable, args=["-m", "trajkit.envs.servers.calculator"])
+    rows = asyncio.run(discover({"calculator": cfg}))
+    assert [r["status"] for r in rows] == ["ok"], rows[0]["reason"]
+    return rows

@@ -49,7 +49,8 @@ def test_a_rerun_pays_nothing_twice(tmp_path):
     prompt = count_tokens('"task 0"')
     endpoints = first_usage.as_dict().pop("endpoints")
     assert [e["requests"] for e in endpoints.values()] == [3]  # requests per endpoint, none on the cached rerun
-    assert {k: v for k, v in first_usage.as_dict().items() if k != "endpoints"} == {
+    assert first_usage.served == second_usage.served == {"scripted": "scripted"}  # what /v1/models reports
+    assert {k: v for k, v in first_usage.as_dict().items() if k not in ("endpoints", "served")} == {
         "prompt_tokens": 3 * prompt,  # a prompt is paid once per call, whatever n
         "completion_tokens": 3 * 2 * 3,
         "calls": 3,
@@ -62,6 +63,7 @@ def test_a_rerun_pays_nothing_twice(tmp_path):
         "calls": 0,
         "cached_calls": 3,
         "cost": 0.0,
+        "served": {"scripted": "scripted"},
     }
     assert [c.completion_tokens for c in first[0]] == [3, 3] and first[0][0].prompt_tokens == prompt
 
@@ -181,4 +183,5 @@ def test_a_budget_cap_stops_a_stage_cleanly_and_the_rerun_pays_only_for_the_rest
         "calls": 3,
         "cached_calls": 1,
         "cost": 0.0,
+        "served": {"scripted": "scripted"},
     }

@@ -161,3 +161,26 @@ def test_a_conversation_the_template_rejects_becomes_error_completions(tiny_mode
     assert [c.finish_reason for c in out] == ["error", "error"]
     assert out[0].error.startswith("the chat template cannot render this conversation: TemplateError")
     assert "a system message must come first" in out[0].error
+
+
+def test_backends_of_several_models_load_at_once(tiny_model_dir):
+    """Each backend loads its model in its own thread; in a fresh process (transformers not yet imported)
+    four first calls at once used to fail: lazy imports and from_pretrained's meta device are process-wide."""
+    import subprocess
+    import sys
+
+    code = f"""
+import asyncio
+from trajkit.models import ModelSpec, SamplingParams, make_backend
+async def main():
+    backends = [make_backend(ModelSpec(model={str(tiny_model_dir)!r}, device="cpu", cache=False)) for _ in range(4)]
+    params = SamplingParams(temperature=1.0, max_tokens=2, seed=1)
+    out = await asyncio.gather(*(b.generate([{{"role": "user", "content": "hi"}}], None, params) for b in backends))
+    print([c[0].error for c in out])
+    for b in backends:
+        await b.aclose()
+asyncio.run(main())
+"""
+    run = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip().splitlines()[-1] == "[None, None, None, None]"

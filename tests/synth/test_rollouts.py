@@ -7,8 +7,11 @@ import json
 import sys
 import time
 
+import pytest
+
 from tests.synth.brain import Brain
 from tests.synth.conftest import model, stage, with_servers
+from trajkit.errors import UserError
 from trajkit.models.scripted_server import ScriptedServer
 from trajkit.store import Store
 from trajkit.synth.rollouts import accepted
@@ -42,6 +45,8 @@ def test_target_stops_at_n_accepted_and_aborts_the_rest(tmp_path, calculator_row
         assert sum(accepted(r, rules) for r in rows) == 6
         aborted = [r for r in rows if r["status"] == "aborted"]
         assert all(r["reason"] == "target reached" and r["messages"] is None for r in aborted)
+        assert {(r["reason_code"], r["verdict"]) for r in aborted} == {("target_reached", None)}
+        assert {r["verdict"] for r in rows if accepted(r, rules)} <= {"pass", None}  # a failed verdict is not accepted
         n_tasks = len(store.ids("tasks") - store.rejected("tasks"))
         assert len(rows) < 2 * n_tasks  # it stopped early
         assert {r["rollout_index"] for r in rows if r["status"] != "aborted"} == {0}  # breadth first
@@ -86,6 +91,7 @@ def test_stateful_server_end_state_feeds_the_outcome_check(tmp_path):
     assert traj["status"] == "completed" and traj["tools_called"] == ["set"]
     assert traj["end_state"] == [probe["expected"]]
     assert verify(task["verifier"], traj["final_answer"], {"end_state": traj["end_state"]}).verdict == "pass"
+    assert traj["verdict"] == "pass"  # the stage judged it so itself
 
 
 def _agent(messages, tools, body):
@@ -134,6 +140,15 @@ def test_dying_servers_and_models_fail_rows_not_runs(tmp_path, raw_server):
     assert rows["t-fail"]["status"] == "completed", rows["t-fail"]["reason"]
     assert rows["t-fail"]["messages"][2]["content"].startswith("Error")
     assert rows["t-echo2"]["status"] == "failed" and rows["t-echo2"]["reason"].startswith("model error")
+    codes = {t: r["reason_code"] for t, r in rows.items()}
+    assert codes == {
+        "t-echo": None,
+        "t-crash": "server_crash",
+        "t-hang": "timeout",
+        "t-fail": None,
+        "t-echo2": "model_error",
+    }
+    assert {r["verdict"] for r in rows.values()} == {None}  # these tasks have no verifier
     # the judge's unreadable answers are nulls with reasons; the run still completes
     quality = Store(run).rows("trajectory_quality")
     assert judged["counts"]["trajectory_quality.unparsed"] == len(quality) > 0
@@ -164,3 +179,14 @@ def test_an_episode_whose_model_request_failed_runs_again_on_resume(tmp_path, ca
     assert len(rows) == first["counts"]["rows.trajectories"] == again["counts"]["rows.trajectories"]
     assert "HTTP 503" not in (rows[failed[0]["traj_id"]]["reason"] or "")  # the same episode, run again
     assert again["counts"]["retried"] == 1
+
+
+def test_a_custom_verifier_that_does_not_import_stops_rollouts_before_any_episode(synth_run):
+    verifier = {"kind": "custom", "spec": json.dumps({"path": "no_such_module_xyz:check"})}
+    Store(synth_run).write(
+        "tasks", "import", [{"task_id": "t", "question": "Add 1 and 2.", "mode": "imported", "verifier": verifier}]
+    )
+    unreachable = {"model": "m", "backend": "openai", "base_url": "http://127.0.0.1:9/v1", "max_retries": 0}
+    with pytest.raises(UserError, match="no_such_module_xyz"):
+        stage(synth_run, "synth.rollouts", {"model": unreachable})
+    assert Store(synth_run).count("trajectories") == 0

@@ -69,7 +69,13 @@ def test_tasks_filter_sort_and_paginate(client, run_copy, monkeypatch):
 
 
 def test_task_page_shows_all_its_trajectories_and_samples(client, run_copy):
-    row = _sql(run_copy, "SELECT task_id FROM samples GROUP BY 1 ORDER BY count(*) DESC LIMIT 1")[0]
+    from trajkit.accepted import accepted_sql
+
+    with_accepted = f"SELECT task_id FROM ({accepted_sql('trajectories')})"  # a task with yes and no marks
+    row = _sql(
+        run_copy,
+        f"SELECT task_id FROM samples WHERE task_id IN ({with_accepted}) GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1",
+    )[0]
     html = client.get(f"/tasks/{row['task_id']}").text
     trajs = {
         r["traj_id"] for r in _sql(run_copy, f"SELECT traj_id FROM trajectories WHERE task_id = '{row['task_id']}'")
@@ -85,6 +91,12 @@ def test_task_page_shows_all_its_trajectories_and_samples(client, run_copy):
     assert ('id="accepted">accepted<' in html) == task_ok
     samples = _sql(run_copy, f"SELECT verdict FROM samples WHERE task_id = '{row['task_id']}'")
     assert html.count("<tr><td>") >= len(samples) and "Verifier: tool_outcome" in html
+    # each trajectory's verdict column: its own (rollouts judge their rows), as the trajectories view has it
+    verdicts = {r["traj_id"]: r["verdict"] for r in _sql(run_copy, "SELECT traj_id, verdict FROM trajectories")}
+    shown = re.findall(
+        r'href="/trajectories/(\w+)" class="id">.*?</td>\s*<td>(\w*)</td><td class="n">', html, re.DOTALL
+    )
+    assert {i: v or None for i, v in shown} == {i: verdicts[i] for i in trajs}
     assert client.get("/tasks/nope").status_code == 404
 
 

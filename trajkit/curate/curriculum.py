@@ -31,12 +31,13 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from trajkit import schema as S
 from trajkit.config import StageConfig
 from trajkit.curate.pool import active_tasks, annotations
 from trajkit.errors import UserError
 from trajkit.runner import StageContext, StageSpec
 
-Difficulty = Literal["unsolved", "hard", "medium", "easy", "trivial"]
+Difficulty = Literal[S.DIFFICULTIES]  # type: ignore[valid-type]
 
 
 class CurriculumConfig(StageConfig):

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from trajkit import schema as S
 from trajkit.config import StageConfig, load_object
 from trajkit.curate.pool import active_tasks, annotations
 from trajkit.errors import UserError
@@ -23,7 +24,7 @@ from trajkit.runner import StageContext, StageSpec
 from trajkit.schema import content_id
 
 Filter = Callable[[dict[str, Any]], "str | None"]
-Difficulty = Literal["unsolved", "hard", "medium", "easy", "trivial"]
+Difficulty = Literal[S.DIFFICULTIES]  # type: ignore[valid-type]
 
 
 def min_chars(n: int) -> Filter:

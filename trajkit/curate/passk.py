@@ -5,7 +5,7 @@ agent loop in a ``ToolEnv`` built from the run's ``servers`` table, with their
 trajectories written to ``trajectories``; other tasks are one chat
 completion), each judged by the task's verifier in the sandbox (``sandbox:``
 local or e2b). ``sample_id = content_id(task_id, model, index, seed)``, where
-the seed (``envs.solve.attempt_seed``) derives from the base seed, the task
+the seed (``envs.agent.episode_seed``) derives from the base seed, the task
 and the index (not the model: models draw the same random numbers), so a rerun
 asks for the same samples.
 
@@ -118,7 +118,7 @@ def retry_transient(ctx: StageContext, _: PassKConfig) -> int:
 
 
 def run_passk(ctx: StageContext, cfg: PassKConfig) -> dict[str, Any]:
-    from trajkit.envs.solve import attempt_seed
+    from trajkit.envs.agent import episode_seed
     from trajkit.verify import check_custom_verifiers
 
     tasks = _tasks(ctx, cfg)
@@ -129,7 +129,7 @@ def run_passk(ctx: StageContext, cfg: PassKConfig) -> dict[str, Any]:
         if not ctx.mine(task["task_id"]):
             continue
         for index in range(cfg.k):
-            seed = attempt_seed(cfg.seed, task["task_id"], index)
+            seed = episode_seed(cfg.seed, task["task_id"], index)
             sid = content_id(task["task_id"], cfg.model.model, index, seed)
             if sid not in done:
                 work.append((sid, task, index, seed))
@@ -142,28 +142,10 @@ def run_passk(ctx: StageContext, cfg: PassKConfig) -> dict[str, Any]:
 
 async def _sample_all(ctx: StageContext, cfg: PassKConfig, work: list[tuple[str, dict, int, int]]) -> None:
     """Run every attempt with ``concurrency`` in flight; write each (trajectory, then sample) as it is judged."""
-    from trajkit.envs.agent import AgentLimits
     from trajkit.envs.solve import Solver
-    from trajkit.models import SamplingParams
 
-    params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed)
-    limits = AgentLimits(cfg.max_turns, cfg.max_context_tokens, cfg.tool_timeout_s, cfg.max_tool_output_chars)
     written = ctx.done("trajectories")
-    solver = Solver(
-        [cfg.model],
-        [task for _, task, _, _ in work],
-        ctx.store.rows("servers"),
-        params=params,
-        limits=limits,
-        seed=cfg.seed,
-        usage=ctx.usage,
-        cache_dir=ctx.store.root / "_cache",
-        servers_config=cfg.servers_config,
-        system_prompt=cfg.system_prompt,
-        rollout=cfg.rollout,
-        sandbox=cfg.sandbox,
-        workers=cfg.workers,
-    )
+    solver = Solver.for_stage(ctx, cfg, [cfg.model], [task for _, task, _, _ in work])
 
     async def one(item: tuple[str, dict, int, int]) -> Any:
         _, task, index, _ = item
@@ -188,12 +170,12 @@ def _write(ctx: StageContext, cfg: PassKConfig, item: tuple, solved: Any, writte
     traj = solved.attempt.trajectory
     n = 1
     if traj is not None and traj["traj_id"] not in written:
-        ctx.write("trajectories", traj)
+        ctx.write("trajectories", {**traj, "verdict": solved.result.verdict})
         written.add(traj["traj_id"])
         n += 1
-    row = sample_row(
-        sid, task["task_id"], index, cfg.model.model, solved.attempt.completion, solved.result, traj and traj["traj_id"]
-    )
+    a = solved.attempt
+    traj_id = traj and traj["traj_id"]
+    row = sample_row(sid, task["task_id"], index, cfg.model.model, a.completion, solved.result, traj_id, a.reason_code)
     ctx.write("samples", row)
     return n
 

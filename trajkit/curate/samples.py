@@ -38,7 +38,9 @@ def sample_row(
     completion: str | None,
     result: Result,
     traj_id: str | None = None,
+    reason_code: str | None = None,
 ) -> dict[str, Any]:
+    """A samples row; ``reason_code`` says why an attempt could not be judged (verdict ``error``)."""
     return {
         "sample_id": sample_id,
         "task_id": task_id,
@@ -51,6 +53,7 @@ def sample_row(
         "runtime_s": result.runtime_s,
         "output_tail": result.output_tail or None,
         "details": result.details_json(),
+        "reason_code": reason_code if result.verdict == "error" else None,
     }
 
 

@@ -1,15 +1,20 @@
 """The ``card`` stage: a Hugging Face dataset card for a run (README.md with plots).
 
-Writes ``RUN/card/README.md`` and ``RUN/card/plots/*.png``: YAML front matter
-(``configs`` mapping each table to its Parquet files in the pushed layout,
-license, task categories, size category, tags), a summary of each table, the
-pipeline that produced it (from the stage manifests), statistics computed
-with DuckDB, and example rows rendered as conversations. The front matter is
-parsed back with ``huggingface_hub.DatasetCard`` before the file is written.
+Writes ``RUN/card/README.md``, ``RUN/card/plots/*.png`` and the training-ready
+views ``RUN/card/data/{sft,rl}/`` (``views.py``: accepted rows only, human
+reviews applied): YAML front matter (``configs``: the views first, ``sft`` the
+default, then each table mapped to its Parquet files in the pushed layout;
+license, task categories, size category, tags), a summary of each view and
+table, the pipeline that produced it (from the stage manifests), statistics
+computed with DuckDB, and example rows rendered as conversations. The front
+matter is parsed back with ``huggingface_hub.DatasetCard`` before the file is
+written.
 
-The card describes the run as it is when rendered: ``trajkit card`` always
-renders afresh, while a pipeline file's ``card`` stage is skipped on a rerun
-like any completed stage (rerun it with ``--fresh``).
+The card describes the run as it is when rendered, reviews included (the
+newest one it applied is named in it; ``trajkit push`` refuses a card older
+than the newest review): ``trajkit card`` always renders afresh, while a
+pipeline file's ``card`` stage is skipped on a rerun like any completed stage
+(rerun it with ``--fresh``).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import yaml
 from pydantic import Field
 
 from trajkit.config import StageConfig
-from trajkit.data_cards import layout
+from trajkit.data_cards import layout, views
 from trajkit.data_cards.markdown import fmt_bytes, fmt_num, table
 from trajkit.data_cards.provenance import pipeline_section
 from trajkit.data_cards.stats import CardStats, collect, examples
@@ -38,7 +43,6 @@ SIZE_CATEGORIES = [
     (100_000_000, "10M<n<100M"),
     (1_000_000_000, "100M<n<1B"),
 ]
-DEFAULT_CONFIGS = ("trajectories", "tasks")
 BASE_TAGS = ["trajkit", "synthetic", "agents", "tool-use", "mcp"]
 
 
@@ -63,20 +67,18 @@ def size_category(n: int) -> str:
     return "n>1B"
 
 
-def front_matter(stats: CardStats, cfg: CardConfig, pretty_name: str) -> dict[str, Any]:
-    """The card's metadata: one ``configs`` entry per table, pointing at its Parquet shards."""
-    names = [t.name for t in stats.tables]
-    default = next((n for n in DEFAULT_CONFIGS if n in names), names[0] if names else None)
+def front_matter(stats: CardStats, cfg: CardConfig, pretty_name: str, view_rows: dict[str, int]) -> dict[str, Any]:
+    """The card's metadata: one ``configs`` entry per view with rows (the first is the default), then
+    one per table, each pointing at its Parquet files."""
+    paths = [(v, views.view_glob(v)) for v in views.VIEWS if view_rows.get(v)]
+    paths += [(t.name, layout.data_glob(t.name)) for t in stats.tables]
     configs = []
-    for name in names:
-        entry: dict[str, Any] = {
-            "config_name": name,
-            "data_files": [{"split": "train", "path": layout.data_glob(name)}],
-        }
-        if name == default:
+    for i, (name, path) in enumerate(paths):
+        entry: dict[str, Any] = {"config_name": name, "data_files": [{"split": "train", "path": path}]}
+        if i == 0:
             entry["default"] = True
         configs.append(entry)
-    largest = max((t.rows for t in stats.tables), default=0)
+    largest = max([t.rows for t in stats.tables] + list(view_rows.values()), default=0)
     return {
         "pretty_name": pretty_name,
         "license": cfg.license,
@@ -86,6 +88,12 @@ def front_matter(stats: CardStats, cfg: CardConfig, pretty_name: str) -> dict[st
         "tags": list(dict.fromkeys(BASE_TAGS + list(cfg.tags))),
         "configs": configs,
     }
+
+
+def review_summary(store: Any) -> tuple[int, Any]:
+    """How many human reviews the run has, and when the newest was made (None without any)."""
+    row = store.sql("SELECT count(*) AS n, max(reviewed_at) AS newest FROM reviews").to_pylist()[0]
+    return row["n"], row["newest"]
 
 
 def compose(meta: dict[str, Any], body: str) -> str:
@@ -111,10 +119,13 @@ def render_body(
     manifests: list[dict[str, Any]],
     tasks: list[dict[str, Any]],
     trajs: list[dict[str, Any]],
+    view_rows: dict[str, int],
+    reviews: tuple[int, Any],
 ) -> str:
     from trajkit.render import conversation_markdown
 
     repo = cfg.repo_id or "USER/DATASET"
+    n_reviews, newest = reviews
     out = [f"# {pretty_name}", ""]
     if cfg.description:
         out += [cfg.description, ""]
@@ -127,8 +138,27 @@ def render_body(
         "```python",
         "from datasets import load_dataset",
         "",
-        f'trajectories = load_dataset("{repo}", "trajectories", split="train")',
+        f'sft = load_dataset("{repo}", "sft", split="train")  # messages + tools, for a chat template',
+        f'rl = load_dataset("{repo}", "rl", split="train")  # prompt + verifier, for RL',
+        f'trajectories = load_dataset("{repo}", "trajectories", split="train")  # every row, as stored',
         "```",
+        "",
+        "## Training-ready views",
+        "",
+        (
+            'Only accepted rows (docs/schema.md, "Accepted rows": completed, verifier passed where '
+            "there is one, judge thresholds met, not rejected by a filter or a human review)."
+        ),
+        (
+            f"Human reviews applied: {n_reviews}, the newest from {newest.isoformat()}."
+            if n_reviews
+            else "Human reviews applied: none."
+        ),
+        "",
+        table(
+            ["config", "rows", "files", "contents"],
+            [[f"`{v}`", fmt_num(view_rows.get(v, 0)), views.view_glob(v), views.DOCS[v]] for v in views.VIEWS],
+        ),
         "",
         "## Tables",
         "",
@@ -273,14 +303,17 @@ def run_card(ctx: StageContext, cfg: CardConfig) -> dict[str, Any]:
 
     plots = render(stats, root / layout.PLOTS)
     t2 = time.monotonic()
+    view_rows = views.write_views(store, root, cfg.duckdb_memory)
+    reviews = review_summary(store)
     pretty = cfg.pretty_name or store.root.resolve().name
     manifests = [m for m in store.manifests() if m.get("kind") != "card"]
-    meta = front_matter(stats, cfg, pretty)
-    text = compose(meta, render_body(stats, cfg, pretty, plots, manifests, tasks, trajs))
+    meta = front_matter(stats, cfg, pretty, view_rows)
+    text = compose(meta, render_body(stats, cfg, pretty, plots, manifests, tasks, trajs, view_rows, reviews))
     atomic_write_bytes(root / layout.README, text.encode())
-    ctx.log(f"wrote {root / layout.README} and {len(plots)} plot(s)")
+    ctx.log(f"wrote {root / layout.README}, {len(plots)} plot(s) and views " + str(view_rows))
     return {
         "card": str(root / layout.README),
+        "views": view_rows,
         "plots": sorted(plots.values()),
         "tables": {t.name: t.rows for t in stats.tables},
         "size_category": meta["size_categories"][0],

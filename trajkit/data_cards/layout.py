@@ -4,6 +4,7 @@
 
     README.md                       the card (RUN/card/README.md)
     plots/<name>.png                its plots (RUN/card/plots/)
+    data/sft/, data/rl/             the training-ready views (RUN/card/data/, views.py)
     data/<table>/<shard>.parquet    every shard of every table, unchanged
 """
 
@@ -42,12 +43,10 @@ def data_files(store: Store) -> list[RepoFile]:
 
 
 def card_files(store: Store) -> list[RepoFile]:
-    """The rendered card and its plots (empty if the card was not rendered)."""
+    """The rendered card, its views and its plots (empty if the card was not rendered)."""
     root = card_dir(store)
     readme = root / README
     if not readme.is_file():
         return []
-    plots = sorted((root / PLOTS).glob("*.png"))
-    return [RepoFile(readme, README, readme.stat().st_size)] + [
-        RepoFile(p, f"{PLOTS}/{p.name}", p.stat().st_size) for p in plots
-    ]
+    found = [readme, *sorted((root / "data").glob("*/*.parquet")), *sorted((root / PLOTS).glob("*.png"))]
+    return [RepoFile(p, p.relative_to(root).as_posix(), p.stat().st_size) for p in found]

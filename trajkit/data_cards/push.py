@@ -48,6 +48,20 @@ def plan(store: Store) -> list[layout.RepoFile]:
     return data + card
 
 
+def check_reviews_applied(store: Store) -> None:
+    """A UserError when a human review came after the card was rendered: its views would publish rows the
+    review rejected (or leave out rows it accepted)."""
+    from trajkit.data_cards.card import review_summary
+
+    readme = layout.card_dir(store) / layout.README
+    _, newest = review_summary(store)
+    if newest is not None and newest.timestamp() > readme.stat().st_mtime:
+        raise UserError(
+            f"the card is older than the newest review ({newest.isoformat()}): "
+            f"run `trajkit card --run {store.root}` to apply it, then push"
+        )
+
+
 def batches(files: list[layout.RepoFile], files_per_commit: int, bytes_per_commit: int) -> list[list[layout.RepoFile]]:
     """Group files into commits; the card files (README, plots) travel together in the last one."""
     card = [f for f in files if not f.path_in_repo.startswith("data/")]
@@ -99,6 +113,7 @@ def push(
         raise UserError("files and bytes per commit must be positive")
     store = Store(run)
     files = plan(store)
+    check_reviews_applied(store)
     findings = scan(files)
     if findings:
         shown = "; ".join(str(f) for f in findings[:5])

@@ -3,7 +3,8 @@
 Two kinds of evidence: well-known credential formats (Hugging Face, OpenAI and
 Anthropic, AWS, GitHub, Google, Slack tokens, PEM private keys), and the
 literal values of secret-looking environment variables (``*_TOKEN``,
-``*_API_KEY``, ``*SECRET*``, ``*PASSWORD*``, ...). Shards are streamed in
+``*_API_KEY``, ``*SECRET*``, ``*PASSWORD*``, ...). Rows are redacted when they are
+written (``trajkit.redact``); this scan is the second look before anything leaves. Shards are streamed in
 record batches; every string inside them, nested ones included (message
 contents, tool-call arguments), is matched with Arrow's vectorized regex
 kernels. Findings name the file, column and row, and never repeat the secret.
@@ -11,7 +12,6 @@ kernels. Findings name the file, column and row, and never repeat the secret.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from trajkit.redact import environment_secrets
 
 PATTERNS: dict[str, str] = {
     "Hugging Face token": r"\bhf_[A-Za-z0-9]{30,}",
@@ -30,14 +32,11 @@ PATTERNS: dict[str, str] = {
     "Slack token": r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
     "private key": r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----",
     "Bearer header": r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{12,}",
-    "credentials in a URL": r"\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@",
+    "credentials in a URL": r"\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:[^/\s@\[\]]+@",  # [REDACTED] is none
     "token split by an invisible character": "[A-Za-z0-9_-]{4}[\u200b\u200c\u200d\u2060\ufeff\u00ad]+[A-Za-z0-9_-]{4}",
 }
 _ANY = "|".join(f"(?:{p})" for p in PATTERNS.values())
 _COMPILED = {kind: re.compile(p) for kind, p in PATTERNS.items()}
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW(?:OR)?D|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL", re.IGNORECASE)
-_NOT_A_VALUE = re.compile(r"_(?:FILE|PATH|DIR|URL|ENDPOINT|SOCK|NAME|ENV)$", re.IGNORECASE)
-MIN_SECRET_LEN = 8
 MAX_FINDINGS = 20
 
 
@@ -59,13 +58,9 @@ class Finding:
 
 
 def env_secrets(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """Values of environment variables whose names say they hold a secret: {name: value}."""
-    env = os.environ if environ is None else environ
-    return {
-        k: v
-        for k, v in env.items()
-        if _SECRET_NAME.search(k) and not _NOT_A_VALUE.search(k) and len(v.strip()) >= MIN_SECRET_LEN
-    }
+    """Values of environment variables whose names say they hold a secret: {name: value}
+    (the rule the write-time redaction uses, ``trajkit.redact.environment_secrets``)."""
+    return environment_secrets(environ)
 
 
 def redact(value: str) -> str:
@@ -97,7 +92,9 @@ def scan_text(text: str, where: str, literals: dict[str, str] | None = None) -> 
 def _string_leaves(arr: pa.Array, name: str, rows: pa.Array | None) -> Iterator[tuple[str, pa.Array, pa.Array | None]]:
     """Every string array inside ``arr`` with its dotted name and, per element, the batch row it came from."""
     t = arr.type
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
+    if isinstance(t, pa.BaseExtensionType):  # JSON columns of the card's views: text underneath
+        yield from _string_leaves(arr.storage, name, rows)
+    elif pa.types.is_string(t) or pa.types.is_large_string(t):
         yield name, arr, rows
     elif pa.types.is_struct(t):
         for field, child in zip(t, arr.flatten()):

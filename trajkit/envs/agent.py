@@ -77,6 +77,11 @@ MODEL_ERROR = "model error"  # the reason prefix of a trajectory whose model req
 TOKEN_TRACE = "token trace"  # the reason prefix of a trajectory whose token trace does not match its turns
 
 
+def fault_code(reason: str) -> str:
+    """The reason code of a server fault: ``timeout`` when a start or call timed out, else ``server_crash``."""
+    return "timeout" if TIMED_OUT in reason else "server_crash"
+
+
 def is_transient(reason: str | None) -> bool:
     """Whether a failure's reason is one a retry may cure: a failed model request, or a server that timed out."""
     return bool(reason) and (reason.startswith(MODEL_ERROR) or TIMED_OUT in reason)
@@ -131,6 +136,7 @@ class _Episode:
         self.messages: list[Message] = []
         self.status: str | None = None
         self.reason: str | None = None
+        self.reason_code: str | None = None
         self.final_answer: str | None = None
         self.model_s = self.tools_s = 0.0
         self.prompt_tokens = self.completion_tokens = 0
@@ -140,8 +146,9 @@ class _Episode:
         self.trace: Any = None
         self.end_state: list[str | None] | None = None
 
-    def stop(self, status: str, reason: str | None) -> None:
-        self.status, self.reason = status, reason
+    def stop(self, status: str, reason: str | None, code: str | None = None) -> None:
+        """End the episode; ``code`` is one of ``schema.REASON_CODES`` (null with no reason)."""
+        self.status, self.reason, self.reason_code = status, reason, code
 
     async def ask(self, tools: list[dict], params: SamplingParams) -> Completion | None:
         """One model call; None (and the episode failed) on a request error."""
@@ -159,7 +166,7 @@ class _Episode:
         self.completion_tokens += c.completion_tokens
         self.context_estimate = c.prompt_tokens + c.completion_tokens
         if c.error:
-            self.stop("failed", f"{MODEL_ERROR}: {c.error}")
+            self.stop("failed", f"{MODEL_ERROR}: {c.error}", "model_error")
             return None
         if c.token_ids is not None or self.trace is not None:
             self._trace(c)
@@ -179,19 +186,22 @@ class _Episode:
         t0 = time.monotonic()
         outputs = await asyncio.gather(*(self._call(ep, call.name, call.arguments, routes) for call in c.tool_calls))
         self.tools_s += time.monotonic() - t0
-        fault = None
-        for call, (out, err) in zip(c.tool_calls, outputs):
+        fault = code = None
+        for call, (out, err, err_code) in zip(c.tool_calls, outputs):
             self.tools_called.append(call.name)
             message = {"role": "tool", "content": out.text, "tool_call_id": call.id, "name": call.name}
             self.messages.append(schema_message(message | {"parts": list(out.parts) or None}))
             self.context_estimate += len(out.text) // 4
-            fault = fault or err
+            if err and not fault:
+                fault, code = err, err_code
         if fault:
-            self.stop("failed", fault)
+            self.stop("failed", fault, code)
 
     async def _call(
         self, ep: Episode, name: str, arguments: str, routes: dict[str, ToolRoute]
-    ) -> tuple[ToolOutput, str | None]:
+    ) -> tuple[ToolOutput, str | None, str | None]:
+        """The tool's output (the message's text and media parts) and, on a fault, the trajectory's reason and
+        reason code."""
         route = routes[name]
         try:
             out: ToolOutput = await ep.call(
@@ -201,14 +211,15 @@ class _Episode:
                 self.limits.tool_timeout_s,
                 self.limits.max_tool_output_chars,
             )
-            return out, None
+            return out, None, None
         except ServerFault as e:
-            return ToolOutput(f"Error: tool {name} failed: {e}", True), f"tool {name} ({route.server}) failed: {e}"
+            text = f"Error: tool {name} failed: {e}"
+            return ToolOutput(text, True), f"tool {name} ({route.server}) failed: {e}", fault_code(str(e))
         except (StageStopped, UserError):
             raise
         except Exception as e:  # noqa: BLE001 - same: this trajectory fails, the run goes on
-            failed = f"tool {name} failed: {type(e).__name__}"
-            return ToolOutput(f"Error: {failed}", True), f"{failed}: {e}"
+            why = f"tool {name} failed: {type(e).__name__}: {e}"
+            return ToolOutput(f"Error: tool {name} failed: {type(e).__name__}", True), why, "tool_error"
 
     async def probe(self, ep: Episode) -> None:
         """Call the task's outcome-check probes on this episode's sessions; store their outputs in order."""
@@ -226,6 +237,7 @@ class _Episode:
                 problem = f"unknown server {e}" if isinstance(e, KeyError) else str(e)
             if problem and self.status == "completed" and self.reason is None:
                 self.reason = f"end-state probe {i} ({p.get('tool')}) failed: {problem}"[:500]
+                self.reason_code = "probe_failed"
 
 
 async def run_episode(
@@ -264,14 +276,14 @@ async def run_episode(
         routes = env.routes(server_ids)
     except KeyError as e:
         routes = []
-        ep.stop("failed", f"task names {e.args[0]}")
+        ep.stop("failed", f"task names {e.args[0]}", "unknown_server")
     if ep.status is None:
         try:
             async with env.episode(server_ids) as sessions:
                 await _loop(ep, sessions, routes, params)
                 await ep.probe(sessions)
         except ServerFault as e:
-            ep.stop("failed", str(e))
+            ep.stop("failed", str(e), fault_code(str(e)))
     return _row(task, backend, params, ep, routes, rollout_index, policy_version, parent_id, time.monotonic() - t_start)
 
 
@@ -281,18 +293,22 @@ async def _loop(ep: _Episode, sessions: Episode, routes: list[ToolRoute], params
     limits = ep.limits
     for turn in range(limits.max_turns):
         if turn and limits.max_context_tokens is not None and ep.context_estimate >= limits.max_context_tokens:
-            ep.stop("truncated", f"context limit ({ep.context_estimate} >= {limits.max_context_tokens} tokens)")
+            ep.stop(
+                "truncated",
+                f"context limit ({ep.context_estimate} >= {limits.max_context_tokens} tokens)",
+                "context_limit",
+            )
             return
         c = await ep.ask(tools, params)
         if c is None:
             return
         if c.tool_call_errors:
             err = c.tool_call_errors[0]
-            ep.stop("failed", f"malformed tool call: {err.reason} (raw: {err.raw[:200]})")
+            ep.stop("failed", f"malformed tool call: {err.reason} (raw: {err.raw[:200]})", err.code)
             return
         if not c.tool_calls:
             if c.finish_reason == "length":
-                ep.stop("truncated", "the final answer hit max_tokens")
+                ep.stop("truncated", "the final answer hit max_tokens", "max_tokens")
             else:
                 ep.final_answer = c.text
                 ep.stop("completed", None)
@@ -301,12 +317,12 @@ async def _loop(ep: _Episode, sessions: Episode, routes: list[ToolRoute], params
         bad_args = [call.name for call in c.tool_calls if not isinstance(_loads(call.arguments), dict)]
         if unknown or bad_args:
             what = f"unknown tool {unknown[0]!r}" if unknown else f"arguments of {bad_args[0]!r} are not a JSON object"
-            ep.stop("failed", f"malformed tool call: {what}")
+            ep.stop("failed", f"malformed tool call: {what}", "unknown_tool" if unknown else "bad_arguments")
             return
         await ep.run_tools(sessions, c, by_name)
         if ep.status is not None:
             return
-    ep.stop("truncated", f"turn limit ({limits.max_turns} turns)")
+    ep.stop("truncated", f"turn limit ({limits.max_turns} turns)", "turn_limit")
 
 
 def _loads(text: str) -> Any:
@@ -314,6 +330,12 @@ def _loads(text: str) -> Any:
         return json.loads(text)
     except (json.JSONDecodeError, TypeError):
         return None
+
+
+def episode_seed(base: int, task_id: str, index: int) -> int:
+    """The sampling seed of episode (or attempt) ``index`` at a task: fixed by the base seed, the task and the
+    index, the same for every model and stage, so models compared on a task draw the same random numbers."""
+    return S.seed_for(base, task_id, index)
 
 
 def traj_id(task_id: str, rollout_index: int, seed: int | None, model: str, parent_id: str | None = None) -> str:
@@ -353,15 +375,16 @@ def _row(
     total_s: float,
 ) -> dict[str, Any]:
     trace = ep.trace
-    reason = ep.reason
+    reason, code = ep.reason, ep.reason_code
     if trace is not None and trace.mismatch and reason is None:
-        reason = f"{TOKEN_TRACE}: {trace.mismatch}"[:500]
+        reason, code = f"{TOKEN_TRACE}: {trace.mismatch}"[:500], "token_trace"
     return {
         **episode_head(task["task_id"], rollout_index, backend, params, params.seed, parent_id),
         "tools": offered_tools_column(routes),
         "messages": ep.messages,
         "status": ep.status,
         "reason": reason,
+        "reason_code": code,
         "model_s": round(ep.model_s, 6),
         "tools_s": round(ep.tools_s, 6),
         "total_s": round(total_s, 6),

@@ -287,6 +287,13 @@ def server_state(cfg: ServerConfig, tools: list[dict[str, Any]] | None) -> str:
     return "stateless" if read_only and not cfg.uses_session_dir else "stateful"
 
 
+def check_command(name: str, cfg: ServerConfig) -> None:
+    """A stdio server's command must be found here: a machine (a cluster node) without it cannot start the
+    server, a UserError naming the server before anything starts, not a fault in every trajectory."""
+    if cfg.transport == "stdio" and shutil.which(resolve_command(cfg.command)) is None:
+        raise UserError(f"server {name!r}: command {cfg.command!r} not found on this machine (PATH)")
+
+
 def resolve_command(command: str) -> str:
     """The executable to spawn: ``python`` is this interpreter; ``uv``/``uvx`` fall back to this venv's."""
     if command in ("python", "python3"):

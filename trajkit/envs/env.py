@@ -4,12 +4,23 @@ A stateful server gets one fresh process per trajectory (a clean state, no
 residue between trajectories); a stateless one is shared through a bounded
 pool. A server is stateless when every tool it lists is annotated
 ``readOnlyHint: true`` (the MCP way of saying a tool does not modify its
-environment), unless ``stateless={name: bool}`` says otherwise. Bounds:
+environment), unless the server's config says ``state: stateless|stateful`` or
+``stateless={name: bool}`` says otherwise. A stateless server's shared processes see
+the filesystem read-only (contained), so one that is not in fact stateless fails its
+writes instead of carrying state from one trajectory to the next.
+
+Start-up is kept off the critical path by a warm pool (``warm``): per stateful stdio
+server, ``warm`` fresh instances are started ahead of demand; a trajectory takes a
+never-used one (an initialized one first) and a replacement starts at once, so it
+waits for a start only when the pool runs dry. An instance serves one trajectory,
+and its end state is read from it before it is torn down. Bounds:
 
 * ``max_processes`` — live per-trajectory server processes, all servers
   together; a trajectory reserves the processes it needs at once (so two
   trajectories can never deadlock holding half of theirs); pools add
-  ``pool_size`` processes per stateless server on top;
+  ``pool_size`` processes per stateless server on top, started as load needs
+  them. Both default to the CPUs the shard has (``cpus()``: a Ray task's, not
+  its node's): ``SERVERS_PER_CPU`` per CPU, and one pool process per CPU;
 * ``max_concurrency_per_server`` — calls in flight on one server process
   (or HTTP session) at a time.
 
@@ -18,7 +29,8 @@ Server env values, HTTP headers and cwd come from ``config`` (the
 which holds its command, args or url but only the *names* of the environment
 variables it reads: a row with ``env_names`` then needs the file, and
 building the env says so (a UserError, before anything starts), as it does for
-a ``${VAR}`` of the config that is not set. (Nor does a row record a stdio
+a ``${VAR}`` of the config that is not set and for a stdio command this machine
+does not have (a cluster node that cannot start the servers fails its shard). (Nor does a row record a stdio
 ``cwd`` or literal HTTP headers: pass the file for servers that have them.)
 Use ``async with ToolEnv(...)``: every server is shut down on every exit path,
 Ctrl-C included.
@@ -33,10 +45,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Self
 
-from trajkit.envs.config import ServerConfig, check_environment, load_servers_config
+from trajkit.concurrency import cpus
+from trajkit.envs.config import ServerConfig, check_command, check_environment, load_servers_config
 from trajkit.envs.session import Connection, ServerFault, ToolOutput
 from trajkit.envs.tools import ToolRoute, select_servers, tool_routes
 from trajkit.errors import UserError
+from trajkit.redact import REDACTED
+
+SERVERS_PER_CPU = 16  # server processes mostly wait on their caller; memory, not CPU, bounds more
 
 
 def is_stateless(row: dict[str, Any]) -> bool:
@@ -48,13 +64,18 @@ def is_stateless(row: dict[str, Any]) -> bool:
 def row_config(row: dict[str, Any]) -> ServerConfig:
     """A server's config rebuilt from its ``servers`` row: command and args, or url.
 
-    A row that names environment variables cannot be rebuilt (the table keeps
-    names, never values): a UserError that asks for the mcpServers file.
+    A row that names environment variables, or whose url or args held a secret
+    (redacted when written), cannot be rebuilt: a UserError that asks for the mcpServers file.
     """
     if row.get("env_names"):
         raise UserError(
             f"server {row['name']!r} reads environment variables ({', '.join(row['env_names'])}) that the servers "
             "table does not hold (names only): pass its mcpServers file (servers_config / --servers-config)"
+        )
+    if any(REDACTED in part for part in [row.get("url") or "", *(row.get("args") or [])]):
+        raise UserError(
+            f"server {row['name']!r} has a secret in its url or args that the servers table does not hold: "
+            "pass its mcpServers file (servers_config / --servers-config)"
         )
     if row["transport"] == "http":
         return ServerConfig(url=row["url"])
@@ -97,7 +118,7 @@ class Pool:
         if idle:
             return idle[0]
         if len(live) < self.size:
-            conn = self.env._connection(self.name, self.cfg)
+            conn = self.env._connection(self.name, self.cfg, shared=True)
             conn.start()
             self.conns.append(conn)
             return conn
@@ -117,13 +138,43 @@ class Pool:
             self.env._close_later(conn)
 
 
+class Warm:
+    """Fresh, never-used instances of one stateful stdio server, started ahead of demand."""
+
+    def __init__(self, env: ToolEnv, name: str, cfg: ServerConfig, size: int):
+        self.env, self.name, self.cfg, self.size = env, name, cfg, size
+        self.ready: list[Connection] = []
+
+    def take(self) -> Connection:
+        """An instance for one trajectory (an initialized one first, else the oldest starting one, else a
+        new one: the pool ran dry); the pool is topped up at once."""
+        for conn in [c for c in self.ready if c.dead]:
+            self.ready.remove(conn)
+            self.env._close_later(conn)
+        up = next((c for c in self.ready if c.session is not None), self.ready[0] if self.ready else None)
+        if up is not None:
+            self.ready.remove(up)
+        else:
+            up = self._start()
+        while len(self.ready) < self.size:
+            self.ready.append(self._start())
+        return up
+
+    def _start(self) -> Connection:
+        conn = self.env._connection(self.name, self.cfg)
+        conn.start()
+        return conn
+
+
 class ToolEnv:
     """The servers of a run, ready to serve trajectories; an async context manager.
 
     ``servers``: ``servers`` table rows (failed rows are kept so a task using
     one fails with the harvest reason). ``config``: the ``mcpServers`` file or
     mapping, for env values, headers and cwd. ``stateless``: name -> bool
-    overrides of the read-only rule.
+    overrides of the read-only rule and of the config's ``state``. ``warm``: fresh
+    instances kept started per stateful stdio server (0: each trajectory starts its own;
+    size it from the number of trajectories in flight).
     """
 
     def __init__(
@@ -132,10 +183,11 @@ class ToolEnv:
         *,
         config: Mapping[str, ServerConfig] | str | Path | None = None,
         stateless: Mapping[str, bool] | None = None,
-        max_processes: int = 32,
-        pool_size: int = 2,
+        max_processes: int | None = None,
+        pool_size: int | None = None,
         max_concurrency_per_server: int = 8,
         startup_timeout_s: float = 60.0,
+        warm: int = 0,
     ):
         if isinstance(config, (str, Path)):
             config = load_servers_config(config)
@@ -144,16 +196,25 @@ class ToolEnv:
         for row in self.rows:  # every server that may start can start: a user error now, not a fault later
             if row["status"] == "ok":
                 check_environment(row["name"], self.config_for(row))
-        self.stateless = {r["name"]: (stateless or {}).get(r["name"], is_stateless(r)) for r in self.rows}
-        self.pool_size = pool_size
+                check_command(row["name"], self.config_for(row))
+        self.stateless = {r["name"]: self._is_stateless(r, stateless or {}) for r in self.rows}
+        self.pool_size = pool_size or cpus()
+        self.warm = warm
         self.max_concurrency_per_server = max_concurrency_per_server
         self.startup_timeout_s = startup_timeout_s
-        self.slots = _Slots(max_processes)
+        self.slots = _Slots(max_processes or SERVERS_PER_CPU * cpus())
         self.pools: dict[str, Pool] = {}
+        self.warm_pools: dict[str, Warm] = {}
         self.live: set[Connection] = set()
         self._closers: set[asyncio.Task] = set()
         self._routes: dict[tuple[str, ...] | None, list[ToolRoute]] = {}
         self._closed = False
+
+    def _is_stateless(self, row: dict[str, Any], override: Mapping[str, bool]) -> bool:
+        if row["name"] in override:
+            return override[row["name"]]
+        declared = getattr(self.config.get(row["name"]), "state", None)  # the config's ``state:``, when given
+        return declared == "stateless" if declared else is_stateless(row)
 
     @classmethod
     async def from_config(cls, config: Mapping[str, ServerConfig] | str | Path, **kwargs: Any) -> ToolEnv:
@@ -192,11 +253,15 @@ class ToolEnv:
         return Episode(self, self.server_rows(server_ids))
 
     # ------------------------------------------------------------ connections
-    def _connection(self, name: str, cfg: ServerConfig) -> Connection:
+    def _connection(self, name: str, cfg: ServerConfig, shared: bool = False) -> Connection:
         if self._closed:
             raise ServerFault("the tool environment is closed")
         conn = Connection(
-            name, cfg, startup_timeout_s=self.startup_timeout_s, max_concurrency=self.max_concurrency_per_server
+            name,
+            cfg,
+            startup_timeout_s=self.startup_timeout_s,
+            max_concurrency=self.max_concurrency_per_server,
+            shared=shared,
         )
         self.live.add(conn)
         return conn
@@ -205,6 +270,17 @@ class ToolEnv:
         if row["name"] not in self.pools:
             self.pools[row["name"]] = Pool(self, row["name"], self.config_for(row), self.pool_size)
         return self.pools[row["name"]]
+
+    def instance(self, row: dict[str, Any]) -> Connection:
+        """A fresh, never-used instance of a stateful server for one trajectory (from the warm pool if any)."""
+        cfg = self.config_for(row)
+        if self.warm <= 0 or cfg.transport != "stdio":
+            conn = self._connection(row["name"], cfg)
+            conn.start()
+            return conn
+        if row["name"] not in self.warm_pools:
+            self.warm_pools[row["name"]] = Warm(self, row["name"], cfg, self.warm)
+        return self.warm_pools[row["name"]].take()
 
     async def close_connection(self, conn: Connection) -> None:
         try:
@@ -223,11 +299,13 @@ class ToolEnv:
         closing = [self.close_connection(c) for c in list(self.live)]
         await asyncio.shield(asyncio.gather(*closing, *self._closers, return_exceptions=True))
         self.pools.clear()
+        self.warm_pools.clear()
 
 
 class Episode:
-    """The sessions of one trajectory: fresh processes for stateful servers (started at once, in the
-    background, while the model thinks), the shared pool for stateless ones. ``async with`` it."""
+    """The sessions of one trajectory: fresh processes for stateful servers (taken from the warm pool, or
+    started at once, in the background, while the model thinks), the shared pool for stateless ones.
+    ``async with`` it."""
 
     def __init__(self, env: ToolEnv, rows: list[dict[str, Any]]):
         self.env = env
@@ -246,9 +324,7 @@ class Episode:
         self._reserved = needed
         try:
             for row in own:
-                conn = self.env._connection(row["name"], self.env.config_for(row))
-                conn.start()
-                self.fresh[row["name"]] = conn
+                self.fresh[row["name"]] = self.env.instance(row)
         except BaseException:
             await self.__aexit__(None, None, None)
             raise

@@ -110,12 +110,22 @@ class Connection:
     """One MCP session to one server; ``await open()``, ``await call(...)``, ``await aclose()``.
 
     ``max_concurrency`` bounds the calls in flight on this connection;
-    ``startup_timeout_s`` bounds spawning plus ``initialize``.
+    ``startup_timeout_s`` bounds spawning plus ``initialize``; ``shared``: a stateless server's
+    process that several trajectories use, which (contained) sees the filesystem read-only.
     """
 
-    def __init__(self, name: str, cfg: ServerConfig, *, startup_timeout_s: float = 60.0, max_concurrency: int = 8):
+    def __init__(
+        self,
+        name: str,
+        cfg: ServerConfig,
+        *,
+        startup_timeout_s: float = 60.0,
+        max_concurrency: int = 8,
+        shared: bool = False,
+    ):
         self.name = name
         self.cfg = cfg
+        self.shared = shared
         self.startup_timeout_s = startup_timeout_s
         self.init_result: Any = None
         self.session: Any = None
@@ -188,7 +198,7 @@ class Connection:
             cfg = self.cfg.resolved(session_dir=workdir)
             command, args = resolve_command(cfg.command), list(cfg.args)
             if contain.enabled():
-                args = contain.wrap(self.name, cfg, command, args)
+                args = contain.wrap(self.name, cfg, command, args, readonly=self.shared)
                 command = sys.executable
             params = StdioServerParameters(
                 command=command,

@@ -7,8 +7,8 @@ is one chat completion from a prompt built from the task. Faults are data
 (``Attempt.error``, with ``transient`` set for the faults a retry may cure),
 never exceptions. ``solve`` is an attempt judged by the task's verifier, as
 ``curate.passk`` and ``eval.passk`` both run it through one ``Solver`` (backends,
-servers and sandbox opened once per stage); ``attempt_seed`` is the seed of
-sample ``index`` of a task, whichever the model.
+servers and sandbox opened once per stage); ``envs.agent.episode_seed`` is
+the seed of sample ``index`` of a task, whichever the model.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from trajkit.envs.agent import MODEL_ERROR, AgentLimits, RolloutFn, is_transient, run_episode
+from trajkit.envs.agent import MODEL_ERROR, AgentLimits, RolloutFn, episode_seed, is_transient, run_episode
 from trajkit.envs.env import ToolEnv
 from trajkit.errors import StageStopped, UserError
 from trajkit.models.base import Backend, Message, SamplingParams
-from trajkit.schema import seed_for
+from trajkit.schema import content_id
 
 CODE_INSTRUCTION = "Write the complete function{name} in a single ```python code block."
 STDIO_INSTRUCTION = (
@@ -46,6 +46,7 @@ class Attempt:
     server failed, a tool crashed); a malformed tool call is the model's
     mistake, so it is no error: the attempt simply has no completion.
     ``transient``: the error is one a retry may cure (``envs.agent.is_transient``).
+    ``reason_code``: the error's ``schema.REASON_CODES`` value, where known.
     """
 
     completion: str | None
@@ -54,12 +55,31 @@ class Attempt:
     error: str | None = None
     seconds: float = 0.0
     transient: bool = False
+    reason_code: str | None = None
 
 
-def attempt_seed(base: int, task_id: str, index: int) -> int:
-    """The sampling seed of attempt ``index`` at a task, the same for every model: models compared on a
-    task draw the same random numbers, and a run directory's path (in a local model's name) changes nothing."""
-    return seed_for(base, task_id, index)
+def has_verifier(task: dict[str, Any]) -> bool:
+    """Whether a task has a verifier an attempt is judged by here (a ``judge`` kind needs the caller's judge)."""
+    return (task.get("verifier") or {}).get("kind") not in (None, "", "none", "judge")
+
+
+def episode_attempt(row: dict[str, Any], seconds: float = 0.0) -> Attempt:
+    """The attempt a tool task's trajectory row is: its final answer, or the error that stopped it."""
+    error, reason = None, row.get("reason")
+    if row["status"] in ("failed", "aborted") and not (reason or "").startswith(MODEL_FAULT):
+        error = reason or row["status"]
+    answer = row["final_answer"] if row["status"] == "completed" else None
+    transient = error is not None and (row["status"] == "aborted" or is_transient(reason))
+    code = row.get("reason_code") if error is not None else None
+    return Attempt(answer, row, {"end_state": row.get("end_state")}, error, seconds, transient, code)
+
+
+async def trajectory_verdict(task: dict[str, Any], row: dict[str, Any], sandbox: Any = None) -> str | None:
+    """The task verifier's verdict on a trajectory row (as ``solve`` judges it), or None when the task has
+    no verifier judged here or the episode never ran (aborted)."""
+    if not has_verifier(task) or row["status"] == "aborted":
+        return None
+    return (await judge(task, episode_attempt(row), sandbox)).verdict
 
 
 def is_tool_task(task: dict[str, Any]) -> bool:
@@ -102,16 +122,11 @@ async def attempt(
     t0 = time.monotonic()
     if is_tool_task(task):
         if env is None:
-            return Attempt(None, error="a tool task needs a ToolEnv (harvested servers)")
+            return Attempt(None, error="a tool task needs a ToolEnv (harvested servers)", reason_code="unknown_server")
         row = await (rollout or run_episode)(
             task, backend, env, params, limits, system_prompt=system_prompt, rollout_index=sample_index, seed=seed
         )
-        error, reason = None, row.get("reason")
-        if row["status"] in ("failed", "aborted") and not (reason or "").startswith(MODEL_FAULT):
-            error = reason or row["status"]
-        answer = row["final_answer"] if row["status"] == "completed" else None
-        transient = error is not None and (row["status"] == "aborted" or is_transient(reason))
-        return Attempt(answer, row, {"end_state": row.get("end_state")}, error, time.monotonic() - t0, transient)
+        return episode_attempt(row, time.monotonic() - t0)
     messages: list[Message] = [{"role": "system", "content": system_prompt}] if system_prompt else []
     messages.append({"role": "user", "content": task_prompt(task)})
     params = dataclasses.replace(params, n=1, seed=seed if seed is not None else params.seed)
@@ -121,11 +136,11 @@ async def attempt(
         raise
     except Exception as e:  # noqa: BLE001 - a backend bug fails this attempt, not the run
         error = f"{MODEL_ERROR}: {type(e).__name__}: {e}"
-        return Attempt(None, error=error, seconds=time.monotonic() - t0, transient=True)
+        return Attempt(None, error=error, seconds=time.monotonic() - t0, transient=True, reason_code="model_error")
     c = completions[0] if completions else None
     if c is None or c.error:
         error = f"{MODEL_ERROR}: {c.error if c else 'no completion'}"
-        return Attempt(None, error=error, seconds=time.monotonic() - t0, transient=True)
+        return Attempt(None, error=error, seconds=time.monotonic() - t0, transient=True, reason_code="model_error")
     return Attempt(c.text, seconds=time.monotonic() - t0)
 
 
@@ -151,12 +166,7 @@ async def solve(
     rollout: RolloutFn | None = None,
     sandbox: Any = None,
 ) -> Solved:
-    """One attempt at a task (``attempt``), judged by the task's verifier (``trajkit.verify.verify``,
-    in ``sandbox``, off the event loop)."""
-    import asyncio
-
-    from trajkit.verify import Result, verify
-
+    """One attempt at a task (``attempt``), judged by the task's verifier (``judge``)."""
     a = await attempt(
         task,
         backend,
@@ -168,18 +178,27 @@ async def solve(
         system_prompt=system_prompt,
         rollout=rollout,
     )
+    return Solved(a, await judge(task, a, sandbox))
+
+
+async def judge(task: dict[str, Any], a: Attempt, sandbox: Any = None) -> Any:
+    """An attempt's ``trajkit.verify.Result``: an ``error`` verdict for a failed attempt, else the task
+    verifier's (``verify``, in ``sandbox``, off the event loop)."""
+    import asyncio
+
+    from trajkit.verify import Result, verify
+
     if a.error is not None:
         result = Result.error(a.error, transient=a.transient)
         result.runtime_s = round(a.seconds, 4)
-    else:
-        result = await asyncio.to_thread(verify, task["verifier"], a.completion or "", a.context, sandbox)
-    return Solved(a, result)
+        return result
+    return await asyncio.to_thread(verify, task["verifier"], a.completion or "", a.context, sandbox)
 
 
 class Solver:
     """What attempts at a stage's tasks need, opened once: a backend per model, the run's servers as a
-    ``ToolEnv`` (only when a task needs tools) and the sandbox. ``curate.passk`` and ``eval.passk`` both
-    solve through it::
+    ``ToolEnv`` (only when a task needs tools) and the sandbox (only when a task's verifier runs code).
+    ``curate.passk`` and ``eval.passk`` both solve through it::
 
         async with Solver(models, tasks, servers, ...) as solver:
             solved = await solver.solve(task, model_name, index)
@@ -201,18 +220,50 @@ class Solver:
         rollout: str | None = None,
         sandbox: str = "local",
         workers: int | None = None,
+        scope: str | None = None,
     ):
         self.models, self.tasks, self.servers = models, tasks, servers
+        self.scope = scope
         self.params, self.limits, self.seed = params, limits, seed
         self.usage, self.cache_dir, self.servers_config = usage, cache_dir, servers_config
         self.system_prompt, self.rollout_path = system_prompt, rollout
         self.sandbox_kind, self.workers = sandbox, workers
         self._stack = contextlib.AsyncExitStack()
 
+    @classmethod
+    def for_stage(cls, ctx: Any, cfg: Any, models: list[Any], tasks: list[dict[str, Any]]) -> Solver:
+        """The solver of a pass@k stage (``curate passk``, ``eval passk``): sampling, limits, servers and sandbox
+        from the stage's config fields of those names, episode ids scoped to the stage."""
+        from trajkit.models.base import SamplingParams
+
+        return cls(
+            models,
+            tasks,
+            ctx.store.rows("servers"),
+            params=SamplingParams(
+                n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed
+            ),
+            limits=AgentLimits(
+                max_turns=cfg.max_turns,
+                max_context_tokens=getattr(cfg, "max_context_tokens", None),
+                tool_timeout_s=cfg.tool_timeout_s,
+                max_tool_output_chars=cfg.max_tool_output_chars,
+            ),
+            seed=cfg.seed,
+            usage=ctx.usage,
+            cache_dir=ctx.store.root / "_cache",
+            servers_config=cfg.servers_config,
+            system_prompt=cfg.system_prompt,
+            rollout=getattr(cfg, "rollout", None),
+            sandbox=cfg.sandbox,
+            workers=cfg.workers,
+            scope=ctx.name,
+        )
+
     async def __aenter__(self) -> Self:
         from trajkit.envs.agent import load_rollout
         from trajkit.models import make_backend
-        from trajkit.verify import make_sandbox
+        from trajkit.verify import SANDBOXED_KINDS, make_sandbox
 
         try:
             self.rollout = load_rollout(self.rollout_path) if self.rollout_path else None
@@ -225,7 +276,9 @@ class Solver:
             if any(is_tool_task(t) for t in self.tasks):
                 self.env = ToolEnv(self.servers, config=self.servers_config)
                 self._stack.push_async_callback(self.env.aclose)
-            self.sandbox = self._stack.enter_context(make_sandbox(self.sandbox_kind, self.workers))
+            self.sandbox = None  # started only for verifiers that run code (a custom or tool verifier runs here)
+            if any((t.get("verifier") or {}).get("kind") in SANDBOXED_KINDS for t in self.tasks):
+                self.sandbox = self._stack.enter_context(make_sandbox(self.sandbox_kind, self.workers))
         except BaseException:
             await self._stack.aclose()
             raise
@@ -234,20 +287,27 @@ class Solver:
     async def __aexit__(self, *exc: object) -> None:
         await self._stack.aclose()
 
-    def attempt_seed(self, task: dict[str, Any], index: int) -> int:
-        return attempt_seed(self.seed, task["task_id"], index)
+    def episode_seed(self, task: dict[str, Any], index: int) -> int:
+        return episode_seed(self.seed, task["task_id"], index)
 
     async def solve(self, task: dict[str, Any], model: str, index: int) -> Solved:
-        """Attempt ``index`` of ``model`` at ``task`` (seeded by ``attempt_seed``), judged."""
-        return await solve(
+        """Attempt ``index`` of ``model`` at ``task`` (seeded by ``episode_seed``), judged.
+
+        An episode's ``traj_id`` is ``content_id(<its synth rollouts id>, scope)``: the same task, index, seed
+        and model run by ``synth rollouts`` and by this stage are two trajectories, with two ids."""
+        solved = await solve(
             task,
             self.backends[model],
             self.env,
             self.params,
             self.limits,
             sample_index=index,
-            seed=self.attempt_seed(task, index),
+            seed=self.episode_seed(task, index),
             system_prompt=self.system_prompt,
             rollout=self.rollout,
             sandbox=self.sandbox,
         )
+        if solved.attempt.trajectory is not None and self.scope:
+            trajectory = solved.attempt.trajectory
+            trajectory["traj_id"] = content_id(trajectory["traj_id"], self.scope)
+        return solved

@@ -2,7 +2,9 @@
 
 Each runs its stage (resumable; named ``eval-passk``, ``eval-tools``,
 ``eval-diversity`` unless ``--name``) and prints the report kept in the
-stage's manifest, so rerunning a finished evaluation shows it again.
+stage's manifest, so rerunning a finished evaluation shows it again. pass@k
+and tool accuracy shard like the other stages (``--rank/--world-size`` by
+hand, or ``--executor ray``: then the report covers every shard's rows).
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ from typing import Annotated, Any
 import typer
 
 from trajkit.clikit import (
+    Address,
     Backend,
     BaseUrl,
     BudgetCost,
     BudgetTokens,
     Concurrency,
     ConfigFile,
+    Executor,
     Fresh,
     Name,
     Overrides,
@@ -71,6 +75,8 @@ def passk(
     fresh: Fresh = False,
     rank: Rank = 0,
     world_size: WorldSize = 1,
+    executor: Executor = "local",
+    address: Address = None,
     budget_tokens: BudgetTokens = None,
     budget_cost: BudgetCost = None,
 ) -> None:
@@ -101,6 +107,8 @@ def passk(
         world_size,
         budget_tokens,
         budget_cost,
+        executor,
+        address,
     )
     print_passk(manifest["summary"])
 
@@ -132,6 +140,8 @@ def tools(
     fresh: Fresh = False,
     rank: Rank = 0,
     world_size: WorldSize = 1,
+    executor: Executor = "local",
+    address: Address = None,
     budget_tokens: BudgetTokens = None,
     budget_cost: BudgetCost = None,
 ) -> None:
@@ -159,6 +169,8 @@ def tools(
         world_size,
         budget_tokens,
         budget_cost,
+        executor,
+        address,
     )
     print_tools(manifest["summary"])
 

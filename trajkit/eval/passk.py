@@ -5,7 +5,7 @@ question and a verifier (skipped ones are counted). For each model and task,
 ``n`` attempts go through ``envs.solve.solve`` (tool tasks run the agent loop,
 others one chat completion, judged by the task's verifier: the same unit
 curation's pass@k tagging runs), attempt i seeded
-``envs.solve.attempt_seed(seed, task, i)`` (the same for every model). pass@k is the unbiased
+``envs.agent.episode_seed(seed, task, i)`` (the same for every model). pass@k is the unbiased
 estimator (``verify.pass_at_k``). An attempt that could not be judged (a model
 request or a server failed, a verifier error) is counted by reason and left
 out of ``samples``; such a row is redone when the stage runs again (a resume:
@@ -138,6 +138,11 @@ def run_eval_passk(ctx: StageContext, cfg: EvalPasskConfig) -> dict[str, Any]:
     if todo:
         asyncio.run(_evaluate(ctx, cfg, todo))
     ctx.flush()
+    return summarize(ctx, cfg)
+
+
+def summarize(ctx: StageContext, cfg: EvalPasskConfig) -> dict[str, Any]:
+    """The stage's report over every shard's rows (also written as RUN/reports/<stage>.parquet)."""
     rows = ctx.store.rows("eval_passk", stage=ctx.name)
     report = passk_report(rows, [m.model for m in cfg.models], cfg.ks)
     _write_report(ctx, report)
@@ -145,28 +150,9 @@ def run_eval_passk(ctx: StageContext, cfg: EvalPasskConfig) -> dict[str, Any]:
 
 
 async def _evaluate(ctx: StageContext, cfg: EvalPasskConfig, todo: list[tuple[ModelSpec, dict[str, Any]]]) -> None:
-    from trajkit.envs.agent import AgentLimits
     from trajkit.envs.solve import Solver
-    from trajkit.models.base import SamplingParams
 
-    params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed)
-    limits = AgentLimits(
-        max_turns=cfg.max_turns, tool_timeout_s=cfg.tool_timeout_s, max_tool_output_chars=cfg.max_tool_output_chars
-    )
-    solver = Solver(
-        cfg.models,
-        [task for _, task in todo],
-        ctx.store.rows("servers"),
-        params=params,
-        limits=limits,
-        seed=cfg.seed,
-        usage=ctx.usage,
-        cache_dir=ctx.store.root / "_cache",
-        servers_config=cfg.servers_config,
-        system_prompt=cfg.system_prompt,
-        sandbox=cfg.sandbox,
-        workers=cfg.workers,
-    )
+    solver = Solver.for_stage(ctx, cfg, cfg.models, [task for _, task in todo])
     gate = asyncio.Semaphore(cfg.concurrency)  # attempts in flight, across the units in flight
 
     async def unit(item: tuple[ModelSpec, dict[str, Any]]) -> dict[str, Any]:
@@ -226,10 +212,11 @@ def _write_report(ctx: StageContext, report: list[dict[str, Any]]) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from trajkit import redact
     from trajkit.store import atomic_write_bytes, safe_name
 
     buf = io.BytesIO()
-    pq.write_table(pa.Table.from_pylist(report), buf)
+    pq.write_table(redact.current().table(pa.Table.from_pylist(report)), buf)
     atomic_write_bytes(ctx.store.root / "reports" / f"{safe_name(ctx.name)}.parquet", buf.getvalue())
 
 
@@ -238,6 +225,7 @@ EVAL_PASSK = StageSpec(
     EvalPasskConfig,
     run_eval_passk,
     retry=retry_unjudged,
+    report=summarize,
     inputs=("tasks", "passk", "splits"),
     outputs=("eval_passk",),
     help="pass@k (unbiased) of one or more models on a split, per difficulty bucket and overall.",

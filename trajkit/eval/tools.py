@@ -232,6 +232,11 @@ def run_eval_tools(ctx: StageContext, cfg: EvalToolsConfig) -> dict[str, Any]:
     if todo:
         asyncio.run(_evaluate(ctx, cfg, todo))
     ctx.flush()
+    return summarize(ctx, cfg)
+
+
+def summarize(ctx: StageContext, cfg: EvalToolsConfig) -> dict[str, Any]:
+    """The stage's report over every shard's rows: per model, tool and server (and BFCL's checker)."""
     rows = ctx.store.rows("eval_tools", stage=ctx.name)
     models = [m.model for m in cfg.models]
     summary: dict[str, Any] = {
@@ -343,6 +348,7 @@ EVAL_TOOLS = StageSpec(
     EvalToolsConfig,
     run_eval_tools,
     retry=retry_model_errors,
+    report=summarize,
     inputs=("trajectories", "tasks", "splits"),
     outputs=("eval_tools",),
     help="Tool-call accuracy (BFCL-style) on held-out trajectories, or on BFCL's AST categories.",

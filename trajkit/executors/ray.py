@@ -5,7 +5,11 @@ node; every node must see the run directory at the same path. A worker killed
 mid-shard is retried by Ray (``max_retries``); the retry resumes the shard
 the way a rerun does (content ids, temp files cleaned), so nothing is lost or
 duplicated. A driver that dies takes its tasks with it: Ray ends the job of a
-driver that exited and kills its workers, so a rerun does not race them.
+driver that exited and kills its workers; and should one still be writing
+when the command is rerun, the rerun's shard takes the lease on it first
+(``Store.leased``), which fences the old task off before any temporary file is
+cleaned. Each shard asks for an even share of the cluster's CPUs, and its
+sandbox and server pools size themselves from that share, not the node's count.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from trajkit.errors import UserError
+from trajkit.errors import StageStopped, UserError
 
 SHARD_RETRIES = 3
 
@@ -32,7 +36,7 @@ def _ray():
 
 def run_on_ray(
     root: Path,
-    kind: str,
+    spec: Any,
     cfg: Any,
     name: str,
     fresh: bool,
@@ -40,18 +44,19 @@ def run_on_ray(
     address: str | None = None,
     budget_tokens: int | None = None,
     budget_cost: float | None = None,
-) -> list[dict[str, Any]]:
-    """Run the stage's ``world_size`` shards on Ray and return their manifests, rank order."""
-    from trajkit.runner import _console, check_config
+) -> dict[str, Any]:
+    """Run the stage's ``world_size`` shards on Ray; return ``{"stage", "world_size", "shards"}`` (their
+    manifests, rank order) and, for a stage with a report, ``"summary"``: the report over every shard's rows."""
+    from trajkit.runner import StageContext, _console, check_config
     from trajkit.store import Store
 
     ray = _ray()
     store = Store(root, create=True)
     check_config(store, name, cfg, fresh)  # one-line config errors before anything starts
-    with cluster(address, world_size):
-        shard = ray.remote(num_cpus=1, max_retries=SHARD_RETRIES)(_shard)
+    with cluster(address):
+        shard = ray.remote(num_cpus=shard_cpus(ray, world_size), max_retries=SHARD_RETRIES)(_shard)
         pending = {
-            shard.remote(str(store.root), kind, cfg, name, r, world_size, budget_tokens, budget_cost): r
+            shard.remote(str(store.root), spec, cfg, name, r, world_size, budget_tokens, budget_cost): r
             for r in range(world_size)
         }
         manifests: dict[int, dict[str, Any]] = {}
@@ -72,12 +77,22 @@ def run_on_ray(
                 f"({len(manifests)}/{world_size} shards, {rows} rows, {time.monotonic() - t0:.1f}s)",
                 highlight=False,
             )
-        return [manifests[r] for r in range(world_size)]
+    result = {"stage": name, "world_size": world_size, "shards": [manifests[r] for r in range(world_size)]}
+    if spec.report is not None:  # each shard's own summary saw only the rows written by its end
+        result["summary"] = spec.report(StageContext(store, name, spec.kind, world_size=world_size, quiet=True), cfg)
+    return result
+
+
+def shard_cpus(ray, world_size: int) -> int:
+    """CPUs each shard asks Ray for: an even share of the cluster's, at least 1 and at most a node's.
+    Inside the task, sandbox and server pools size themselves from this share (``concurrency.cpus``)."""
+    nodes = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"]]
+    return max(1, min(int(sum(nodes) // world_size), int(max(nodes, default=1))))
 
 
 @contextlib.contextmanager
-def cluster(address: str | None, cpus: int) -> Iterator[None]:
-    """Connect to the cluster at ``address`` (or start a local one with ``cpus`` CPUs) unless connected;
+def cluster(address: str | None) -> Iterator[None]:
+    """Connect to the cluster at ``address`` (or start a local one on this machine's CPUs) unless connected;
     check that every node runs this code version; disconnect (and stop a local cluster) at the end."""
     from trajkit.runner import code_version
 
@@ -85,7 +100,7 @@ def cluster(address: str | None, cpus: int) -> Iterator[None]:
     if ray.is_initialized():
         yield
         return
-    opts = {"address": address} if address else {"num_cpus": max(1, min(cpus, os.cpu_count() or 1))}
+    opts = {"address": address} if address else {"num_cpus": len(os.sched_getaffinity(0))}
     try:
         ray.init(**opts, include_dashboard=False, log_to_driver=False, configure_logging=False)
     except ConnectionError as e:
@@ -97,27 +112,32 @@ def cluster(address: str | None, cpus: int) -> Iterator[None]:
         ray.shutdown()
 
 
-def _shard(root, kind, cfg, name, rank, world_size, budget_tokens, budget_cost) -> dict[str, Any]:
-    """One shard, inside a Ray worker: the same ``run_stage`` a hand-started rank runs."""
+def _shard(root, spec, cfg, name, rank, world_size, budget_tokens, budget_cost) -> dict[str, Any]:
+    """One shard, inside a Ray worker: the same ``run_stage`` a hand-started rank runs, on the CPUs Ray gave it."""
     import ray
 
+    from trajkit.concurrency import cpu_share
     from trajkit.runner import run_stage
-    from trajkit.stages import get_stage
     from trajkit.store import Store
 
-    spec = get_stage(kind)
-    manifest = run_stage(
-        Store(root),
-        spec,
-        cfg,
-        name=name,
-        rank=rank,
-        world_size=world_size,
-        quiet=True,
-        budget_tokens=budget_tokens,
-        budget_cost=budget_cost,
-    )
-    return {**manifest, "node": ray.get_runtime_context().get_node_id()[:8]}
+    node_id = ray.get_runtime_context().get_node_id()
+    try:
+        with cpu_share(int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))):
+            manifest = run_stage(
+                Store(root),
+                spec,
+                cfg,
+                name=name,
+                rank=rank,
+                world_size=world_size,
+                quiet=True,
+                budget_tokens=budget_tokens,
+                budget_cost=budget_cost,
+            )
+    except (UserError, StageStopped) as e:  # say where: a node that cannot start the servers or sandbox
+        address = next((n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node_id), "?")
+        raise type(e)(f"shard {rank} on node {node_id[:8]} ({address}): {e}") from None
+    return {**manifest, "node": node_id[:8]}
 
 
 def _check_versions(ray, expected: str) -> None:

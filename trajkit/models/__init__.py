@@ -52,7 +52,8 @@ def make_backend(spec: ModelSpec, usage: Usage | None = None, cache_dir: Path | 
     The cache is used when ``spec.cache`` and a ``cache_dir`` are given (see
     ``trajkit.models.cache`` for what a key holds); every call, cached or not,
     is counted into ``usage`` (see ``trajkit.models.accounting``). Nothing is
-    loaded or connected until the first call.
+    loaded until the first call; an ``openai`` endpoint is asked which model it
+    serves (recorded into ``usage``, which refuses a stage that mixes models).
     """
     if spec.backend == "transformers":
         from trajkit.models.transformers_backend import TransformersBackend as cls
@@ -61,6 +62,8 @@ def make_backend(spec: ModelSpec, usage: Usage | None = None, cache_dir: Path | 
     else:
         from trajkit.models.vllm_backend import VLLMBackend as cls
     backend: Backend = cls(spec, stats=usage.endpoints if usage else None) if spec.backend == "openai" else cls(spec)
+    if spec.backend == "openai" and usage is not None:
+        _record_served(backend, usage)
     if spec.cache and cache_dir is not None:
         from trajkit.models.cache import CachedBackend, CallCache
 
@@ -70,3 +73,16 @@ def make_backend(spec: ModelSpec, usage: Usage | None = None, cache_dir: Path | 
 
         backend = AccountedBackend(backend, usage)
     return backend
+
+
+def _record_served(backend: Any, usage: Usage) -> None:
+    """Record the model the endpoints report serving; endpoints of one spec serving different models, or a
+    model other than the stage's earlier runs had, are user errors (before any request)."""
+    from trajkit.errors import UserError
+
+    served = backend.served()
+    if len(set(served.values())) > 1:
+        listed = "; ".join(f"{url}: {model}" for url, model in sorted(served.items()))
+        raise UserError(f"model {backend.spec.model!r}: the endpoints serve different models ({listed})")
+    for reported in set(served.values()):
+        usage.serving(backend.spec.model, reported)

@@ -62,6 +62,7 @@ class ToolCallError:
 
     raw: str
     reason: str
+    code: str = "malformed_call"  # a trajkit.schema.REASON_CODES value: malformed_call, unknown_tool, bad_arguments
 
 
 @dataclass

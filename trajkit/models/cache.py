@@ -7,7 +7,7 @@ The key is backend-independent: the same model id served by another backend
 hits the same entries. For a local model directory the identity includes a
 fingerprint of its weights and tokenizer, so retrained weights saved to the
 same path do not hit stale entries. Keys, headers and URLs are never part of a
-key or a value.
+key or a value, and secrets are redacted from the stored completions (``trajkit.redact``).
 
 ``seed=None`` with ``temperature > 0`` is not reproducible, but it is cached
 all the same: a rerun returns the first run's samples. Stages that want k
@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trajkit import redact
 from trajkit.models.base import (
     DEFAULT_PARAMS,
     Backend,
@@ -117,12 +118,18 @@ class CallCache:
         return None if row is None else [_decode(d) for d in json.loads(row[0])]
 
     def put(self, key: str, model: str, completions: list[Completion]) -> None:
-        blob = json.dumps([dataclasses.asdict(c) for c in completions], ensure_ascii=False)
+        entries = redact.current().value([dataclasses.asdict(c) for c in completions])
+        blob = json.dumps(entries, ensure_ascii=False)
         with self._lock:
             self._db.execute(
                 "INSERT OR REPLACE INTO calls (key, model, created, completions) VALUES (?, ?, ?, ?)",
                 (key, model, time.time(), blob),
             )
+
+    def models(self) -> dict[str, int]:
+        """How many calls the cache holds per model."""
+        with self._lock:
+            return dict(self._db.execute("SELECT model, count(*) FROM calls GROUP BY model ORDER BY model").fetchall())
 
     def __len__(self) -> int:
         with self._lock:

@@ -42,27 +42,44 @@ def tiny(
 @app.command()
 def serve(
     script: Annotated[
-        str,
+        str | None,
         typer.Option(help="pkg.module:fn(messages, tools, body) -> str | {content, tool_calls} answering each call."),
-    ],
+    ] = None,
+    replay: Annotated[
+        Path | None,
+        typer.Option(help="Answer from a recorded run's call cache instead: RUN_DIR, its _cache, or calls.sqlite."),
+    ] = None,
     port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: any free port).")] = 8000,
-    model: Annotated[str, typer.Option(help="Model name the server reports at /v1/models.")] = "scripted",
+    model: Annotated[
+        str, typer.Option(help="Model name the server reports at /v1/models (--script; a replay lists the recorded).")
+    ] = "scripted",
 ) -> None:
-    """Serve a stand-in OpenAI-compatible model (chat completions with tools) on loopback until Ctrl-C."""
+    """Serve a stand-in OpenAI-compatible model (chat completions with tools) on loopback until Ctrl-C: answers
+    from a Python function (--script), or a recorded run's calls replayed (--replay) to dry-run a pipeline."""
     import threading
 
-    from trajkit.config import load_object
     from trajkit.errors import UserError
-    from trajkit.models.scripted_server import ScriptedServer
 
-    fn = load_object(script, "script")
-    if not callable(fn):
-        raise UserError(f"--script {script!r} is not callable")
+    if (script is None) == (replay is None):
+        raise UserError("model serve takes one of --script pkg.module:fn or --replay RUN_DIR")
+    if replay is not None:
+        from trajkit.models.replay import ReplayServer, open_cache
+
+        server = ReplayServer(open_cache(replay), port=port)
+        what = ", ".join(f"{n} call(s) of {m!r}" for m, n in server.cache.models().items())
+    else:
+        from trajkit.config import load_object
+        from trajkit.models.scripted_server import ScriptedServer
+
+        fn = load_object(script, "script")
+        if not callable(fn):
+            raise UserError(f"--script {script!r} is not callable")
+        server, what = ScriptedServer(fn, model=model, port=port), repr(model)
     try:
-        server = ScriptedServer(fn, model=model, port=port).start()
+        server.start()
     except OSError as e:
         raise UserError(f"cannot listen on 127.0.0.1:{port}: {e.strerror}") from None
-    typer.echo(f"serving {model!r} at {server.base_url} (--backend openai --base-url {server.base_url}); Ctrl-C stops")
+    typer.echo(f"serving {what} at {server.base_url} (--backend openai --base-url {server.base_url}); Ctrl-C stops")
     try:
         threading.Event().wait()
     except KeyboardInterrupt:

@@ -86,7 +86,9 @@ def parse_openai_tool_calls(
             try:
                 arguments = json.loads(arguments) if arguments.strip() else {}
             except json.JSONDecodeError as e:
-                errors.append(ToolCallError(raw=raw, reason=f"arguments are not valid JSON: {e.msg}"))
+                errors.append(
+                    ToolCallError(raw=raw, reason=f"arguments are not valid JSON: {e.msg}", code="bad_arguments")
+                )
                 continue
         call_id = entry.get("id") if isinstance(entry.get("id"), str) and entry.get("id") else None
         call, error = _check(name, arguments, raw, i, tools, call_id)
@@ -130,7 +132,7 @@ def _parse_block(
         try:
             arguments = json.loads(arguments)
         except json.JSONDecodeError as e:
-            return None, ToolCallError(raw=raw, reason=f"arguments are not valid JSON: {e.msg}")
+            return None, ToolCallError(raw=raw, reason=f"arguments are not valid JSON: {e.msg}", code="bad_arguments")
     return _check(obj.get("name"), arguments, raw, index, tools)
 
 
@@ -140,16 +142,18 @@ def _check(
     if not isinstance(name, str) or not name:
         return None, ToolCallError(raw=raw, reason="missing tool name")
     if arguments is None:
-        return None, ToolCallError(raw=raw, reason=f"{name}: missing arguments")
+        return None, ToolCallError(raw=raw, reason=f"{name}: missing arguments", code="bad_arguments")
     if not isinstance(arguments, dict):
-        return None, ToolCallError(raw=raw, reason=f"{name}: arguments are not a JSON object")
+        return None, ToolCallError(raw=raw, reason=f"{name}: arguments are not a JSON object", code="bad_arguments")
     if tools is not None:
         schemas = _tool_parameters(tools)
         if name not in schemas:
-            return None, ToolCallError(raw=raw, reason=f"unknown tool {name!r}")
+            return None, ToolCallError(raw=raw, reason=f"unknown tool {name!r}", code="unknown_tool")
         problem = _violation(schemas[name], arguments)
         if problem:
-            return None, ToolCallError(raw=raw, reason=f"{name}: arguments violate the tool schema: {problem}")
+            return None, ToolCallError(
+                raw=raw, reason=f"{name}: arguments violate the tool schema: {problem}", code="bad_arguments"
+            )
     args = json.dumps(arguments, ensure_ascii=False)
     if call_id is None:
         call_id = "call_" + hashlib.sha256(f"{index}\0{name}\0{args}".encode()).hexdigest()[:16]

@@ -74,6 +74,15 @@ def count_tokens(text: str) -> int:
     return len(_TOKEN.findall(text))
 
 
+class Refused(Exception):
+    """A request the server answers with an error status instead of a completion (a replay that has no
+    recorded answer for it): 4xx, so the client does not retry it."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
 class ScriptedServer:
     """An OpenAI-compatible chat server on 127.0.0.1; a context manager, sync or async."""
 
@@ -142,6 +151,10 @@ class ScriptedServer:
             index = sum(1 for r in self.requests if r["path"].endswith("/chat/completions"))
             self.requests.append({"index": index, "method": method, "path": path, "headers": headers, "body": body})
             return index
+
+    def served_models(self) -> list[str]:
+        """The model ids ``/v1/models`` lists."""
+        return [self.model]
 
     def _fault(self, index: int) -> Fault | None:
         if self.faults is None:
@@ -238,7 +251,8 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.owner
         owner._record("GET", self.path, dict(self.headers), None)
         if self.path.rstrip("/").endswith("/models"):
-            self._send(200, {"object": "list", "data": [{"id": owner.model, "object": "model", "owned_by": "trajkit"}]})
+            data = [{"id": m, "object": "model", "owned_by": "trajkit"} for m in owner.served_models()]
+            self._send(200, {"object": "list", "data": data})
         else:
             self._send(404, {"error": {"message": f"no route {self.path}"}})
 
@@ -280,6 +294,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             payload = owner._complete(body, index)
+        except Refused as e:
+            self._send(e.status, {"error": {"message": str(e)}})
+            return
         except Exception as e:  # noqa: BLE001 - a broken script is the server's 500, as with a real server
             self._send(500, {"error": {"message": f"script failed: {type(e).__name__}: {e}"}})
             return

@@ -21,6 +21,10 @@ from trajkit.models.base import Backend, Completion, Message, ModelSpec, Samplin
 from trajkit.models.batching import Batcher
 from trajkit.models.chat import RenderError, decode_completion, failed, render_prompt
 
+# One load at a time in the process: transformers' lazy imports and from_pretrained (which sets the default
+# device to meta while it builds the model) are not thread-safe, and each backend loads in its own thread.
+_LOAD_LOCK = threading.Lock()
+
 
 class LocalModel:
     """A loaded model and tokenizer, and what turns conversations into rows and rows into completions."""
@@ -75,14 +79,13 @@ class TransformersBackend(Backend):
     def __init__(self, spec: ModelSpec):
         super().__init__(spec)
         self._local: LocalModel | None = None
-        self._load_lock = threading.Lock()
         self._load: asyncio.Future | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trajkit-model")
         self.batcher = Batcher(lambda rows: self.local().decoder.run(rows), self._executor, spec.max_batch_size)
 
     def local(self) -> LocalModel:
         """The loaded model (loading it on first use)."""
-        with self._load_lock:
+        with _LOAD_LOCK:
             if self._local is None:
                 self._local = LocalModel(self.spec)
             return self._local

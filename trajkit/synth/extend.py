@@ -62,8 +62,18 @@ class ExtendConfig(StageConfig):
     rollout_fn: str | None = Field(None, description="Dotted path to a custom rollout function (see synth.rollouts).")
     servers_config: str | None = Field(None, description="The mcpServers file, for env values and cwd of servers.")
     concurrency: int = Field(8, ge=1, json_schema_extra={"hash": False})
-    max_processes: int = Field(32, ge=1, json_schema_extra={"hash": False})
-    pool_size: int = Field(2, ge=1, json_schema_extra={"hash": False})
+    max_processes: int | None = Field(
+        None,
+        ge=1,
+        json_schema_extra={"hash": False},
+        description="Live server processes (default: 16 per CPU the shard has).",
+    )
+    pool_size: int | None = Field(
+        None,
+        ge=1,
+        json_schema_extra={"hash": False},
+        description="Processes per stateless server, started as load needs them (default: one per CPU the shard has).",
+    )
     flush_rows: int = Field(64, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
 
 
@@ -162,7 +172,13 @@ async def _extend(
     params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens)
     limits = AgentLimits(cfg.max_turns, cfg.max_context_tokens, cfg.tool_timeout_s, cfg.max_tool_output_chars)
     ctx.writer("trajectories", rows_per_shard=cfg.flush_rows)
-    env = ToolEnv(servers, config=cfg.servers_config, max_processes=cfg.max_processes, pool_size=cfg.pool_size)
+    env = ToolEnv(
+        servers,
+        config=cfg.servers_config,
+        max_processes=cfg.max_processes,
+        pool_size=cfg.pool_size,
+        warm=cfg.concurrency,  # fresh instances started ahead of demand: one per trajectory in flight
+    )
 
     async def one(item: tuple[dict[str, Any], int]) -> dict[str, Any]:
         parent, round_ = item
@@ -233,6 +249,7 @@ def _declined(parent: dict[str, Any], agent: Any, params: SamplingParams, seed: 
         **head,
         "status": "aborted" if why == ENDED else "failed",  # ended on purpose vs. no usable follow-up
         "reason": why,
+        "reason_code": "conversation_ended" if why == ENDED else "extension_failed",
     }
 
 

@@ -2,8 +2,8 @@
 
 Rules (``rules.py``): no tool call, all tool results errors, empty final
 answer, degenerate repetition; a trajectory whose status is not ``completed``
-is rejected as ``status_<status>``, one with a verified sample that did not
-pass as ``verdict_<verdict>``. Thresholds on the judge's scores
+is rejected as ``status_<status>``, one whose task verifier did not pass it
+(its ``verdict`` column) as ``verdict_<verdict>``. Thresholds on the judge's scores
 (``trajectory_quality``, and the task's ``task_quality``; defaults from
 ``accepted.DEFAULT``) apply where a score exists; a null score fails a threshold only with ``require_scores``. Custom
 filters are dotted paths to ``fn(trajectory: dict) -> str | None`` (a reason
@@ -41,7 +41,7 @@ class TrajectoryFilterConfig(StageConfig):
     rules: list[str] = Field(default_factory=lambda: list(rules.RULES), description="Rule filters to apply.")
     reject_unfinished: bool = Field(True, description="Reject trajectories whose status is not completed.")
     reject_failed_verdicts: bool = Field(
-        True, description="Reject trajectories with a verified sample whose verdict is not pass."
+        True, description="Reject trajectories whose task verifier's verdict is not pass (null: no verifier)."
     )
     min_completeness: float | None = Field(
         DEFAULT.min_completeness, description="Judge's completeness (1-5) at least this."
@@ -76,12 +76,6 @@ def run_filter(ctx: StageContext, cfg: TrajectoryFilterConfig) -> dict[str, Any]
         if not callable(fn):
             raise UserError(f"custom filter {path!r} is not callable")
     scores = _scores(ctx, cfg)
-    if cfg.reject_failed_verdicts:
-        scores["verdicts"] = {
-            r["traj_id"]: r
-            for r in ctx.store.rows("samples", ["traj_id", "verdict"])
-            if r["traj_id"] is not None and r["verdict"] != "pass"
-        }
     ctx.writer("rejected", rows_per_shard=cfg.flush_rows)
     trajs = sorted(ctx.store.rows("trajectories"), key=lambda r: r["traj_id"])
     kept, total, why = 0, 0, Counter()
@@ -112,9 +106,8 @@ def check(
     if cfg.reject_unfinished and row["status"] != "completed":
         out.append((f"status_{row['status']}", row.get("reason")))
     out += [(reason, None) for reason in rules.check(row, cfg.rules)]
-    failed = scores.get("verdicts", {}).get(row["traj_id"])
-    if failed:
-        out.append((f"verdict_{failed['verdict']}", None))
+    if cfg.reject_failed_verdicts and row.get("verdict") not in (None, "pass"):
+        out.append((f"verdict_{row['verdict']}", row.get("reason")))
     for option, (table, column) in THRESHOLDS.items():
         minimum = getattr(cfg, option)
         if minimum is None:

@@ -2,7 +2,10 @@
 
 Every (task, rollout index) is one episode of ``envs.agent.run_episode`` (or a
 custom rollout function) against the run's harvested servers, and one
-``trajectories`` row whatever happens (a fault is a status and a reason).
+``trajectories`` row whatever happens (a fault is a status, a reason and a
+reason code). Each row's ``verdict`` is its task verifier's outcome
+(``envs.solve.trajectory_verdict``: the final answer and end state judged as
+``curate.passk`` judges them; null for a task without a verifier).
 Episodes run in breadth-first order: rollout 0 of every task, then rollout 1.
 
 With ``target`` N, the stage keeps ``concurrency`` episodes in flight until N
@@ -25,9 +28,8 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from trajkit import schema as S
-from trajkit.concurrency import cancel_all
 from trajkit.config import StageConfig
-from trajkit.envs.agent import episode_head
+from trajkit.envs.agent import episode_head, episode_seed
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec, SamplingParams
 from trajkit.runner import StageContext, StageSpec
@@ -64,8 +66,18 @@ class RolloutsConfig(StageConfig):
     servers_config: str | None = Field(None, description="The mcpServers file, for env values and cwd of servers.")
     policy_version: int | None = Field(None, description="Stored on every row (for off-policy corrections).")
     concurrency: int = Field(8, ge=1, json_schema_extra={"hash": False}, description="Episodes in flight.")
-    max_processes: int = Field(32, ge=1, json_schema_extra={"hash": False}, description="Live server processes.")
-    pool_size: int = Field(2, ge=1, json_schema_extra={"hash": False}, description="Processes per stateless server.")
+    max_processes: int | None = Field(
+        None,
+        ge=1,
+        json_schema_extra={"hash": False},
+        description="Live server processes (default: 16 per CPU the shard has).",
+    )
+    pool_size: int | None = Field(
+        None,
+        ge=1,
+        json_schema_extra={"hash": False},
+        description="Processes per stateless server, started as load needs them (default: one per CPU the shard has).",
+    )
     flush_rows: int = Field(64, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
 
     @field_validator("accept_rules")
@@ -78,13 +90,8 @@ class RolloutsConfig(StageConfig):
 
 
 def accepted(row: dict[str, Any], accept_rules: list[str]) -> bool:
-    """A trajectory counts toward the target: completed and passing the rules."""
-    return row["status"] == "completed" and not rules.check(row, accept_rules)
-
-
-def episode_seed(seed: int, task_id: str, rollout_index: int) -> int:
-    """The sampling seed of one episode: fixed by the base seed, the task and the rollout index."""
-    return S.seed_for(seed, task_id, rollout_index)
+    """A trajectory counts toward the target: completed, not failed by its task's verifier, passing the rules."""
+    return row["status"] == "completed" and row.get("verdict") in (None, "pass") and not rules.check(row, accept_rules)
 
 
 def select_tasks(ctx: StageContext, where: str | None, include_rejected: bool) -> list[dict[str, Any]]:
@@ -101,12 +108,14 @@ def select_tasks(ctx: StageContext, where: str | None, include_rejected: bool) -
 
 def run_rollouts(ctx: StageContext, cfg: RolloutsConfig) -> dict[str, Any]:
     from trajkit.envs.agent import load_rollout
+    from trajkit.verify import check_custom_verifiers
 
     rollout = load_rollout(cfg.rollout_fn)
     servers = ctx.store.rows("servers")
     if not servers:
         raise UserError(f"no servers in {ctx.store.root}: run `trajkit synth harvest` first")
     tasks = select_tasks(ctx, cfg.where, cfg.include_rejected_tasks)
+    check_custom_verifiers(t["verifier"] for t in tasks)  # rows get verdicts: a verifier that won't import stops now
     goal = _share(cfg.target, ctx.rank, ctx.world_size) if cfg.target is not None else None
     mine = [r for r in ctx.store.rows("trajectories", stage=ctx.name) if r["parent_id"] is None]
     have = sum(accepted(r, cfg.accept_rules) for r in mine if _owned(ctx, r))
@@ -172,75 +181,58 @@ async def _run(
     """Run the episodes; ``retry`` are aborted ones being run again: those the target leaves
     unstarted are recorded as aborted again, so no aborted row is lost."""
     from trajkit.envs.agent import AgentLimits, ToolEnv
+    from trajkit.envs.solve import trajectory_verdict
     from trajkit.models import make_backend
 
     backend = make_backend(cfg.model, usage=ctx.usage, cache_dir=ctx.store.root / "_cache")
     params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed)
     limits = AgentLimits(cfg.max_turns, cfg.max_context_tokens, cfg.tool_timeout_s, cfg.max_tool_output_chars)
     ctx.writer("trajectories", rows_per_shard=cfg.flush_rows)
-    env = ToolEnv(servers, config=cfg.servers_config, max_processes=cfg.max_processes, pool_size=cfg.pool_size)
-    pending = iter(todo)
-    running: dict[asyncio.Task, tuple[dict[str, Any], int]] = {}
+    env = ToolEnv(
+        servers,
+        config=cfg.servers_config,
+        max_processes=cfg.max_processes,
+        pool_size=cfg.pool_size,
+        warm=cfg.concurrency,  # fresh instances started ahead of demand: one per trajectory in flight
+    )
 
-    def launch() -> None:
-        while len(running) < cfg.concurrency and (goal is None or have < goal):
-            item = next(pending, None)
-            if item is None:
-                return
-            task, i = item
-            coro = rollout(
-                task,
-                backend,
-                env,
-                params,
-                limits,
-                system_prompt=cfg.system_prompt,
-                rollout_index=i,
-                seed=episode_seed(cfg.seed, task["task_id"], i),
-                policy_version=cfg.policy_version,
-            )
-            running[asyncio.ensure_future(coro)] = item
+    def aborted(task_id: str, i: int) -> dict[str, Any]:
+        return aborted_row(task_id, i, backend, params, episode_seed(cfg.seed, task_id, i))
 
-    def write(row: dict[str, Any]) -> None:
+    async def episode(item: tuple[dict[str, Any], int]) -> dict[str, Any]:
+        """One episode's row, with its task verifier's verdict."""
+        task, i = item
+        row = await rollout(
+            task,
+            backend,
+            env,
+            params,
+            limits,
+            system_prompt=cfg.system_prompt,
+            rollout_index=i,
+            seed=episode_seed(cfg.seed, task["task_id"], i),
+            policy_version=cfg.policy_version,
+        )
+        return {**row, "verdict": await trajectory_verdict(task, row)}
+
+    def write(_: Any, row: dict[str, Any]) -> None:
         nonlocal have
-        if goal is not None and have >= goal:  # finished after the target was reached: not needed
-            i = row["rollout_index"]
-            row = aborted_row(row["task_id"], i, backend, params, episode_seed(cfg.seed, row["task_id"], i))
+        _check_budget(ctx, row)
         ctx.write("trajectories", row)
         have += accepted(row, cfg.accept_rules)
 
+    def reached() -> bool:
+        return goal is not None and have >= goal
+
     try:
         async with env:
-            with ctx.progress(len(todo), "episodes") as advance:
-                launch()
-                while running:
-                    finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                    for t in sorted(finished, key=lambda t: _order(running[t])):
-                        running.pop(t)
-                        row = t.result()
-                        _check_budget(ctx, row)
-                        write(row)
-                        advance(1)
-                    if goal is not None and have >= goal and running:
-                        items = list(running.values())
-                        await cancel_all(running)
-                        running.clear()
-                        for task, i in sorted(items, key=_order):
-                            seed = episode_seed(cfg.seed, task["task_id"], i)
-                            write(aborted_row(task["task_id"], i, backend, params, seed))
-                    launch()
-                for task, i in pending:
-                    if (task["task_id"], i) in retry:
-                        write(
-                            aborted_row(task["task_id"], i, backend, params, episode_seed(cfg.seed, task["task_id"], i))
-                        )
+            cancelled, unstarted = await ctx.fan_out(
+                todo, episode, concurrency=cfg.concurrency, unit="episodes", write=write, until=reached
+            )
+        for task, i in cancelled + [(t, i) for t, i in unstarted if (t["task_id"], i) in retry]:
+            ctx.write("trajectories", aborted(task["task_id"], i))
     finally:
-        await cancel_all(running)
         await backend.aclose()
-
-
-def _order(item: tuple[dict[str, Any], int]) -> tuple[int, str]:
-    return item[1], item[0]["task_id"]
 
 
 def _check_budget(ctx: StageContext, row: dict[str, Any]) -> None:
@@ -255,6 +247,7 @@ def aborted_row(task_id: str, rollout_index: int, backend: Any, params: Sampling
         **episode_head(task_id, rollout_index, backend, params, seed, None),
         "status": "aborted",
         "reason": ABORTED_REASON,
+        "reason_code": "target_reached",
     }
 
 

@@ -14,8 +14,6 @@ from typing import Any
 
 from trajkit.errors import UserError
 
-MODES = ("single_tool", "multi_tool", "multi_server")
-
 
 @dataclass(frozen=True)
 class Draw:

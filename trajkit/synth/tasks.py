@@ -41,8 +41,8 @@ from trajkit.synth.candidates import ToolIndex, is_refusal, to_task, utf8
 from trajkit.synth.prompts import load_prompt, render
 from trajkit.synth.transcripts import tool_listing
 
-Mode = Literal["single_tool", "multi_tool", "multi_server"]
-PROMPT_FILES = {m: f"task_{m}.md" for m in sampling_.MODES}
+Mode = Literal[S.SYNTH_MODES]  # type: ignore[valid-type]
+PROMPT_FILES = {m: f"task_{m}.md" for m in S.SYNTH_MODES}
 GENERATION_ERROR = "generation_error"  # the reject reason of a request whose model call failed: retried
 
 
@@ -50,9 +50,9 @@ class TasksConfig(StageConfig):
     """Config of ``synth.tasks``."""
 
     model: ModelSpec = Field(description="The generator model.")
-    modes: list[Mode] = Field(default_factory=lambda: list(sampling_.MODES), description="Toucan's synthesis modes.")
+    modes: list[Mode] = Field(default_factory=lambda: list(S.SYNTH_MODES), description="Toucan's synthesis modes.")
     requests_per_mode: int = Field(10, ge=1, description="Generation requests per mode.")
-    method: Literal["direct", "vs_standard", "vs_cot", "vs_multi"] = Field(
+    method: Literal[S.VS_METHODS] = Field(  # type: ignore[valid-type]
         "vs_standard", description="direct (k completions of one task) or a verbalized-sampling method."
     )
     k: int = Field(5, ge=1, description="Candidates per request.")

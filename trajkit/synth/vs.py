@@ -22,7 +22,6 @@ from typing import Any
 
 from trajkit.synth.prompts import load_prompt, render
 
-METHODS = ("direct", "vs_standard", "vs_cot", "vs_multi")
 FORMAT_FILES = {
     "direct": "format_direct.md",
     "vs_standard": "format_vs_standard.md",

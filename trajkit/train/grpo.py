@@ -31,9 +31,9 @@ from trajkit.runner import StageContext, StageSpec
 from trajkit.train.data import NO_TOOLS, DataFilter, grpo_rows, task_rows
 from trajkit.train.rewards import Conciseness, RewardSpec
 from trajkit.verify.backends import SANDBOX_HELP, SandboxKind
+from trajkit.verify.verifiers import SANDBOXED_KINDS
 
 TRAJKIT_GRPO: dict[str, Any] = {"loss_type": "dapo", "epsilon_high": 0.28, "beta": 0.0}
-SANDBOXED_KINDS = frozenset({"unit_tests", "stdio", "math"})  # the kinds trajkit.verify runs in the sandbox
 DEFAULT_REWARDS = [
     RewardSpec(name="correctness"),
     RewardSpec(name="format", weight=0.1),

@@ -15,9 +15,10 @@ from trajkit.verify.extract import extract_code, unit_test_program
 from trajkit.verify.metrics import difficulty, pass_at_k
 from trajkit.verify.result import Result, RunResult
 from trajkit.verify.sandbox import Sandbox, SandboxUnavailable, default_sandbox
-from trajkit.verify.verifiers import VERIFIERS, check_custom_verifiers, verify, verify_many
+from trajkit.verify.verifiers import SANDBOXED_KINDS, VERIFIERS, check_custom_verifiers, verify, verify_many
 
 __all__ = [
+    "SANDBOXED_KINDS",
     "VERIFIERS",
     "E2BSandbox",
     "Result",

@@ -12,10 +12,10 @@ never mistaken for one whose tests passed.
 A unit-test run is two such processes (``zygote.py`` forks both): the
 solution's, which runs the program and then ``serve``s calls to its
 functions, and the tests', which runs the trusted test code with each of the
-solution's functions replaced by a ``remote_functions`` stub. Arguments go
-over as a pickle; results come back as tagged JSON that only ever becomes
-exact built-in values (``to_plain``/``from_plain``), so no ``__eq__``, hook,
-thread or finalizer of the solution ever runs where the verdict is decided.
+solution's functions replaced by a ``remote_functions`` stub. What crosses
+between them (``crossing.py``) becomes exact built-in values or handles to
+the solution's objects, so no ``__eq__``, hook, thread or finalizer of the
+solution ever runs where the verdict is decided.
 """
 
 from __future__ import annotations
@@ -26,15 +26,11 @@ import errno
 import io
 import json
 import os
-import pickle
-import struct
 import sys
-import threading
 import traceback
 import types
 
-_FRAME = struct.Struct(">I")
-MAX_REPLY_BYTES = 64 << 20
+import crossing
 
 
 def _stream(fd: int, mode: str) -> io.TextIOWrapper:
@@ -116,28 +112,6 @@ def execute(program: str, status_fd: int, nonce: str, given=None) -> None:
     os._exit(status["exit_code"])
 
 
-def _write_frame(fd: int, body: bytes) -> None:
-    data = _FRAME.pack(len(body)) + body
-    while data:
-        data = data[os.write(fd, data) :]
-
-
-def _read_frame(fd: int, limit: int) -> bytes | None:
-    def exactly(n: int) -> bytes | None:
-        data = bytearray()
-        while len(data) < n:
-            chunk = os.read(fd, min(n - len(data), 1 << 20))
-            if not chunk:
-                return None
-            data += chunk
-        return bytes(data)
-
-    header = exactly(_FRAME.size)
-    if header is None or _FRAME.unpack(header)[0] > limit:
-        return None
-    return exactly(_FRAME.unpack(header)[0])
-
-
 def serve(program: str, call_fd: int, reply_fd: int) -> None:
     """The solution's side: run ``program`` as ``__main__``, then answer calls to its names until EOF."""
     scope = _main_scope()
@@ -154,111 +128,28 @@ def serve(program: str, call_fd: int, reply_fd: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(BaseException):
             stream.flush()
-    _write_frame(reply_fd, json.dumps(ready).encode())
+    crossing.write_frame(reply_fd, json.dumps(ready).encode())
     if not ready["ready"]:
         os._exit(1)
-    while (body := _read_frame(call_fd, MAX_REPLY_BYTES)) is not None:
-        try:
-            name, args, kwargs = pickle.loads(body)
-            if name not in scope:
-                raise NameError(f"name {name!r} is not defined")
-            reply = {"value": to_plain(scope[name](*args, **kwargs))}
-        except BaseException as exc:  # noqa: BLE001 - raised on the tests' side as a plain exception
-            reply = {"raise": "Exception", "message": ""}
-            with contextlib.suppress(BaseException):
-                reply = {"raise": str(type(exc).__name__), "message": str(exc)[:2000]}
+    exports = crossing.Exports(scope)
+    while (body := crossing.read_frame(call_fd, crossing.MAX_REPLY_BYTES)) is not None:
+        reply = exports.answer(body)
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(BaseException):
                 stream.flush()
-        _write_frame(reply_fd, json.dumps(reply).encode())
+        crossing.write_frame(reply_fd, json.dumps(reply).encode())
     os._exit(0)
 
 
 def remote_functions(names: list[str], call_fd: int, reply_fd: int) -> dict:
     """The tests' side: once the solution's program has run to its end, a stub per name that calls the
-    solution's function and returns a plain value. Raises if the solution's program did not end normally."""
-    body = _read_frame(reply_fd, 1 << 16)
+    solution's function (``crossing.Channel``). Raises if the solution's program did not end normally."""
+    body = crossing.read_frame(reply_fd, 1 << 16)
     ready = json.loads(body) if body is not None else None
     if type(ready) is not dict or ready.get("ready") is not True:
         if type(ready) is dict and ready.get("memory") is True:
             raise MemoryError("the solution ran out of memory")
         why = str(ready.get("exception"))[:500] if type(ready) is dict else "it exited"
         raise RuntimeError(f"the solution's program did not run to its end ({why})")
-    lock = threading.Lock()
-
-    def stub(name: str):
-        def call(*args, **kwargs):
-            with lock:
-                _write_frame(call_fd, pickle.dumps((name, args, kwargs)))
-                body = _read_frame(reply_fd, MAX_REPLY_BYTES)
-            if body is None:
-                raise RuntimeError(f"{name}: the solution's process ended without answering")
-            reply = json.loads(body)
-            if type(reply) is not dict:
-                raise TypeError(f"{name}: a garbled answer")
-            if "value" in reply:
-                return from_plain(reply["value"])
-            kind = getattr(builtins, str(reply.get("raise")), None)
-            if not (isinstance(kind, type) and issubclass(kind, Exception)):
-                kind = RuntimeError  # SystemExit, KeyboardInterrupt, the solution's own classes
-            raise kind(
-                f"{reply.get('raise')}: {reply.get('message')}" if kind is RuntimeError else reply.get("message")
-            )
-
-        call.__name__ = call.__qualname__ = name
-        return call
-
-    return {name: stub(name) for name in names}
-
-
-def to_plain(value: object) -> object:
-    """``value`` as tagged JSON of exact built-in types; numpy scalars become the Python number they hold."""
-    kind = type(value)
-    if kind.__module__ == "numpy" and getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
-        value = value.item()
-        kind = type(value)
-    if value is None or kind is bool or kind is str:
-        return value
-    if kind is int:
-        return {"i": hex(value)}
-    if kind is float:
-        return {"f": value.hex()}
-    if kind is complex:
-        return {"c": [value.real.hex(), value.imag.hex()]}
-    if kind is bytes:
-        return {"b": value.hex()}
-    if kind is list:
-        return [to_plain(v) for v in value]
-    if kind in (tuple, set, frozenset):
-        return {_TAGS[kind]: [to_plain(v) for v in value]}
-    if kind is dict:
-        return {"d": [[to_plain(k), to_plain(v)] for k, v in value.items()]}
-    raise TypeError(f"returned a {kind.__module__}.{kind.__qualname__}, not a built-in value")
-
-
-_TAGS = {tuple: "t", set: "s", frozenset: "fs"}
-_MAKE = {"t": tuple, "s": set, "fs": frozenset}
-
-
-def from_plain(data: object) -> object:
-    """The exact built-in value that tagged JSON from ``to_plain`` stands for (anything else: TypeError)."""
-    kind = type(data)
-    if data is None or kind is bool or kind is str:
-        return data
-    if kind is list:
-        return [from_plain(v) for v in data]
-    if kind is dict and len(data) == 1:
-        ((tag, v),) = data.items()
-        if tag == "i" and type(v) is str:
-            return int(v, 16)
-        if tag == "f" and type(v) is str:
-            return float.fromhex(v)
-        if tag == "c" and type(v) is list and len(v) == 2:
-            return complex(float.fromhex(v[0]), float.fromhex(v[1]))
-        if tag == "b" and type(v) is str:
-            return bytes.fromhex(v)
-        if tag in _MAKE and type(v) is list:
-            return _MAKE[tag](from_plain(x) for x in v)
-        if tag == "d" and type(v) is list:
-            return {from_plain(k): from_plain(x) for k, x in v}
-    raise TypeError("a garbled value from the solution")
+    channel = crossing.Channel(call_fd, reply_fd)
+    return {name: channel.function(name) for name in names}

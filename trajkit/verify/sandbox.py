@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Self
 
+from trajkit.concurrency import cpus
 from trajkit.errors import UserError
 from trajkit.verify import isolation
 from trajkit.verify.result import RunResult
@@ -97,12 +98,12 @@ class Sandbox:
         hide: tuple[str, ...] | None = None,
         allow_weaker: bool | None = None,
     ):
-        self.workers = workers or len(os.sched_getaffinity(0))
-        limit = WORKERS_PER_CPU * len(os.sched_getaffinity(0))
+        self.workers = workers or cpus()
+        limit = WORKERS_PER_CPU * cpus()
         if not 1 <= self.workers <= limit:
             raise SandboxUnavailable(
                 f"{self.workers} sandbox workers: this machine can run 1 to {limit} "
-                f"({WORKERS_PER_CPU} per CPU, {len(os.sched_getaffinity(0))} CPUs)"
+                f"({WORKERS_PER_CPU} per CPU, {cpus()} CPUs)"
             )
         self.allow_weaker = allow_weaker  # None: whether --allow-weaker-sandbox was passed
         self.options = {"namespaces": namespaces, "drop_privileges": drop_privileges, "cgroups": cgroups}

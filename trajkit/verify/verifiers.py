@@ -99,7 +99,7 @@ VERIFIERS: dict[str, Callable[..., Result]] = {
     "custom": custom,
     "judge": judge,
 }
-_NEEDS_SANDBOX = {"unit_tests", "stdio", "math"}
+SANDBOXED_KINDS = frozenset({"unit_tests", "stdio", "math"})  # the kinds that run code in the sandbox
 
 
 def verify(verifier: dict, completion: str, context: dict | None = None, sandbox: Sandbox | None = None) -> Result:
@@ -122,7 +122,7 @@ def verify(verifier: dict, completion: str, context: dict | None = None, sandbox
             result = Result.error(f"unknown verifier kind {kind!r}; known: {known}")
         else:
             spec = parse_spec(kind, verifier.get("spec"))
-            if kind in _NEEDS_SANDBOX and sandbox is None:
+            if kind in SANDBOXED_KINDS and sandbox is None:
                 sandbox = default_sandbox()
             result = VERIFIERS[kind](spec, completion or "", dict(context or {}), sandbox)
     except SpecError as exc:
@@ -147,7 +147,7 @@ def verify_many(
     """
     if not items:
         return []
-    if sandbox is None and any(isinstance(v, dict) and v.get("kind") in _NEEDS_SANDBOX for v, _, _ in items):
+    if sandbox is None and any(isinstance(v, dict) and v.get("kind") in SANDBOXED_KINDS for v, _, _ in items):
         sandbox = default_sandbox()
     workers = workers or (2 * sandbox.workers if sandbox is not None else 4)
     with ThreadPoolExecutor(max_workers=workers) as pool:

@@ -23,7 +23,8 @@ worker that way inside a cloud sandbox).
 Files: this one (the supervisor and the entry point), ``messages.py`` (the
 pipe protocol), ``zygote.py`` (confinement and the per-program child),
 ``outcome.py`` (watching a run and classifying how it ended), ``harness.py``
-(what runs inside the child) and ``isolation.py`` (namespaces, mounts, cgroups).
+(what runs inside the child), ``crossing.py`` (what crosses between a unit-test
+run's two processes) and ``isolation.py`` (namespaces, mounts, cgroups).
 """
 
 from __future__ import annotations

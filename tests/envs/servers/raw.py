@@ -2,6 +2,7 @@
 
     python tests/envs/servers/raw.py [--hang-init] [--exit-init] [--junk-init] [--bad-tools] [--dup-tools]
                                      [--pages N] [--no-readonly] [--hang-init-while FILE] [--error-list]
+                                     [--linger]
 
 Tools: ``echo(text)``; ``sleep(seconds)`` returns the most calls it saw in flight
 at once; ``big(n)`` returns n characters; ``count()`` increments a per-process
@@ -135,6 +136,8 @@ def main() -> None:
     for line in sys.stdin:
         if line.strip():
             handle(json.loads(line))
+    if "--linger" in ARGS:  # a server that ignores its client's end (stdin closed) and lives on
+        time.sleep(3600)
 
 
 if __name__ == "__main__":

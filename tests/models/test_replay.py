@@ -1,0 +1,97 @@
+"""`trajkit model serve --replay RUN_DIR`: a recorded run's calls served again, so the pipeline that made the
+run runs again end to end without the model, into rows equal to the recorded run's."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+
+from tests.synth.compare import OUTPUTS, assert_same_output
+from tests.synth.conftest import pipeline_configs, with_servers
+from tests.test_cli import ROOT
+from trajkit.store import Store
+
+
+def _serve(*args: str) -> tuple[subprocess.Popen, str]:
+    cmd = [sys.executable, "-m", "trajkit.cli", "model", "serve", *args, "--port", "0"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert " at http" in line, proc.stderr.read()
+    return proc, line.split(" at ")[1].split()[0]
+
+
+def test_a_recorded_run_replayed_gives_the_same_rows(tmp_path, clean_pipeline, calculator_rows, model_server):
+    replay, base_url = _serve("--replay", str(clean_pipeline))
+    try:
+        with urllib.request.urlopen(base_url + "/models", timeout=10) as r:
+            assert [m["id"] for m in json.loads(r.read())["data"]] == ["scripted"]
+        stages = []
+        for name, cfg in pipeline_configs(model_server).items():
+            cfg = json.loads(json.dumps(cfg).replace(model_server.base_url, base_url))
+            stages.append({"stage": f"synth.{name}", "config": cfg})
+        pipeline = tmp_path / "pipeline.yaml"
+        pipeline.write_text(json.dumps({"stages": stages}))  # YAML is a superset of JSON
+        run = with_servers(tmp_path / "dry", calculator_rows)
+        cmd = [sys.executable, "-m", "trajkit.cli", "run", str(pipeline), "--run", str(run)]
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stderr
+        # a call that was never recorded is refused (4xx: the client does not retry it) and says why
+        body = {"model": "scripted", "messages": [{"role": "user", "content": "never asked"}]}
+        request = urllib.request.Request(base_url + "/chat/completions", json.dumps(body).encode())
+        try:
+            urllib.request.urlopen(request, timeout=10)
+            raise AssertionError("an unrecorded call was answered")
+        except urllib.error.HTTPError as e:
+            assert e.code == 404 and "no recorded answer" in json.loads(e.read())["error"]["message"]
+    finally:
+        replay.send_signal(signal.SIGINT)
+        assert replay.wait(timeout=10) == 0
+    for name in OUTPUTS:
+        assert_same_output(clean_pipeline, run, name)
+    assert all(m["usage"]["served"] == {"scripted": "scripted"} for m in Store(run).manifests() if m["usage"]["calls"])
+
+
+def test_replay_needs_a_recorded_cache(tmp_path):
+    for args, message in (
+        (["--replay", str(tmp_path)], "no recorded calls there"),
+        (["--replay", str(tmp_path), "--script", "tests.models.test_serve:weather"], "one of --script"),
+        ([], "one of --script"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "trajkit.cli", "model", "serve", *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_stage_records_the_served_model_and_refuses_to_mix_models(tmp_path, calculator_rows, model_server, brain):
+    """The endpoint left the config hash; what it reports serving (/v1/models) is recorded per stage, and a
+    resume against an endpoint serving another model is refused in one line (exit 2) before any request."""
+    from tests.test_cli import trajkit
+    from trajkit.models.scripted_server import ScriptedServer
+
+    run = with_servers(tmp_path / "run", calculator_rows)
+    configs = pipeline_configs(model_server)
+    config = tmp_path / "tasks.json"
+    config.write_text(json.dumps(configs["tasks"]))
+    args = ["synth", "tasks", "--run", str(run), "--config", str(config)]
+    stopped = trajkit(*args, "--budget-tokens", "1500", check=False)
+    assert stopped.returncode == 3 and Store(run).count("tasks")
+    assert json.loads((run / "_stages" / "tasks" / "_served.json").read_text()) == {"scripted": "scripted"}
+    with ScriptedServer(brain, model="other-weights") as other:
+        refused = trajkit(*args, "--set", f"model.base_url={other.base_url}", check=False)
+        assert not other.chat_requests
+    error = refused.stderr.strip().splitlines()[-1]
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert error.startswith("error: model 'scripted': the endpoint serves 'other-weights', but this stage was run")
+    # the same model at a moved endpoint (localhost for 127.0.0.1) resumes; the manifest says what was served
+    trajkit(*args, "--set", f"model.base_url={model_server.base_url.replace('127.0.0.1', 'localhost')}")
+    assert Store(run).manifest("tasks")["usage"]["served"] == {"scripted": "scripted"}

@@ -1,0 +1,113 @@
+"""Serve a recorded run's model calls again: a stand-in model with no weights (``trajkit model serve --replay``).
+
+A stage's calls are kept in the run's call cache (``RUN/_cache/calls.sqlite``,
+see ``trajkit.models.cache``), keyed by the model, the conversation, the tools,
+the sampling parameters and the request options. ``ReplayServer`` is an
+OpenAI-compatible server on loopback that computes the same key from each
+request and answers with the completions recorded under it, so the pipeline
+that made the run can be run again end to end (into another run directory,
+or after changing a later stage) without the model. A request that was never
+recorded is refused with 404 and says so: the client records it as a failed
+call, as it would any endpoint's error. ``/v1/models`` lists the recorded models.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from trajkit.errors import UserError
+from trajkit.models.base import Completion, ModelSpec, SamplingParams
+from trajkit.models.cache import CallCache, call_key, model_identity
+from trajkit.models.chat import canonical
+from trajkit.models.scripted_server import Refused, ScriptedServer
+
+# request fields the openai backend sets itself; any other field came from the spec's ``extra_body``
+_STANDARD = {"model", "messages", "n", "temperature", "top_p", "max_tokens", "tools", "stop", "seed", "logprobs"}
+
+
+def open_cache(path: str | Path) -> CallCache:
+    """The call cache of a run directory (its ``_cache``), of a cache directory, or a ``calls.sqlite`` file."""
+    path = Path(path)
+    for candidate in (path / "_cache" / "calls.sqlite", path / "calls.sqlite", path):
+        if candidate.is_file() and candidate.name == "calls.sqlite":
+            return CallCache(candidate.parent)
+    raise UserError(f"--replay {path}: no recorded calls there (a run directory, its _cache, or calls.sqlite)")
+
+
+class ReplayServer(ScriptedServer):
+    """An OpenAI-compatible server answering each request with the completions a recorded call cache holds."""
+
+    def __init__(self, cache: CallCache, delay_s: float = 0.0, port: int = 0):
+        self.cache = cache
+        models = list(cache.models())
+        if not models:
+            raise UserError(f"{cache.path}: the call cache holds no calls to replay")
+        self.models = models
+        super().__init__(self._never, delay_s=delay_s, model=models[0], port=port)
+
+    @staticmethod
+    def _never(messages: Any, tools: Any, body: Any) -> str:
+        raise AssertionError("a replay answers whole requests")
+
+    def served_models(self) -> list[str]:
+        return self.models
+
+    def _complete(self, body: dict[str, Any], index: int) -> dict[str, Any]:
+        model = str(body.get("model") or "")
+        params = SamplingParams(
+            n=int(body.get("n") or 1),
+            temperature=body.get("temperature", 1.0),
+            top_p=body.get("top_p", 1.0),
+            max_tokens=body.get("max_tokens", 256),
+            stop=tuple(body["stop"]) if body.get("stop") else None,
+            seed=body.get("seed"),
+        )
+        extra = {k: v for k, v in body.items() if k not in _STANDARD}
+        spec = ModelSpec(model=model, backend="openai", logprobs=bool(body.get("logprobs")), extra_body=extra)
+        key = call_key(model_identity(model), canonical(body.get("messages") or []), body.get("tools"), params, spec)
+        recorded = self.cache.get(key)
+        if recorded is None:
+            raise Refused(404, f"no recorded answer for this request to {model!r} in {self.cache.path}")
+        return _response(recorded, model, index)
+
+
+def _response(completions: list[Completion], model: str, index: int) -> dict[str, Any]:
+    """Recorded completions as a chat completion response (what the openai backend parses them back from)."""
+    choices, prompt_ids = [], None
+    for i, c in enumerate(completions):
+        calls = [
+            {"id": t.id, "type": "function", "function": {"name": t.name, "arguments": t.arguments}}
+            for t in c.tool_calls
+        ]
+        text = c.text
+        for error in c.tool_call_errors:  # unusable calls go back as they came, so the client finds them again
+            try:
+                calls.append(json.loads(error.raw))  # a structured call (its JSON entry)
+            except ValueError:
+                text += error.raw  # a <tool_call> block of the text
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if c.reasoning is not None:
+            message["reasoning_content"] = c.reasoning
+        if calls:
+            message["tool_calls"] = calls
+        choice: dict[str, Any] = {"index": i, "message": message, "finish_reason": c.finish_reason, "logprobs": None}
+        if c.logprobs is not None:
+            choice["logprobs"] = {"content": [{"token": "", "logprob": x} for x in c.logprobs]}
+        if c.token_ids is not None:
+            choice["token_ids"] = c.token_ids
+        prompt_ids = c.prompt_token_ids or prompt_ids
+        choices.append(choice)
+    prompt = max((c.prompt_tokens for c in completions), default=0)
+    completion = sum(c.completion_tokens for c in completions)
+    return {
+        **({"prompt_token_ids": prompt_ids} if prompt_ids is not None else {}),
+        "id": f"chatcmpl-replay-{index}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+    }
