@@ -76,6 +76,14 @@ TOOL_CALL = pa.struct(
         pa.field("arguments", pa.string()),  # JSON text, as in the OpenAI format
     ]
 )
+MEDIA_PART = pa.struct(
+    [
+        pa.field("type", pa.string()),  # image | audio
+        pa.field("mime_type", pa.string()),
+        pa.field("data", pa.string()),  # base64; null when over the size cap (envs.session.MAX_MEDIA_BYTES)
+        pa.field("size", pa.int64()),  # bytes
+    ]
+)
 MESSAGE = pa.struct(
     [
         pa.field("role", pa.string()),
@@ -84,6 +92,7 @@ MESSAGE = pa.struct(
         pa.field("tool_calls", pa.list_(TOOL_CALL)),
         pa.field("tool_call_id", pa.string()),
         pa.field("name", pa.string()),
+        pa.field("parts", pa.list_(MEDIA_PART)),  # a tool result's image/audio content
     ]
 )
 TOOL = pa.struct(

@@ -276,13 +276,6 @@ def check_environment(name: str, cfg: ServerConfig) -> None:
         raise UserError(f"server {name!r}: {e}") from None
 
 
-def check_command(name: str, cfg: ServerConfig) -> None:
-    """A stdio server's command must be found here: a machine (a cluster node) without it cannot start the
-    server, a UserError naming the server before anything starts, not a fault in every trajectory."""
-    if cfg.transport == "stdio" and shutil.which(resolve_command(cfg.command)) is None:
-        raise UserError(f"server {name!r}: command {cfg.command!r} not found on this machine (PATH)")
-
-
 def server_state(cfg: ServerConfig, tools: list[dict[str, Any]] | None) -> str:
     """``stateless`` or ``stateful``: the config's ``state``, else inferred from harvested ``tools`` records
     (stateless only when there are tools, all annotated ``readOnlyHint: true``, and no ``${SESSION_DIR}``)."""
@@ -292,6 +285,13 @@ def server_state(cfg: ServerConfig, tools: list[dict[str, Any]] | None) -> str:
         json.loads(t.get("annotations") or "{}").get("readOnlyHint") is True for t in tools or []
     )
     return "stateless" if read_only and not cfg.uses_session_dir else "stateful"
+
+
+def check_command(name: str, cfg: ServerConfig) -> None:
+    """A stdio server's command must be found here: a machine (a cluster node) without it cannot start the
+    server, a UserError naming the server before anything starts, not a fault in every trajectory."""
+    if cfg.transport == "stdio" and shutil.which(resolve_command(cfg.command)) is None:
+        raise UserError(f"server {name!r}: command {cfg.command!r} not found on this machine (PATH)")
 
 
 def resolve_command(command: str) -> str:

@@ -52,12 +52,14 @@ class ServerFault(Exception):
 
 @dataclass(frozen=True)
 class ToolOutput:
-    """A tool's result as the model sees it: text (truncated), and whether the tool reported an error."""
+    """A tool's result as the model sees it: text (truncated), and whether the tool reported an error;
+    ``parts``: its image and audio content as typed parts (``media_part``)."""
 
     text: str
     is_error: bool = False
     truncated: bool = False
     seconds: float = 0.0
+    parts: tuple[dict[str, Any], ...] = ()
 
 
 def truncate(text: str, max_chars: int | None) -> tuple[str, bool]:
@@ -67,17 +69,33 @@ def truncate(text: str, max_chars: int | None) -> tuple[str, bool]:
     return text[:max_chars] + f"\n[... truncated {len(text) - max_chars} characters]", True
 
 
-def render_content(result: Any) -> str:
-    """A ``CallToolResult`` as text: text blocks joined; other blocks described; structured output as JSON."""
+MAX_MEDIA_BYTES = 1_000_000  # an image or audio part larger than this keeps its type and size, not its data
+
+
+def media_part(block: Any) -> dict[str, Any]:
+    """An image or audio block as a typed part: base64 ``data`` (None past ``MAX_MEDIA_BYTES``) and its size."""
+    size = len(block.data) * 3 // 4 - block.data[-2:].count("=")
+    data = block.data if size <= MAX_MEDIA_BYTES else None
+    return {"type": block.type, "mime_type": block.mime_type, "data": data, "size": size}
+
+
+def render_content(result: Any) -> tuple[str, list[dict[str, Any]]]:
+    """A ``CallToolResult`` as text and typed media parts: text blocks joined; a resource link by its name,
+    description and uri; an image or audio block as a part (``media_part``), named in the text;
+    structured output as JSON when there is nothing else."""
     parts: list[str] = []
+    media: list[dict[str, Any]] = []
     for block in result.content:
         kind = getattr(block, "type", None)
         if kind == "text":
             parts.append(block.text)
         elif kind in ("image", "audio"):
-            parts.append(f"[{kind} {block.mime_type}, {len(block.data)} base64 characters]")
+            media.append(media_part(block))
+            cut = "" if media[-1]["data"] is not None else f", over the {MAX_MEDIA_BYTES} byte cap, not kept"
+            parts.append(f"[{kind} {block.mime_type}, {media[-1]['size']} bytes, part {len(media)}{cut}]")
         elif kind == "resource_link":
-            parts.append(f"[resource {block.uri}]")
+            about = f": {block.description}" if block.description else ""
+            parts.append(f"[resource {block.name}{about} <{block.uri}>]")
         elif kind == "resource":
             res = block.resource
             parts.append(res.text if hasattr(res, "text") else f"[binary resource {res.uri}]")
@@ -85,7 +103,7 @@ def render_content(result: Any) -> str:
             parts.append(f"[{kind} content]")
     if not parts and result.structured_content is not None:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False, sort_keys=True))
-    return "\n".join(parts)
+    return "\n".join(parts), media
 
 
 class Connection:
@@ -274,10 +292,11 @@ class Connection:
                 except _ProtocolError as e:
                     return ToolOutput(f"Error: {e}", is_error=True, seconds=time.monotonic() - t0)
                 self._junk = None  # stray output before a good answer is noise, not this call's fault
-                text, cut = truncate(render_content(result), max_chars)
+                text, media = render_content(result)
+                text, cut = truncate(text, max_chars)
                 if result.is_error and not text.lower().startswith("error"):
                     text = "Error: " + text
-                return ToolOutput(text, bool(result.is_error), cut, time.monotonic() - t0)
+                return ToolOutput(text, bool(result.is_error), cut, time.monotonic() - t0, tuple(media))
         finally:
             self.load -= 1
 

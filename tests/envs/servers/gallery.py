@@ -4,7 +4,7 @@ results, resources, a resource template and a prompt (for harvest and tool-resul
 from __future__ import annotations
 
 import base64
-import sys
+import os
 from typing import Literal
 
 from mcp.server import MCPServer
@@ -15,11 +15,11 @@ from pydantic import BaseModel
 from trajkit.envs.servers import serve
 
 server = MCPServer("gallery", version="2.0", log_level="WARNING", instructions="Shapes, pictures and notes.")
-# a 1x1 PNG; --big makes the picture tool return one padded past any reasonable size cap
+# a 1x1 PNG; with GALLERY_BIG=1 the picture tool pads it to 1.1 MB, past the size cap of tool results
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
 )
-BIG = "--big" in sys.argv
+BIG = os.environ.get("GALLERY_BIG") == "1"
 
 
 class Area(BaseModel):
@@ -36,7 +36,7 @@ def area(shape: Literal["square", "circle"], size: float, unit: str = "cm") -> A
 @server.tool(title="A picture")
 def picture() -> Image:
     """A tiny PNG image."""
-    return Image(data=PNG + (b"\0" * 200_000 if BIG else b""), format="png")
+    return Image(data=PNG + (b"\0" * 1_100_000 if BIG else b""), format="png")
 
 
 @server.tool()
