@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trajkit.envs.config import ServerConfig, server_state, variables
-from trajkit.envs.session import Connection, ServerFault
+from trajkit.envs.session import Connection, ProtocolError, ServerFault
 
 
 def base_row(name: str, cfg: ServerConfig) -> dict[str, Any]:
@@ -98,6 +98,19 @@ def invalid_tools(tools: list[Any]) -> str | None:
     return None
 
 
+async def _optional(conn: Connection, kind: str, timeout_s: float) -> list[Any]:
+    """A listing the server's capabilities promise; a server that does not implement its method (JSON-RPC
+    "method not found", as mcp-server-sqlite for resource templates) lists nothing rather than failing."""
+    from mcp.types.jsonrpc import METHOD_NOT_FOUND
+
+    try:
+        return await conn.list_all(kind, timeout_s=timeout_s)
+    except ProtocolError as e:
+        if e.code != METHOD_NOT_FOUND:
+            raise
+        return []
+
+
 async def describe_server(
     name: str, cfg: ServerConfig, *, startup_timeout_s: float = 60.0, list_timeout_s: float = 30.0
 ) -> dict[str, Any]:
@@ -126,9 +139,9 @@ async def describe_server(
         caps = info.capabilities
         if caps.resources is not None:
             for kind in ("resources", "resource_templates"):
-                row[kind] = [resource_record(r) for r in await conn.list_all(kind, timeout_s=list_timeout_s)]
+                row[kind] = [resource_record(r) for r in await _optional(conn, kind, list_timeout_s)]
         if caps.prompts is not None:
-            row["prompts"] = [prompt_record(p) for p in await conn.list_all("prompts", timeout_s=list_timeout_s)]
+            row["prompts"] = [prompt_record(p) for p in await _optional(conn, "prompts", list_timeout_s)]
         state = server_state(cfg, records)
         notes = [STATEFUL_HTTP] if cfg.transport == "http" and state == "stateful" else None
         ok = {"status": "ok", "reason": None}
