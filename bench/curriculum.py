@@ -193,9 +193,9 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         return {
             "per_level": 8,
             "shape": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2},
-            "sft_chunk": 80,
+            "sft_chunk": 50,
             "sft_batch": 16,
-            "sft_lr": 3e-3,
+            "sft_lr": 5e-3,
             "sft_chunks": 1,
             "eval_tasks": None,
             "tag_tasks": None,
