@@ -557,7 +557,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=64, help="prompts per GRPO step (hard stages: half)")
     parser.add_argument("--gens", type=int, default=8, help="generations per prompt (hard stages: twice)")
     parser.add_argument("--steps", type=int, default=100, help="GRPO steps per arm")
-    parser.add_argument("--lr", type=float, default=1e-4, help="GRPO learning rate")
+    parser.add_argument("--lr", type=float, default=3e-4, help="GRPO learning rate")
     parser.add_argument("--ref-noise", type=float, default=0.0, help="share of SFT answers one off (noisy teacher)")
     parser.add_argument("--eval-tasks", type=int, default=800, help="held-out tasks evaluated (first N by id)")
     parser.add_argument("--out", type=Path, default=Path("curriculum-bench"), help="results.json, table.txt, PNG")
