@@ -5,13 +5,15 @@ Questions go over as a pickle; answers come back as tagged JSON. An exact
 built-in value (or a ``range``) becomes that very value on the tests' side.
 Anything else a solution returns (a generator, a ``map``, an instance of a
 class it defines) stays in the solution's process and crosses as a handle:
-the tests see a ``Remote``, which they can call, read attributes of, iterate,
-index, take the ``len``, ``str`` or ``repr`` of, or ask ``in`` — each a
-question to the solution's process, answered again with plain values or
-handles. A ``Remote`` equals only itself and has no truth value, so no
-``__eq__``, ``__bool__`` or arithmetic of the solution decides anything in
-the tests' process. A ``Remote`` passed back as an argument (``Pair(5, 24)``
-given to ``max_chain_length``) arrives as the solution's own object.
+the tests see a ``Remote``, which they can call, read and set attributes of,
+iterate, index and assign items of, take the ``len``, ``str`` or ``repr`` of
+(each a question to the solution's process, answered again with plain values
+or handles), or ask ``in``, which iterates it and compares here. A
+``Remote`` equals only itself and has no truth value, so no ``__eq__``,
+``__bool__``, ``__contains__`` or arithmetic of the solution decides anything
+in the tests' process. A ``Remote`` passed back as an argument
+(``Pair(5, 24)`` given to ``max_chain_length``) arrives as the solution's own
+object.
 
 This file runs inside the sandbox next to ``harness.py``: standard library only.
 """
@@ -19,6 +21,8 @@ This file runs inside the sandbox next to ``harness.py``: standard library only.
 from __future__ import annotations
 
 import builtins
+import collections
+import contextlib
 import io
 import json
 import operator
@@ -29,15 +33,16 @@ import threading
 
 _FRAME = struct.Struct(">I")
 MAX_REPLY_BYTES = 64 << 20
+MAX_AHEAD = 256  # values of an iterator fetched in one question
 
 _OPS = {
     "call": lambda obj, *args, **kwargs: obj(*args, **kwargs),
     "getattr": getattr,
+    "setattr": setattr,
     "iter": iter,
-    "next": next,
     "len": len,
     "getitem": operator.getitem,
-    "contains": operator.contains,
+    "setitem": operator.setitem,
     "str": str,
     "repr": repr,
 }
@@ -74,16 +79,32 @@ class Exports:
         self.handles: dict[int, int] = {}
 
     def answer(self, body: bytes) -> dict:
+        """The reply to one question: a value, an exception to raise, or (``next``) the values before one."""
+        reply: dict = {}
+        try:
+            op, target, args, kwargs = self._question(body)
+            if op != "next":
+                return {"value": to_plain(_OPS[op](target, *args, **kwargs), self.handle)}
+            values, error = _ahead(target, *args)
+            reply["value"] = to_plain(values, self.handle)
+            if error is None:
+                return reply
+        except BaseException as exc:  # noqa: BLE001 - raised on the tests' side as a plain exception
+            error = exc
+        reply.update({"raise": "Exception", "message": ""})
+        with contextlib.suppress(BaseException):
+            reply.update({"raise": exception_name(error), "message": str(error)[:2000]})
+        return reply
+
+    def _question(self, body: bytes) -> tuple:
         unpickler = pickle.Unpickler(io.BytesIO(body))
         unpickler.persistent_load = lambda handle: self.objects[handle]
         op, target, args, kwargs = unpickler.load()
-        if type(target) is str:
-            if target not in self.scope:
-                raise NameError(f"name {target!r} is not defined")
-            target = self.scope[target]
-        else:
-            target = self.objects[target]
-        return {"value": to_plain(_OPS[op](target, *args, **kwargs), self.handle)}
+        if type(target) is not str:
+            return op, self.objects[target], args, kwargs
+        if target not in self.scope:
+            raise NameError(f"name {target!r} is not defined")
+        return op, self.scope[target], args, kwargs
 
     def handle(self, value: object) -> dict:
         key = id(value)
@@ -102,6 +123,13 @@ class Channel:
         self.remotes: dict[int, Remote] = {}
 
     def ask(self, op: str, target: str | int, *args, **kwargs):
+        value, error = self.exchange(op, target, *args, **kwargs)
+        if error is not None:
+            raise error
+        return value
+
+    def exchange(self, op: str, target: str | int, *args, **kwargs) -> tuple[object, Exception | None]:
+        """The value the solution answered with, and the exception it raised (with ``next``, after the values)."""
         buffer = io.BytesIO()
         pickler = pickle.Pickler(buffer)
         pickler.persistent_id = lambda obj: obj._handle if type(obj) is Remote else None
@@ -114,12 +142,14 @@ class Channel:
         reply = json.loads(body)
         if type(reply) is not dict:
             raise TypeError("a garbled answer from the solution")
-        if "value" in reply:
-            return from_plain(reply["value"], self.remote)
+        value = from_plain(reply["value"], self.remote) if "value" in reply else None
+        if "value" in reply and "raise" not in reply:
+            return value, None
         kind = getattr(builtins, str(reply.get("raise")), None)
-        if not (isinstance(kind, type) and issubclass(kind, Exception)):
-            kind = RuntimeError  # SystemExit, KeyboardInterrupt, the solution's own classes
-        raise kind(f"{reply.get('raise')}: {reply.get('message')}" if kind is RuntimeError else reply.get("message"))
+        if not (isinstance(kind, type) and issubclass(kind, Exception)) or (kind is StopIteration and op != "next"):
+            kind = RuntimeError  # SystemExit, KeyboardInterrupt; a StopIteration would end a test's map() early
+        message = reply.get("message")
+        return value, kind(f"{reply.get('raise')}: {message}" if kind is RuntimeError else message)
 
     def function(self, name: str):
         def call(*args, **kwargs):
@@ -138,12 +168,19 @@ class Channel:
 
 
 class Remote:
-    """An object that lives in the solution's process. Equal only to itself; it has no truth value."""
+    """An object that lives in the solution's process. Equal only to itself; it has no truth value.
 
-    __slots__ = ("_channel", "_handle", "_type")
+    Iterated, it fetches values ahead in growing batches (up to ``MAX_AHEAD`` a question), so that
+    a long generator costs few round trips: the solution's iterator runs ahead of the test by that much.
+    """
+
+    __slots__ = ("_ahead", "_batch", "_channel", "_error", "_handle", "_type")
 
     def __init__(self, channel: Channel, handle: int, kind: str):
         self._channel, self._handle, self._type = channel, handle, kind
+        self._ahead: collections.deque = collections.deque()
+        self._error: Exception | None = None
+        self._batch = 1
 
     def _ask(self, op: str, *args, **kwargs):
         return self._channel.ask(op, self._handle, *args, **kwargs)
@@ -153,6 +190,12 @@ class Remote:
             raise AttributeError(name)
         return self._ask("getattr", name)
 
+    def __setattr__(self, name: str, value):
+        if name in Remote.__slots__:
+            object.__setattr__(self, name, value)
+        else:
+            self._ask("setattr", name, value)
+
     def __call__(self, *args, **kwargs):
         return self._ask("call", *args, **kwargs)
 
@@ -160,7 +203,21 @@ class Remote:
         return self._ask("iter")
 
     def __next__(self):
-        return self._ask("next")
+        if not self._ahead:
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
+            values, error = self._channel.exchange("next", self._handle, self._batch)
+            if error is not None and values is None:
+                raise error
+            if type(values) is not list or not values:
+                raise TypeError("a garbled answer from the solution")
+            self._ahead.extend(values)
+            self._error, self._batch = error, min(2 * self._batch, MAX_AHEAD)
+        return self._ahead.popleft()
+
+    def __setitem__(self, key, value):
+        self._ask("setitem", key, value)
 
     def __len__(self):
         return self._ask("len")
@@ -168,8 +225,8 @@ class Remote:
     def __getitem__(self, key):
         return self._ask("getitem", key)
 
-    def __contains__(self, item):
-        return self._ask("contains", item)
+    def __contains__(self, item):  # compared here, as for an object without __contains__: never the solution's say
+        return any(value is item or value == item for value in self)
 
     def __str__(self):
         return self._ask("str")
@@ -184,13 +241,43 @@ class Remote:
     __hash__ = object.__hash__
 
 
+def _ahead(iterator, n: int) -> tuple[list, BaseException | None]:
+    """Up to ``n`` next values of ``iterator`` and the exception that ended it early (raised if no value came)."""
+    values: list = []
+    try:
+        while len(values) < n:
+            values.append(next(iterator))
+    except BaseException as exc:
+        if not values:
+            raise
+        return values, exc
+    return values, None
+
+
+def exception_name(exc: BaseException) -> str:
+    """The name of the nearest built-in class ``exc`` is an instance of: ``except ValueError`` in the tests
+    catches the solution's own ``ValueError`` subclass, and a class merely named like a built-in is not one."""
+    for cls in type(exc).__mro__:
+        if getattr(builtins, cls.__name__, None) is cls:
+            return cls.__name__
+    return "BaseException"
+
+
+_AS_DICT = (collections.Counter, collections.OrderedDict, collections.defaultdict)
+
+
 def to_plain(value: object, handle) -> object:
-    """``value`` as tagged JSON of exact built-in types; numpy scalars become the Python number they hold;
-    anything else becomes ``handle(value)``."""
+    """``value`` as tagged JSON of exact built-in types; numpy scalars become the Python number they hold,
+    the standard library's dicts (``Counter``, ``OrderedDict``, ``defaultdict``) a dict and a named tuple a
+    tuple, as they compare equal to those in one process; anything else becomes ``handle(value)``."""
     kind = type(value)
     if kind.__module__ == "numpy" and getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
         value = value.item()
         kind = type(value)
+    if kind in _AS_DICT:
+        value, kind = dict(dict.items(value)), dict
+    elif issubclass(kind, tuple) and hasattr(kind, "_fields"):
+        value, kind = tuple(tuple.__iter__(value)), tuple
     if value is None or kind is bool or kind is str:
         return value
     if kind is int:
