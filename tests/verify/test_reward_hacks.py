@@ -238,6 +238,10 @@ def swallow(g):
         pass
     return 1
 
+def emptied(xs):
+    xs.clear()
+    return []
+
 def fails_after(n):
     yield from range(n)
     raise ValueError("late")
@@ -335,6 +339,7 @@ WRONG_OBJECT_TESTS = {
     "a failed assertion in a callback caught by the solution": (
         "def positive(x):\n    assert x > 0\n    return x\nassert swallow(positive) == 1"
     ),
+    "empties the tests' list the expected value comes from": "xs = [3, 1, 2]\nassert emptied(xs) == sorted(xs)",
     "in decided by the solution's __contains__": "assert 'needle' in everything()",
     "a StopIteration ends the test's map early": "assert all(map(lambda p: stops(p[0]) == p[1], [(1, 2), (2, 4)]))",
     "an exception merely named StopIteration": "assert all(map(lambda p: fake_stop(p[0]) == p[1], [(1, 2)]))",
