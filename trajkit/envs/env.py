@@ -212,7 +212,10 @@ class ToolEnv:
     def _is_stateless(self, row: dict[str, Any], override: Mapping[str, bool]) -> bool:
         if row["name"] in override:
             return override[row["name"]]
-        return server_state(self.config_for(row), row.get("tools")) == "stateless"
+        cfg = self.config.get(row["name"])
+        if cfg is None:  # as harvest decided it (rows of runs older than the column: stateful, the safe side)
+            return row.get("state") == "stateless"
+        return server_state(cfg, row.get("tools")) == "stateless"
 
     @classmethod
     async def from_config(cls, config: Mapping[str, ServerConfig] | str | Path, **kwargs: Any) -> ToolEnv:
