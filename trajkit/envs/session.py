@@ -289,7 +289,7 @@ class Connection:
                     result = await self._request(
                         f"{tool}", self.session.call_tool(tool, arguments, read_timeout_seconds=timeout_s), timeout_s
                     )
-                except _ProtocolError as e:
+                except ProtocolError as e:
                     return ToolOutput(f"Error: {e}", is_error=True, seconds=time.monotonic() - t0)
                 self._junk = None  # stray output before a good answer is noise, not this call's fault
                 text, media = render_content(result)
@@ -314,7 +314,7 @@ class Connection:
                 raise self._fault(f"{what} {TIMED_OUT} {timeout_s:g}s") from None
             if e.code == CONNECTION_CLOSED:
                 raise self._fault(f"server {self.name!r} exited during {what}", dead=True) from None
-            raise _ProtocolError(f"{e.message} (code {e.code})") from None
+            raise ProtocolError(f"{e.message} (code {e.code})") from None
         except TimeoutError:
             raise self._fault(f"{what} {TIMED_OUT} {timeout_s:g}s") from None
         except ValidationError as e:
@@ -333,5 +333,5 @@ class Connection:
         return ServerFault(reason)
 
 
-class _ProtocolError(Exception):
+class ProtocolError(Exception):
     """A JSON-RPC error response to a tool call: a valid answer, fed back to the model as an error."""
