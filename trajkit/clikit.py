@@ -1,15 +1,22 @@
 """Shared pieces of the stage sub-commands: common options and one way to run a stage.
 
-Each stage's ``cli.py`` declares its own options and calls ``run_command``;
-light imports only, so ``trajkit --help`` stays instant.
+A stage's command is generated from its config model (``stage_command``): one
+option per field, named after it, with the field's default and description; the
+runner's own options (``--run``, ``--fresh``, ``--rank``, ...) come after.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from types import UnionType
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
+import click
 import typer
+from pydantic import BaseModel
+from typer.core import TyperCommand
 
 RunDir = Annotated[Path, typer.Option("--run", "-r", help="Run directory (created if missing).")]
 ConfigFile = Annotated[Path | None, typer.Option("--config", "-c", help="YAML file with the stage's config.")]
@@ -99,3 +106,198 @@ def run_command(
         budget_tokens=budget_tokens,
         budget_cost=budget_cost,
     )
+
+
+# ---------------------------------------------------------------- options generated from a stage's config
+RUNNER_PARAMS = ("run", "config", "overrides", "name", "fresh", "rank", "world_size", "executor", "address")
+RUNNER_PARAMS += ("budget_tokens", "budget_cost")
+_RUNNER_SIGNATURE = [
+    ("run", RunDir, inspect.Parameter.empty),
+    ("config", ConfigFile, None),
+    ("overrides", Overrides, None),
+    ("name", Name, None),
+    ("fresh", Fresh, False),
+    ("rank", Rank, 0),
+    ("world_size", WorldSize, 1),
+    ("executor", Executor, "local"),
+    ("address", Address, None),
+    ("budget_tokens", BudgetTokens, None),
+    ("budget_cost", BudgetCost, None),
+]
+
+
+def _unwrap(annotation: Any) -> tuple[Any, bool]:
+    """``X | None`` -> (X, True); anything else -> (annotation, False)."""
+    args = get_args(annotation)
+    if get_origin(annotation) in (Union, UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return (rest[0] if len(rest) == 1 else Union[tuple(rest)]), True  # noqa: UP007
+    return annotation, False
+
+
+def _scalar(annotation: Any) -> type | None:
+    """The click-level type of a scalar field (Literal values as their type), or None if not a scalar."""
+    if get_origin(annotation) is Literal:
+        values = get_args(annotation)
+        return type(values[0]) if len({type(v) for v in values}) == 1 else None
+    return annotation if annotation in (str, int, float, bool) else None
+
+
+def _is_model(annotation: Any) -> bool:
+    return isinstance(annotation, type) and annotation.__name__ == "ModelSpec"
+
+
+def _default_text(field: Any) -> str:
+    if field.is_required():
+        return "required unless in --config"
+    value = field.get_default(call_default_factory=True)
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list | tuple):
+        return ", ".join(str(v) for v in value) or "none"
+    return str(value)
+
+
+def _help(field: Any, annotation: Any) -> str:
+    """The field's description, its choices and its default, e.g. ``How servers are drawn (uniform, list); default uniform.``"""
+    text = (field.description or "").rstrip(".")
+    if get_origin(annotation) is Literal:
+        text += f" ({', '.join(str(v) for v in get_args(annotation))})"
+    return f"{text}; default {_default_text(field)}." if text else f"Default {_default_text(field)}."
+
+
+def _flag(field_name: str) -> str:
+    return "--" + field_name.replace("_", "-")
+
+
+def config_options(
+    config: type[BaseModel], aliases: dict[str, list[str]]
+) -> tuple[list[tuple[str, Any]], dict[str, Callable[[dict[str, Any]], Any]]]:
+    """Typer parameters for the fields of ``config`` that a flag can set, and how each field's value is read back.
+
+    Scalars and lists of scalars become options named after the field (plus declared aliases);
+    a ``ModelSpec`` field ``x_model`` becomes ``--x-model``, ``--x-backend`` and ``--x-base-url``
+    (``--model/--backend/--base-url`` for ``model``, ``--model`` repeatable for ``models``);
+    nested and mapping fields are set with ``--set`` (or in the YAML file) only.
+    """
+    params: list[tuple[str, Any]] = []
+    readers: dict[str, Callable[[dict[str, Any]], Any]] = {}
+    for field_name, field in config.model_fields.items():
+        annotation, _ = _unwrap(field.annotation)
+        origin = get_origin(annotation)
+        item = get_args(annotation)[0] if origin is list else None
+        if _is_model(annotation) or (item is not None and _is_model(item)):
+            params += _model_params(field_name, field, many=item is not None)
+            readers[field_name] = _model_reader(field_name, many=item is not None)
+            continue
+        scalar = _scalar(item if item is not None else annotation)
+        if scalar is None:
+            continue
+        decls = [_flag(field_name), *aliases.get(field_name, [])]
+        if scalar is bool and item is None:
+            decls = [f"{d}/--no-{d[2:]}" for d in decls[:1]] + decls[1:]
+        kind = list[scalar] if item is not None else scalar
+        help_text = _help(field, item if item is not None else annotation)
+        if item is not None:
+            help_text += " Repeatable."
+        params.append((f"f_{field_name}", Annotated[kind | None, typer.Option(*decls, help=help_text)]))
+        readers[field_name] = lambda values, key=f"f_{field_name}": values[key] or None
+    return params, readers
+
+
+def _model_params(field_name: str, field: Any, many: bool) -> list[tuple[str, Any]]:
+    prefix = field_name.removesuffix("models").removesuffix("model")
+    flag = _flag(prefix)[2:]
+    described = (field.description or "The model").rstrip(".")
+    names = [f"--{flag}model"] + (["-m"] if not prefix else [])
+    what = "; repeat to compare models" if many else ""
+    return [
+        (
+            f"m_{prefix}model",
+            Annotated[
+                list[str] | None if many else str | None,
+                typer.Option(*names, help=f"{described}: a local directory, Hub id or served name{what}."),
+            ],
+        ),
+        (
+            f"m_{prefix}backend",
+            Annotated[str | None, typer.Option(f"--{flag}backend", help="transformers, openai or vllm.")],
+        ),
+        (
+            f"m_{prefix}base_url",
+            Annotated[
+                list[str] | None,
+                typer.Option(f"--{flag}base-url", help="OpenAI-compatible endpoint (backend openai); repeatable."),
+            ],
+        ),
+    ]
+
+
+def _model_reader(field_name: str, many: bool) -> Callable[[dict[str, Any]], Any]:
+    prefix = field_name.removesuffix("models").removesuffix("model")
+
+    def read(values: dict[str, Any]) -> Any:
+        model, backend, base_url = (values[f"m_{prefix}{k}"] for k in ("model", "backend", "base_url"))
+        if many:
+            return [model_spec(m, backend, base_url) for m in model] if model else None
+        return model_spec(model, backend, base_url)
+
+    return read
+
+
+class StageCommand(TyperCommand):
+    """A stage's command: old flag names that went away fail with one line naming the new one."""
+
+    renamed: ClassVar[dict[str, str]] = {}
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        from trajkit.errors import UserError
+
+        for arg in args:
+            if arg == "--":
+                break
+            old = arg.split("=", 1)[0]
+            if old in self.renamed:
+                raise UserError(f"{old} is now {self.renamed[old]} (see --help)")
+        return super().parse_args(ctx, args)
+
+
+def stage_command(
+    app: typer.Typer,
+    kind: str,
+    help: str,
+    *,
+    command: str | None = None,
+    aliases: dict[str, list[str]] | None = None,
+    renamed: dict[str, str] | None = None,
+    default_name: str | None = None,
+    report: Callable[[Any], None] | None = None,
+) -> None:
+    """Add ``kind``'s command to ``app``: its config's fields as options, then the runner's options.
+
+    ``aliases``: extra flag names per field (the short names of the README's flag table);
+    ``renamed``: old flag -> its new name, for the one-line error; ``report``: prints the result.
+    """
+    from trajkit.stages import get_stage
+
+    fields, readers = config_options(get_stage(kind).config, aliases or {})
+
+    def main(**values: Any) -> None:
+        options = {field: read(values) for field, read in readers.items()}
+        runner = {k: values[k] for k in RUNNER_PARAMS}
+        runner["name"] = runner["name"] or default_name
+        result = run_command(kind, runner.pop("run"), options, **runner)
+        if report is not None:
+            report(result)
+
+    P = inspect.Parameter
+    parameters = [P(n, P.KEYWORD_ONLY, annotation=a, default=d) for n, a, d in _RUNNER_SIGNATURE[:1]]
+    parameters += [P(n, P.KEYWORD_ONLY, annotation=a, default=None) for n, a in fields]
+    parameters += [P(n, P.KEYWORD_ONLY, annotation=a, default=d) for n, a, d in _RUNNER_SIGNATURE[1:]]
+    main.__signature__ = inspect.Signature(parameters)
+    main.__annotations__ = {p.name: p.annotation for p in parameters}
+    main.__doc__ = help
+    cls = type(f"{kind}Command", (StageCommand,), {"renamed": renamed or {}})
+    app.command(command or kind.split(".")[-1], cls=cls)(main)

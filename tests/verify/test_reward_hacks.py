@@ -225,6 +225,23 @@ class Stack:
 def squares(n):
     return (i * i for i in range(n))
 
+def apply_all(g, xs):
+    return [g(x) for x in xs]
+
+def sorted_by(xs, key):
+    return sorted(xs, key=key)
+
+def swallow(g):
+    try:
+        g(-1)
+    except BaseException:
+        pass
+    return 1
+
+def emptied(xs):
+    xs.clear()
+    return []
+
 def fails_after(n):
     yield from range(n)
     raise ValueError("late")
@@ -300,6 +317,12 @@ OBJECT_TESTS = {
         "got = []\ntry:\n    for v in fails_after(3):\n        got.append(v)\nexcept ValueError as e:\n"
         "    assert got == [0, 1, 2] and str(e) == 'late'\nelse:\n    raise AssertionError"
     ),
+    "functions of the tests as callbacks": (
+        "def sq(x):\n    return x * x\n"
+        "assert apply_all(sq, [1, 2]) == [1, 4] and sorted_by([3, 1, 2], key=lambda x: -x) == [3, 2, 1]\n"
+        "assert apply_all(lambda n: list(squares(n)), [2, 3]) == [[0, 1], [0, 1, 4]]\n"
+        "try:\n    apply_all(int, ['x'])\nexcept ValueError:\n    pass\nelse:\n    raise AssertionError"
+    ),
     "in over a generator": "assert 4 in squares(4) and 2 not in squares(4)",
     "the solution's ValueError subclass caught as one": (
         "try:\n    checked(-1)\nexcept ValueError as e:\n    assert str(e) == 'negative'\nelse:\n    raise AssertionError"
@@ -313,6 +336,10 @@ WRONG_OBJECT_TESTS = {
     "a generator is not a list": "assert squares(2) == [0, 1]",
     "an object is not true": "assert truthy()",
     "an instance is not its fields": "assert Pair(1, 2) == Pair(1, 2)",
+    "a failed assertion in a callback caught by the solution": (
+        "def positive(x):\n    assert x > 0\n    return x\nassert swallow(positive) == 1"
+    ),
+    "empties the tests' list the expected value comes from": "xs = [3, 1, 2]\nassert emptied(xs) == sorted(xs)",
     "in decided by the solution's __contains__": "assert 'needle' in everything()",
     "a StopIteration ends the test's map early": "assert all(map(lambda p: stops(p[0]) == p[1], [(1, 2), (2, 4)]))",
     "an exception merely named StopIteration": "assert all(map(lambda p: fake_stop(p[0]) == p[1], [(1, 2)]))",

@@ -40,25 +40,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Self
 
 from trajkit.concurrency import cpus
-from trajkit.envs.config import ServerConfig, check_command, check_environment, load_servers_config
+from trajkit.envs.config import (
+    ServerConfig,
+    check_command,
+    check_environment,
+    load_servers_config,
+    server_state,
+)
 from trajkit.envs.session import Connection, ServerFault, ToolOutput
 from trajkit.envs.tools import ToolRoute, select_servers, tool_routes
 from trajkit.errors import UserError
 from trajkit.redact import REDACTED
 
 SERVERS_PER_CPU = 16  # server processes mostly wait on their caller; memory, not CPU, bounds more
-
-
-def is_stateless(row: dict[str, Any]) -> bool:
-    """Whether every tool of a harvested server is annotated read-only (so a shared process leaves no residue)."""
-    tools = row.get("tools") or []
-    return bool(tools) and all(json.loads(t.get("annotations") or "{}").get("readOnlyHint") is True for t in tools)
 
 
 def row_config(row: dict[str, Any]) -> ServerConfig:
@@ -213,8 +212,7 @@ class ToolEnv:
     def _is_stateless(self, row: dict[str, Any], override: Mapping[str, bool]) -> bool:
         if row["name"] in override:
             return override[row["name"]]
-        declared = getattr(self.config.get(row["name"]), "state", None)  # the config's ``state:``, when given
-        return declared == "stateless" if declared else is_stateless(row)
+        return server_state(self.config_for(row), row.get("tools")) == "stateless"
 
     @classmethod
     async def from_config(cls, config: Mapping[str, ServerConfig] | str | Path, **kwargs: Any) -> ToolEnv:

@@ -13,7 +13,8 @@ or handles), or ask ``in``, which iterates it and compares here. A
 ``__bool__``, ``__contains__`` or arithmetic of the solution decides anything
 in the tests' process. A ``Remote`` passed back as an argument
 (``Pair(5, 24)`` given to ``max_chain_length``) arrives as the solution's own
-object.
+object; a function of the tests passed as an argument arrives as a
+``Callback``, which runs it in the tests' process.
 
 This file runs inside the sandbox next to ``harness.py``: standard library only.
 """
@@ -29,7 +30,9 @@ import operator
 import os
 import pickle
 import struct
+import sys
 import threading
+import types
 
 _FRAME = struct.Struct(">I")
 MAX_REPLY_BYTES = 64 << 20
@@ -73,16 +76,36 @@ def read_frame(fd: int, limit: int) -> bytes | None:
 class Exports:
     """The solution's side: its names and every object it handed out, and how to answer a question about them."""
 
-    def __init__(self, scope: dict):
+    def __init__(self, scope: dict, call_fd: int, reply_fd: int):
         self.scope = scope
+        self.call_fd, self.reply_fd = call_fd, reply_fd
         self.objects: list = []  # kept alive, so that ids stay unique
         self.handles: dict[int, int] = {}
 
-    def answer(self, body: bytes) -> dict:
+    def serve(self) -> tuple | None:
+        """Answer questions until the tests' side sends a callback's outcome (returned) or hangs up (None)."""
+        while (body := read_frame(self.call_fd, MAX_REPLY_BYTES)) is not None:
+            try:
+                message = self._load(body)
+            except BaseException as exc:  # noqa: BLE001 - answered as the exception it is
+                message = ("ask", exc)
+            if message[0] != "ask":
+                return message
+            reply = self.answer(message[1:])
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(BaseException):
+                    stream.flush()
+            write_frame(self.reply_fd, json.dumps(reply).encode())
+        return None
+
+    def answer(self, question: tuple) -> dict:
         """The reply to one question: a value, an exception to raise, or (``next``) the values before one."""
         reply: dict = {}
         try:
-            op, target, args, kwargs = self._question(body)
+            if isinstance(question[0], BaseException):
+                raise question[0]
+            op, target, args, kwargs = question
+            target = self._target(target)
             if op != "next":
                 return {"value": to_plain(_OPS[op](target, *args, **kwargs), self.handle)}
             values, error = _ahead(target, *args)
@@ -96,15 +119,17 @@ class Exports:
             reply.update({"raise": exception_name(error), "message": str(error)[:2000]})
         return reply
 
-    def _question(self, body: bytes) -> tuple:
+    def _load(self, body: bytes) -> tuple:
         unpickler = pickle.Unpickler(io.BytesIO(body))
-        unpickler.persistent_load = lambda handle: self.objects[handle]
-        op, target, args, kwargs = unpickler.load()
+        unpickler.persistent_load = lambda pid: self.objects[pid] if type(pid) is int else Callback(self, pid[1])
+        return unpickler.load()
+
+    def _target(self, target: str | int) -> object:
         if type(target) is not str:
-            return op, self.objects[target], args, kwargs
+            return self.objects[target]
         if target not in self.scope:
             raise NameError(f"name {target!r} is not defined")
-        return op, self.scope[target], args, kwargs
+        return self.scope[target]
 
     def handle(self, value: object) -> dict:
         key = id(value)
@@ -114,13 +139,34 @@ class Exports:
         return {"h": self.handles[key], "type": str(type(value).__qualname__)[:100]}
 
 
+class Callback:
+    """A function of the tests given to the solution as an argument: calling it runs it in the tests' process."""
+
+    def __init__(self, exports: Exports, index: int):
+        self.exports, self.index = exports, index
+
+    def __call__(self, *args, **kwargs):
+        exports = self.exports
+        request = {"callback": self.index, "args": to_plain(list(args), exports.handle)}
+        request["kwargs"] = to_plain(kwargs, exports.handle)
+        write_frame(exports.reply_fd, json.dumps(request).encode())
+        outcome = exports.serve()  # the callback may ask questions of its own meanwhile
+        if outcome is None:
+            raise RuntimeError("the tests' process hung up")
+        if outcome[0] == "return":
+            return outcome[1]
+        kind = getattr(builtins, str(outcome[1]), None)
+        raise (kind if isinstance(kind, type) and issubclass(kind, Exception) else RuntimeError)(outcome[2])
+
+
 class Channel:
     """The tests' side: asks the solution's process and turns its answers into plain values or ``Remote``\\ s."""
 
     def __init__(self, call_fd: int, reply_fd: int):
         self.call_fd, self.reply_fd = call_fd, reply_fd
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # a callback of the tests may ask questions while one is open
         self.remotes: dict[int, Remote] = {}
+        self.callbacks: list = []
 
     def ask(self, op: str, target: str | int, *args, **kwargs):
         value, error = self.exchange(op, target, *args, **kwargs)
@@ -130,18 +176,13 @@ class Channel:
 
     def exchange(self, op: str, target: str | int, *args, **kwargs) -> tuple[object, Exception | None]:
         """The value the solution answered with, and the exception it raised (with ``next``, after the values)."""
-        buffer = io.BytesIO()
-        pickler = pickle.Pickler(buffer)
-        pickler.persistent_id = lambda obj: obj._handle if type(obj) is Remote else None
-        pickler.dump((op, target, args, kwargs))
+        question = self._pickle(("ask", op, target, args, kwargs))
         with self.lock:
-            write_frame(self.call_fd, buffer.getvalue())
-            body = read_frame(self.reply_fd, MAX_REPLY_BYTES)
-        if body is None:
-            raise RuntimeError("the solution's process ended without answering")
-        reply = json.loads(body)
-        if type(reply) is not dict:
-            raise TypeError("a garbled answer from the solution")
+            write_frame(self.call_fd, question)
+            reply = self._reply()
+            while "callback" in reply:
+                write_frame(self.call_fd, self._call_back(reply))
+                reply = self._reply()
         value = from_plain(reply["value"], self.remote) if "value" in reply else None
         if "value" in reply and "raise" not in reply:
             return value, None
@@ -150,6 +191,46 @@ class Channel:
             kind = RuntimeError  # SystemExit, KeyboardInterrupt; a StopIteration would end a test's map() early
         message = reply.get("message")
         return value, kind(f"{reply.get('raise')}: {message}" if kind is RuntimeError else message)
+
+    def _reply(self) -> dict:
+        body = read_frame(self.reply_fd, MAX_REPLY_BYTES)
+        if body is None:
+            raise RuntimeError("the solution's process ended without answering")
+        reply = json.loads(body)
+        if type(reply) is not dict:
+            raise TypeError("a garbled answer from the solution")
+        return reply
+
+    def _call_back(self, request: dict) -> bytes:
+        """Run the tests' function the solution called; its result (or exception) pickled for the solution.
+        A failed assertion is not the solution's to catch: it fails the tests right here."""
+        index = request["callback"]
+        args, kwargs = from_plain(request.get("args"), self.remote), from_plain(request.get("kwargs"), self.remote)
+        if type(index) is not int or not 0 <= index < len(self.callbacks) or type(args) is not list:
+            raise TypeError("a garbled callback from the solution")
+        try:
+            return self._pickle(("return", self.callbacks[index](*args, **kwargs)))
+        except AssertionError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - raised in the solution, as it would be in one process
+            return self._pickle(("raise", type(exc).__name__, str(exc)[:2000]))
+
+    def _pickle(self, message: tuple) -> bytes:
+        """Remotes go as their handles, the tests' own functions as callbacks; the rest as pickle has it."""
+
+        def persistent_id(obj: object):
+            if type(obj) is Remote:
+                return obj._handle
+            if type(obj) is types.FunctionType and obj.__module__ == "__main__":
+                self.callbacks.append(obj)
+                return ("callback", len(self.callbacks) - 1)
+            return None
+
+        buffer = io.BytesIO()
+        pickler = pickle.Pickler(buffer)
+        pickler.persistent_id = persistent_id
+        pickler.dump(message)
+        return buffer.getvalue()
 
     def function(self, name: str):
         def call(*args, **kwargs):
