@@ -156,6 +156,14 @@ SESSION_DIR = "${SESSION_DIR}"
 IGNORED_KEYS = {"autoApprove", "alwaysAllow", "timeout", "transportType"}  # other clients' UI settings
 _INPUT = re.compile(r"\$\{input:([^}]+)\}")
 log = logging.getLogger("trajkit.envs")
+_noted: set[str] = set()
+
+
+def _note(message: str) -> None:
+    """A warning about the servers file, once per process (a stage and its redactor both read the file)."""
+    if message not in _noted:
+        _noted.add(message)
+        log.warning(message)
 
 
 def input_variable(input_id: str) -> str:
@@ -203,7 +211,7 @@ def parse_servers_config(
                 declared[item["id"]] = str(item.get("description") or "")
         extra = sorted(set(data) - {"mcpServers", "servers", "inputs"})
         if extra:
-            log.warning("%s: ignoring top-level key(s) %s", where, ", ".join(extra))
+            _note(f"{where}: ignoring top-level key(s) {', '.join(extra)}")
         data = data.get("mcpServers", data.get("servers"))
     if not isinstance(data, dict) or not data:
         raise UserError(f"{where}: expected a non-empty 'mcpServers' (or 'servers') object of name -> server")
@@ -215,7 +223,7 @@ def parse_servers_config(
             continue
         unknown = sorted(set(entry) - known - IGNORED_KEYS)
         if unknown:
-            log.warning("%s: server %r: ignoring unknown key(s) %s", where, name, ", ".join(unknown))
+            _note(f"{where}: server {name!r}: ignoring unknown key(s) {', '.join(unknown)}")
         entry = {k: v for k, v in entry.items() if k in known}
         try:
             entry = _fill_inputs(entry, inputs or {}, declared)
@@ -227,7 +235,7 @@ def parse_servers_config(
             errors.extend(f"{name}.{'.'.join(map(str, err['loc'])) or '(entry)'}: {err['msg']}" for err in e.errors())
             continue
         if cfg.disabled:
-            log.warning("%s: server %r is disabled: skipped", where, name)
+            _note(f"{where}: server {name!r} is disabled: skipped")
         else:
             servers[name] = cfg
     if errors:

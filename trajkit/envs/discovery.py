@@ -98,29 +98,12 @@ def invalid_tools(tools: list[Any]) -> str | None:
     return None
 
 
-async def _optional(conn: Connection, kind: str, timeout_s: float) -> list[Any]:
-    """A listing the server's capabilities promise; a server that does not implement its method (JSON-RPC
-    "method not found", as mcp-server-sqlite for resource templates) lists nothing rather than failing."""
-    from mcp.types.jsonrpc import METHOD_NOT_FOUND
-
-    try:
-        return await conn.list_all(kind, timeout_s=timeout_s)
-    except ProtocolError as e:
-        if e.code != METHOD_NOT_FOUND:
-            raise
-        return []
-
-
 async def describe_server(
     name: str, cfg: ServerConfig, *, startup_timeout_s: float = 60.0, list_timeout_s: float = 30.0
 ) -> dict[str, Any]:
-    """Start one server, initialize, list every tool (all pages), shut it down; a ``servers`` row."""
-    row = base_row(name, cfg) | {
-        "server_info": None,
-        "tools": None,
-        "num_tools": None,
-        "state": server_state(cfg, None),
-    }
+    """Start one server, initialize, list everything it declares (all pages), shut it down; a ``servers`` row."""
+    declared = {"tools": None, "num_tools": None, "resources": None, "resource_templates": None, "prompts": None}
+    row = base_row(name, cfg) | {"server_info": None, **declared, "state": server_state(cfg, None), "notes": None}
     conn = Connection(name, cfg, startup_timeout_s=startup_timeout_s)
     try:
         await conn.open()
@@ -136,16 +119,22 @@ async def describe_server(
         if reason is not None:
             return row | {"status": "failed", "reason": f"invalid tools: {reason}"}
         records = [tool_record(name, t) for t in tools]
-        caps = info.capabilities
-        if caps.resources is not None:
-            for kind in ("resources", "resource_templates"):
-                row[kind] = [resource_record(r) for r in await _optional(conn, kind, list_timeout_s)]
-        if caps.prompts is not None:
-            row["prompts"] = [prompt_record(p) for p in await _optional(conn, "prompts", list_timeout_s)]
+        caps, notes = info.capabilities, []
+        for kind, record, declared in (
+            ("resources", resource_record, caps.resources),
+            ("resource_templates", resource_record, caps.resources),
+            ("prompts", prompt_record, caps.prompts),
+        ):
+            if declared is not None:
+                try:
+                    row[kind] = [record(x) for x in await conn.list_all(kind, timeout_s=list_timeout_s)]
+                except ProtocolError as e:  # declared but not served (older servers): noted, not a failure
+                    notes.append(f"listing {kind} failed: {e}")
         state = server_state(cfg, records)
-        notes = [STATEFUL_HTTP] if cfg.transport == "http" and state == "stateful" else None
+        if cfg.transport == "http" and state == "stateful":
+            notes.append(STATEFUL_HTTP)
         ok = {"status": "ok", "reason": None}
-        return row | {"tools": records, "num_tools": len(records), "state": state, "notes": notes} | ok
+        return row | {"tools": records, "num_tools": len(records), "state": state, "notes": notes or None} | ok
     except ServerFault as e:
         return row | {"status": "failed", "reason": str(e)}
     except Exception as e:  # noqa: BLE001 - any other fault of this one server (a JSON-RPC error) is its row
