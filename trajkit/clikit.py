@@ -36,16 +36,6 @@ Address = Annotated[
 ]
 BudgetTokens = Annotated[int | None, typer.Option("--budget-tokens", help="Stop cleanly after this many tokens.")]
 BudgetCost = Annotated[float | None, typer.Option("--budget-cost", help="Stop cleanly after this cost.")]
-ModelName = Annotated[
-    str | None, typer.Option("--model", "-m", help="Model: a local directory, Hub id or served name.")
-]
-Backend = Annotated[str | None, typer.Option("--backend", help="transformers, openai or vllm.")]
-BaseUrl = Annotated[
-    list[str] | None,
-    typer.Option("--base-url", help="OpenAI-compatible endpoint (backend openai); repeat for several endpoints."),
-]
-Seed = Annotated[int | None, typer.Option("--seed", help="Base seed; every row derives its own from it.")]
-Concurrency = Annotated[int | None, typer.Option("--concurrency", help="Requests or episodes in flight.")]
 
 
 def model_spec(
@@ -62,6 +52,7 @@ def run_command(
     kind: str,
     run: Path,
     options: dict[str, Any],
+    *,
     config: Path | None = None,
     overrides: list[str] | None = None,
     name: str | None = None,
@@ -156,7 +147,7 @@ def _default_text(field: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, list | tuple):
-        return ", ".join(str(v) for v in value) or "none"
+        return ", ".join(str(getattr(v, "name", v)) for v in value) or "none"
     return str(value)
 
 
@@ -166,6 +157,21 @@ def _help(field: Any, annotation: Any) -> str:
     if get_origin(annotation) is Literal:
         text += f" ({', '.join(str(v) for v in get_args(annotation))})"
     return f"{text}; default {_default_text(field)}." if text else f"Default {_default_text(field)}."
+
+
+def _pairs(items: list[str] | None, flag: str) -> dict[str, str] | None:
+    """Repeated ``KEY=VALUE`` options as a mapping (the values validated by the config)."""
+    if not items:
+        return None
+    from trajkit.errors import UserError
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"{flag} {item!r} is not KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
 
 
 def _flag(field_name: str) -> str:
@@ -192,6 +198,14 @@ def config_options(
             params += _model_params(field_name, field, many=item is not None)
             readers[field_name] = _model_reader(field_name, many=item is not None)
             continue
+        if origin is dict and (_scalar(get_args(annotation)[1]) is not None or get_args(annotation)[1] is Any):
+            help_text = _help(field, annotation).replace("; default", " (KEY=VALUE, repeatable); default")
+            decls = [_flag(field_name), *aliases.get(field_name, [])]
+            params.append((f"f_{field_name}", Annotated[list[str] | None, typer.Option(*decls, help=help_text)]))
+            readers[field_name] = lambda values, key=f"f_{field_name}", flag=decls[-1]: _pairs(values[key], flag)
+            continue
+        if item is not None and isinstance(item, type) and issubclass(item, BaseModel):
+            item = str  # a model read from a string (its validator parses it), e.g. curate decontaminate --eval
         scalar = _scalar(item if item is not None else annotation)
         if scalar is None:
             continue
@@ -203,7 +217,8 @@ def config_options(
         if item is not None:
             help_text += " Repeatable."
         params.append((f"f_{field_name}", Annotated[kind | None, typer.Option(*decls, help=help_text)]))
-        readers[field_name] = lambda values, key=f"f_{field_name}": values[key] or None
+        # an empty list (a repeatable flag not given) is unset; False and 0 are values
+        readers[field_name] = lambda values, key=f"f_{field_name}": values[key] if values[key] != [] else None
     return params, readers
 
 
