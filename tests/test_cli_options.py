@@ -29,7 +29,7 @@ STAGES = [(group, command) for group, commands in COMMANDS.items() for command i
 
 
 def _command(group: str, name: str) -> click.Command:
-    return _cli().commands[group].commands[name]
+    return _cli().commands[group].get_command(None, name)
 
 
 def _sample(annotation: typing.Any) -> tuple[str, typing.Any]:

@@ -7,16 +7,19 @@ runner's own options (``--run``, ``--fresh``, ``--rank``, ...) come after.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from pathlib import Path
 from types import UnionType
-from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
 import click
 import typer
-from pydantic import BaseModel
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperGroup
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 RunDir = Annotated[Path, typer.Option("--run", "-r", help="Run directory (created if missing).")]
 ConfigFile = Annotated[Path | None, typer.Option("--config", "-c", help="YAML file with the stage's config.")]
@@ -188,6 +191,8 @@ def config_options(
     (``--model/--backend/--base-url`` for ``model``, ``--model`` repeatable for ``models``);
     nested and mapping fields are set with ``--set`` (or in the YAML file) only.
     """
+    import pydantic
+
     params: list[tuple[str, Any]] = []
     readers: dict[str, Callable[[dict[str, Any]], Any]] = {}
     for field_name, field in config.model_fields.items():
@@ -204,7 +209,7 @@ def config_options(
             params.append((f"f_{field_name}", Annotated[list[str] | None, typer.Option(*decls, help=help_text)]))
             readers[field_name] = lambda values, key=f"f_{field_name}", flag=decls[-1]: _pairs(values[key], flag)
             continue
-        if item is not None and isinstance(item, type) and issubclass(item, BaseModel):
+        if item is not None and isinstance(item, type) and issubclass(item, pydantic.BaseModel):
             item = str  # a model read from a string (its validator parses it), e.g. curate decontaminate --eval
         scalar = _scalar(item if item is not None else annotation)
         if scalar is None:
@@ -279,6 +284,26 @@ class StageCommand(TyperCommand):
         return super().parse_args(ctx, args)
 
 
+class StageGroup(TyperGroup):
+    """A group whose stage commands are built from their configs when first asked for,
+    so ``trajkit --help`` and the other commands import no stage module."""
+
+    builders: ClassVar[dict[str, Callable[[], click.Command]]] = {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*self.builders, *super().list_commands(ctx)]
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.builders:
+            return self.builders[name]()
+        return super().get_command(ctx, name)
+
+
+def stage_app() -> typer.Typer:
+    """A sub-app (``synth``, ``curate``, ``eval``) to add stage commands to with ``stage_command``."""
+    return typer.Typer(no_args_is_help=True, cls=type("StageGroup", (StageGroup,), {"builders": {}}))
+
+
 def stage_command(
     app: typer.Typer,
     kind: str,
@@ -290,14 +315,35 @@ def stage_command(
     default_name: str | None = None,
     report: Callable[[Any], None] | None = None,
 ) -> None:
-    """Add ``kind``'s command to ``app``: its config's fields as options, then the runner's options.
+    """Add ``kind``'s command to ``app`` (made by ``stage_app``): its config's fields as options, then
+    the runner's options; the command is built when first used.
 
     ``aliases``: extra flag names per field (the short names of the README's flag table);
     ``renamed``: old flag -> its new name, for the one-line error; ``report``: prints the result.
     """
+    name = command or kind.split(".")[-1]
+
+    @functools.cache
+    def build() -> click.Command:
+        single = typer.Typer()
+        cls = type(f"{kind}Command", (StageCommand,), {"renamed": renamed or {}})
+        single.command(name, cls=cls)(_stage_main(kind, help, aliases or {}, default_name, report))
+        return typer.main.get_command(single)
+
+    app.info.cls.builders[name] = build
+
+
+def _stage_main(
+    kind: str,
+    help: str,
+    aliases: dict[str, list[str]],
+    default_name: str | None,
+    report: Callable[[Any], None] | None,
+) -> Callable[..., None]:
+    """The command's function, its signature made from the config's fields and the runner's options."""
     from trajkit.stages import get_stage
 
-    fields, readers = config_options(get_stage(kind).config, aliases or {})
+    fields, readers = config_options(get_stage(kind).config, aliases)
 
     def main(**values: Any) -> None:
         options = {field: read(values) for field, read in readers.items()}
@@ -314,5 +360,4 @@ def stage_command(
     main.__signature__ = inspect.Signature(parameters)
     main.__annotations__ = {p.name: p.annotation for p in parameters}
     main.__doc__ = help
-    cls = type(f"{kind}Command", (StageCommand,), {"renamed": renamed or {}})
-    app.command(command or kind.split(".")[-1], cls=cls)(main)
+    return main

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import typer
+from trajkit.clikit import stage_app, stage_command
 
-from trajkit.clikit import stage_command
-
-app = typer.Typer(no_args_is_help=True)
+app = stage_app()
 
 
 def _report(printer: str) -> Any:
