@@ -119,8 +119,11 @@ def encode_prompts(tok: Any, rows: list[dict[str, Any]]) -> list[list[int]]:
     ]
 
 
-def heldout_pass1(model: Any, tok: Any, rows: list[dict[str, Any]], max_new_tokens: int, seed: int = 1234) -> float:
-    """Held-out pass@1: one sample per prompt at temperature 1 (as GRPO samples), seeded, batched left-padded."""
+def heldout_pass1(
+    model: Any, tok: Any, rows: list[dict[str, Any]], max_new_tokens: int, seed: int = 1234, greedy: bool = False
+) -> float:
+    """Held-out pass@1: one sample per prompt at temperature 1 (as GRPO samples), seeded, batched left-padded;
+    ``greedy``: the most likely answer instead (how much sharpening the policy could gain at most, roughly)."""
     import torch
 
     device = next(model.parameters()).device
@@ -132,15 +135,10 @@ def heldout_pass1(model: Any, tok: Any, rows: list[dict[str, Any]], max_new_toke
         for i in range(0, len(rows), 128):
             chunk = rows[i : i + 128]
             batch = tok.pad({"input_ids": encode_prompts(tok, chunk)}, return_tensors="pt").to(device)
-            out = model.generate(
-                **batch,
-                do_sample=True,
-                temperature=1.0,
-                top_p=1.0,
-                top_k=0,
-                max_new_tokens=max_new_tokens,
-                pad_token_id=tok.pad_token_id,
+            sampling = (
+                {"do_sample": False} if greedy else {"do_sample": True, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
             )
+            out = model.generate(**batch, **sampling, max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id)
             texts = tok.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
             hits += sum(r["answer"] in t for r, t in zip(chunk, texts))
     model.train(was_training)

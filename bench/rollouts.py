@@ -1,25 +1,34 @@
-"""Rollout benchmark: the agent loop at concurrency 1, 16 and 64 against the critical-path bound.
+"""Rollout benchmark: fresh contained server instances per trajectory, with and without the warm pool.
 
-Each trajectory makes 3 tool calls (calculator ``add``, ``mcp-server-time``
-``get_current_time``, calculator ``multiply``) and a final answer: 4 model
-turns, answered by an OpenAI-compatible loopback server (in its own process)
-after a fixed delay. The bound is ``trajectories x turns x delay / concurrency``.
-Side by side: a sequential loop written directly on the bare ``mcp`` client and
-``httpx`` (one trajectory at a time), the way one would without trajkit; and,
-per concurrency, the same model turns through the same ``openai`` backend with
-the tool results faked ("model calls only"): the ceiling the backend itself
-sets, so the difference is what MCP sessions and the loop cost.
-Goal: within 1.3x of the bound at concurrency 64.
+Each trajectory makes 3 tool calls on its own contained instance of the project's
+stateful ``kv`` server (``set`` a marker unique to the trajectory, ``list_keys``,
+``get`` the marker) and a final answer: 4 model turns, answered by an
+OpenAI-compatible loopback server (in its own process) after a fixed delay. The
+critical-path bound is ``trajectories x turns x delay / concurrency``; the "model
+calls only" loop makes the same model turns through the same ``openai`` backend with
+the tool results faked: the ceiling the HTTP path sets on this machine.
 
-Second table: ``call_tool`` round trips per second on the calculator server,
-through trajkit's session layer (``ToolEnv`` episode -> pool -> ``Connection``)
-against the bare ``mcp`` ``ClientSession``, one call in flight and 16 in flight.
-Goal: overhead under 20%.
+Per concurrency, with the warm pool (``ToolEnv(warm=concurrency)``, filled inside the
+timed run) and without it (each trajectory starts its instance when it starts):
+seconds, ratio to the bound and to "model calls only", the instance start latency a
+trajectory sees (from taking an instance to its ``initialize`` answer; p50, p99),
+peak memory of the whole process tree, and cross-trajectory leaks (a trajectory whose
+``list_keys`` shows another's marker, or whose ``get`` misses its own).
 
-    python bench/rollouts.py [--trajectories 500] [--serial-trajectories 50] [--delay 0.2] [--calls 2000]
+Second table: CPU-seconds per instance start (launcher + server, to its ``initialize``
+answer) spawned as trajkit does (``contain.py`` launcher, then ``exec`` of the server),
+bare (no containment), and from a fork server that imported the server once and forks
+a contained instance per request; and the start rate the machine's cores allow.
+Third: client CPU per model call on the HTTP path ("model calls only", this process).
 
-Concurrency 1 and the sequential loop run ``--serial-trajectories`` (their rate
-does not depend on the count; 500 of them would take 400 s each).
+    python bench/rollouts.py              # quick (make bench): 48 trajectories at concurrency 16
+    python bench/rollouts.py --full       # the issue's run: 1,000 trajectories at 16, 64 and 256
+
+A spawned kv instance costs about 1.2 CPU-seconds to start, so on 2 cores the full run
+is bound by starts (1,000 starts per row), not by the model: hours, not minutes.
+
+No node server: ``@modelcontextprotocol/server-memory`` is not in this machine's npm
+cache, and the benchmark runs offline.
 """
 
 from __future__ import annotations
@@ -28,38 +37,45 @@ import argparse
 import asyncio
 import json
 import multiprocessing as mp
+import os
+import resource
+import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import psutil
+
+from trajkit.envs import contain
 from trajkit.envs.agent import AgentLimits, run_episode
-from trajkit.envs.config import ServerConfig, child_environment, resolve_command
+from trajkit.envs.config import ServerConfig, child_environment
 from trajkit.envs.discovery import discover
 from trajkit.envs.env import ToolEnv
 from trajkit.models import ModelSpec, make_backend
 from trajkit.models.base import SamplingParams
 
 TURNS = 4
-SERVERS = {
-    "calculator": ServerConfig(command=sys.executable, args=["-m", "trajkit.envs.servers.calculator"]),
-    "time": ServerConfig(command="uvx", args=["mcp-server-time==2026.10.19", "--local-timezone", "UTC"]),
+KV = ServerConfig(command=sys.executable, args=["-m", "trajkit.envs.servers.kv"])
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}},
 }
-PLAN = [
-    ("add", {"a": 2, "b": 3}),
-    ("get_current_time", {"timezone": "UTC"}),
-    ("multiply", {"a": 5, "b": 7}),
-]
 
 
 def script(messages, tools, body):
-    """Scripted model: the k-th assistant turn makes the k-th planned call, then answers."""
+    """Scripted model: set this trajectory's marker, list the keys, get the marker, answer."""
+    marker = messages[0]["content"].split()[-1]
     turn = sum(m["role"] == "assistant" for m in messages)
-    if turn < len(PLAN):
-        name, args = PLAN[turn]
+    plan = [("set", {"key": marker, "value": "1"}), ("list_keys", {}), ("get", {"key": marker})]
+    if turn < len(plan):
+        name, args = plan[turn]
         return {"tool_calls": [{"name": name, "arguments": args}]}
-    return "The answer is 35."
+    return "done"
 
 
 def serve(delay: float, queue) -> None:
@@ -79,20 +95,57 @@ def start_model_server(delay: float) -> tuple[mp.Process, str]:
 
 
 def task(i: int, server_ids: list[str]) -> dict:
-    return {"task_id": f"bench-{i}", "question": "Compute (2 + 3) * 7 and tell the time.", "server_ids": server_ids}
+    return {"task_id": f"bench-{i}", "question": f"Store your marker m{i}", "server_ids": server_ids}
 
 
-# ---------------------------------------------------------------- trajkit
-async def trajkit_run(rows, base_url: str, n: int, concurrency: int) -> tuple[float, int]:
+def backend_for(base_url: str, concurrency: int):
     spec = ModelSpec(model="scripted", backend="openai", base_url=base_url, cache=False, max_concurrency=concurrency)
-    backend = make_backend(spec)
+    return make_backend(spec)
+
+
+class Peak:
+    """The peak resident memory of this process and all its descendants, sampled every 0.2 s."""
+
+    def __init__(self):
+        self.mb = 0.0
+
+    async def watch(self) -> None:
+        me = psutil.Process()
+        while True:
+            total = 0
+            for p in [me, *me.children(recursive=True)]:
+                try:
+                    total += p.memory_info().rss
+                except psutil.Error:
+                    pass
+            self.mb = max(self.mb, total / 2**20)
+            await asyncio.sleep(0.2)
+
+
+# ---------------------------------------------------------------- rollouts
+async def trajkit_run(rows, base_url: str, n: int, concurrency: int, warm: int) -> dict:
+    backend = backend_for(base_url, concurrency)
     ids = [r["server_id"] for r in rows]
     sem = asyncio.Semaphore(concurrency)
     limits = AgentLimits(max_turns=TURNS + 2)
-    async with ToolEnv(rows, config=SERVERS, pool_size=2, max_concurrency_per_server=64) as env:
-        # warm the pools so process start-up is not part of the measurement
-        async with env.episode(ids) as ep:
-            await asyncio.gather(*(ep.call(s, tool, args) for s, (tool, args) in zip(["calculator", "time"], PLAN[:2])))
+    waits: list[float] = []
+    watchers: set[asyncio.Task] = set()
+    peak = Peak()
+    sampler = asyncio.create_task(peak.watch())
+    async with ToolEnv(rows, config={"kv": KV}, max_processes=concurrency, warm=warm) as env:
+        take = env.instance
+
+        def timed_instance(row):  # the wait a trajectory sees: from taking its instance to initialize's answer
+            conn, t = take(row), time.perf_counter()
+
+            async def ready() -> None:
+                await conn.open()
+                waits.append(time.perf_counter() - t)
+
+            watchers.add(asyncio.create_task(ready()))
+            return conn
+
+        env.instance = timed_instance
 
         async def one(i: int) -> dict:
             async with sem:
@@ -101,165 +154,190 @@ async def trajkit_run(rows, base_url: str, n: int, concurrency: int) -> tuple[fl
         t0 = time.perf_counter()
         out = await asyncio.gather(*(one(i) for i in range(n)))
         elapsed = time.perf_counter() - t0
+        await asyncio.gather(*watchers, return_exceptions=True)
+    sampler.cancel()
     await backend.aclose()
-    bad = [r for r in out if r["status"] != "completed" or r["num_tool_calls"] != len(PLAN)]
+    bad = [r for r in out if r["status"] != "completed" or r["num_tool_calls"] != 3]
     if bad:
         raise SystemExit(f"{len(bad)} trajectories did not complete: {bad[0]['reason']}")
-    return elapsed, n
+    leaks = sum(_leaked(r, i) for i, r in enumerate(out))
+    waits.sort()
+    return {
+        "elapsed": elapsed,
+        "p50": waits[len(waits) // 2],
+        "p99": waits[min(len(waits) - 1, int(len(waits) * 0.99))],
+        "peak_mb": peak.mb,
+        "leaks": leaks,
+    }
 
 
-async def model_only_run(rows, base_url: str, n: int, concurrency: int) -> tuple[float, int]:
-    """The same model turns through the same backend with tool results faked: the backend's own ceiling."""
+def _leaked(row: dict, i: int) -> bool:
+    """Whether the trajectory saw another's marker, or lost its own."""
+    tools = [m["content"] for m in row["messages"] if m["role"] == "tool"]
+    return json.loads(tools[1]) != [f"m{i}"] or tools[2] != "1"
+
+
+async def model_only_run(rows, base_url: str, n: int, concurrency: int) -> tuple[float, float]:
+    """The same model turns through the same backend with tool results faked; (seconds, client CPU-s)."""
     from trajkit.envs.agent import schema_message
     from trajkit.envs.tools import tool_schemas
 
-    spec = ModelSpec(model="scripted", backend="openai", base_url=base_url, cache=False, max_concurrency=concurrency)
-    backend = make_backend(spec)
+    backend = backend_for(base_url, concurrency)
     tools = tool_schemas(rows)
     sem = asyncio.Semaphore(concurrency)
 
     async def one(i: int) -> None:
         async with sem:
-            messages = [{"role": "user", "content": task(i, [])["question"]}]
+            messages = [schema_message({"role": "user", "content": task(i, [])["question"]})]
             for _ in range(TURNS):
                 c = (await backend.generate(messages, tools, SamplingParams(max_tokens=64)))[0]
                 messages.append(schema_message(c.message()))
                 messages.extend(
-                    {"role": "tool", "content": "1", "tool_call_id": t.id, "name": t.name} for t in c.tool_calls
+                    schema_message({"role": "tool", "content": '["x"]', "tool_call_id": t.id, "name": t.name})
+                    for t in c.tool_calls
                 )
 
-    t0 = time.perf_counter()
+    cpu0, t0 = time.process_time(), time.perf_counter()
     await asyncio.gather(*(one(i) for i in range(n)))
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     await backend.aclose()
-    return elapsed, n
+    return elapsed, cpu
 
 
-# ---------------------------------------------------------------- the peer: a plain sequential loop
-async def sequential_run(rows, base_url: str, n: int) -> tuple[float, int]:
-    """One trajectory at a time, with the bare mcp client and httpx: no trajkit."""
-    import contextlib
-
-    import httpx
-    from mcp import ClientSession, StdioServerParameters
-    from mcp.client.stdio import stdio_client
-
-    tools, owner = [], {}
-    for row in rows:
-        for t in row["tools"]:
-            tools.append(
-                {
-                    "type": "function",
-                    "function": {
-                        "name": t["name"],
-                        "description": t["description"],
-                        "parameters": json.loads(t["input_schema"]),
-                    },
-                }
-            )
-            owner[t["name"]] = row["name"]
-    async with contextlib.AsyncExitStack() as stack:
-        sessions = {}
-        for name, cfg in SERVERS.items():
-            params = StdioServerParameters(
-                command=resolve_command(cfg.command), args=cfg.args, env=child_environment(cfg)
-            )
-            read, write = await stack.enter_async_context(stdio_client(params))
-            sessions[name] = await stack.enter_async_context(ClientSession(read, write))
-            await sessions[name].initialize()
-        client = await stack.enter_async_context(httpx.AsyncClient(base_url=base_url + "/", timeout=60))
-        t0 = time.perf_counter()
-        for i in range(n):
-            messages = [{"role": "user", "content": task(i, [])["question"]}]
-            while True:
-                body = {"model": "scripted", "messages": messages, "tools": tools, "max_tokens": 64}
-                msg = (await client.post("chat/completions", json=body)).json()["choices"][0]["message"]
-                messages.append(msg)
-                if not msg.get("tool_calls"):
-                    break
-                for call in msg["tool_calls"]:
-                    fn = call["function"]
-                    result = await sessions[owner[fn["name"]]].call_tool(fn["name"], json.loads(fn["arguments"]))
-                    text = "\n".join(c.text for c in result.content if c.type == "text")
-                    messages.append({"role": "tool", "tool_call_id": call["id"], "content": text})
-        return time.perf_counter() - t0, n
+# ---------------------------------------------------------------- instance starts: spawn vs fork server
+def _handshake(write_fd: int, read_file) -> None:
+    os.write(write_fd, (json.dumps(INIT) + "\n").encode())
+    line = read_file.readline()
+    if b'"result"' not in line:
+        raise SystemExit(f"server did not answer initialize: {line[:200]!r}")
 
 
-# ---------------------------------------------------------------- call_tool round trips
-async def bare_calls(calls: int, in_flight: int) -> float:
-    from mcp import ClientSession, StdioServerParameters
-    from mcp.client.stdio import stdio_client
-
-    cfg = SERVERS["calculator"]
-    params = StdioServerParameters(command=cfg.command, args=cfg.args)
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-        await session.call_tool("add", {"a": 1, "b": 2})
-        return await _timed(lambda i: session.call_tool("add", {"a": i, "b": 1}), calls, in_flight)
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
-async def trajkit_calls(rows, calls: int, in_flight: int) -> float:
-    calc = [r for r in rows if r["name"] == "calculator"]
-    env = ToolEnv(calc, config=SERVERS, pool_size=1, max_concurrency_per_server=in_flight)
-    async with env, env.episode() as ep:
-        await ep.call("calculator", "add", {"a": 1, "b": 2})
-        return await _timed(lambda i: ep.call("calculator", "add", {"a": i, "b": 1}), calls, in_flight)
+def spawn_starts(n: int, contained: bool) -> tuple[float, float]:
+    """(CPU-s per start, seconds per start) of n sequential starts spawned as trajkit does (or bare)."""
+    argv = [KV.command, *KV.args]
+    if contained:
+        argv = [sys.executable, *contain.wrap("kv", KV, KV.command, list(KV.args))]
+    cpu0, t0 = _children_cpu(), time.perf_counter()
+    for _ in range(n):
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_environment(KV))
+        _handshake(proc.stdin.fileno(), proc.stdout)
+        proc.stdin.close()
+        proc.wait()
+        proc.stdout.close()
+    return (_children_cpu() - cpu0) / n, (time.perf_counter() - t0) / n
 
 
-async def _timed(make_call, calls: int, in_flight: int) -> float:
-    sem = asyncio.Semaphore(in_flight)
+ZYGOTE = """
+import json, os, socket, sys, resource
+from trajkit.envs import contain
+from trajkit.envs.servers import kv
+spec = json.loads(sys.argv[1])
+sock = socket.socket(fileno=int(sys.argv[2]))
+while True:
+    msg, fds, _, _ = socket.recv_fds(sock, 16, 2)
+    if not fds:
+        break
+    if os.fork() == 0:
+        sock.close()
+        os.dup2(fds[0], 0)
+        os.dup2(fds[1], 1)
+        os.closerange(3, 1024)
+        os._exit(contain.run(spec, kv.server.run))
+    for fd in fds:
+        os.close(fd)
+    sock.send(b"k")
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        break
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+sock.send(json.dumps(r.ru_utime + r.ru_stime).encode())
+"""
 
-    async def one(i: int) -> None:
-        async with sem:
-            await make_call(i)
 
+def fork_starts(n: int) -> tuple[float, float]:
+    """(CPU-s per start, seconds per start) of n sequential contained starts forked from a zygote that
+    imported the kv server once (the zygote's own import is not counted: it is paid once)."""
+    spec = json.loads(contain.wrap("kv", KV, KV.command, list(KV.args))[3])
+    ours, theirs = socket.socketpair()
+    zygote = subprocess.Popen(
+        [sys.executable, "-c", ZYGOTE, json.dumps(spec), str(theirs.fileno())],
+        pass_fds=[theirs.fileno()],
+        env=dict(child_environment(KV), PYTHONPATH=str(Path(__file__).resolve().parent.parent)),
+    )
+    theirs.close()
     t0 = time.perf_counter()
-    await asyncio.gather(*(one(i) for i in range(calls)))
-    return calls / (time.perf_counter() - t0)
+    for _ in range(n):
+        server_in, to_server = os.pipe()
+        from_server, server_out = os.pipe()
+        socket.send_fds(ours, [b"s"], [server_in, server_out])
+        os.close(server_in)
+        os.close(server_out)
+        ours.recv(1)
+        with os.fdopen(to_server, "wb", buffering=0) as w, os.fdopen(from_server, "rb") as r:
+            _handshake(w.fileno(), r)
+    seconds = (time.perf_counter() - t0) / n
+    socket.send_fds(ours, [b"q"], [])
+    ours.shutdown(socket.SHUT_WR)
+    cpu = json.loads(ours.recv(64))
+    zygote.wait()
+    return cpu / n, seconds
 
 
 # ---------------------------------------------------------------- report
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--trajectories", type=int, default=500)
-    ap.add_argument("--serial-trajectories", type=int, default=50)
+    ap.add_argument("--full", action="store_true", help="the issue's run: 1,000 trajectories at 16, 64 and 256")
+    ap.add_argument("--trajectories", type=int, default=None, help="default: 48 (1,000 with --full)")
+    ap.add_argument("--concurrency", type=int, nargs="+", default=None, help="default: 16 (16 64 256 with --full)")
     ap.add_argument("--delay", type=float, default=0.2)
-    ap.add_argument("--calls", type=int, default=2000)
-    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    ap.add_argument("--starts", type=int, default=5, help="sequential starts per way of starting")
     args = ap.parse_args()
+    n = args.trajectories or (1000 if args.full else 48)
+    levels = args.concurrency or ([16, 64, 256] if args.full else [16])
 
-    rows = asyncio.run(discover(SERVERS, startup_timeout_s=120))
-    failed = [r for r in rows if r["status"] != "ok"]
-    if failed:
-        raise SystemExit(f"server {failed[0]['name']} failed: {failed[0]['reason']}")
+    rows = asyncio.run(discover({"kv": KV}, startup_timeout_s=120))
+    if rows[0]["status"] != "ok":
+        raise SystemExit(f"kv failed: {rows[0]['reason']}")
     proc, base_url = start_model_server(args.delay)
+    cpu_per_call = []
     try:
-        print(f"{TURNS} model turns and {len(PLAN)} tool calls per trajectory, model delay {args.delay * 1000:.0f} ms")
-        print(f"{'loop':<22}{'conc':>5}{'trajs':>7}{'seconds':>9}{'traj/s':>9}{'bound s':>9}{'x bound':>9}")
-        results = []
-        for c in args.concurrency:
-            n = args.serial_trajectories if c == 1 else args.trajectories
-            elapsed, n = asyncio.run(trajkit_run(rows, base_url, n, c))
-            results.append(("trajkit run_episode", c, n, elapsed))
-            elapsed, n = asyncio.run(model_only_run(rows, base_url, n, c))
-            results.append(("  model calls only", c, n, elapsed))
-        elapsed, n = asyncio.run(sequential_run(rows, base_url, args.serial_trajectories))
-        results.append(("sequential (bare mcp)", 1, n, elapsed))
-        for label, c, n, elapsed in results:
+        print(f"{n} trajectories x {TURNS} model turns (3 kv calls on a fresh contained instance each),")
+        print(f"model delay {args.delay * 1000:.0f} ms, {os.cpu_count()} cores")
+        head = f"{'loop':<18}{'conc':>5}{'seconds':>9}{'x bound':>9}{'x model':>9}"
+        print(head + f"{'start p50':>11}{'start p99':>11}{'peak MiB':>10}{'leaks':>7}")
+        for c in levels:
             bound = n * TURNS * args.delay / c
-            print(f"{label:<22}{c:>5}{n:>7}{elapsed:>9.2f}{n / elapsed:>9.2f}{bound:>9.2f}{elapsed / bound:>9.2f}")
+            model_s, model_cpu = asyncio.run(model_only_run(rows, base_url, n, c))
+            cpu_per_call.append((c, model_cpu / (n * TURNS)))
+            print(f"{'model calls only':<18}{c:>5}{model_s:>9.2f}{model_s / bound:>9.2f}{1:>9.2f}")
+            for label, warm in (("warm pool", c), ("no warm pool", 0)):
+                r = asyncio.run(trajkit_run(rows, base_url, n, c, warm))
+                print(
+                    f"{label:<18}{c:>5}{r['elapsed']:>9.2f}{r['elapsed'] / bound:>9.2f}{r['elapsed'] / model_s:>9.2f}"
+                    f"{r['p50'] * 1000:>9.0f}ms{r['p99'] * 1000:>9.0f}ms{r['peak_mb']:>10.0f}{r['leaks']:>7}"
+                )
     finally:
         proc.terminate()
 
-    print(f"\ncall_tool round trips per second, calculator server, {args.calls} calls, best of 3 alternating runs")
-    print(f"{'in flight':>9}{'bare mcp':>11}{'trajkit':>11}{'overhead':>10}")
-    for in_flight in (1, 16):
-        bare, ours = [], []
-        for _ in range(3):
-            bare.append(asyncio.run(bare_calls(args.calls, in_flight)))
-            ours.append(asyncio.run(trajkit_calls(rows, args.calls, in_flight)))
-        b, t = max(bare), max(ours)
-        print(f"{in_flight:>9}{b:>11.0f}{t:>11.0f}{(b / t - 1) * 100:>9.1f}%")
+    print(f"\ninstance start (kv server, to its initialize answer), {args.starts} sequential starts each")
+    print(f"{'way':<34}{'CPU-s/start':>12}{'s/start':>9}{'starts/s on all cores':>23}")
+    for label, (cpu, secs) in (
+        ("spawn, contained (trajkit)", spawn_starts(args.starts, contained=True)),
+        ("spawn, bare", spawn_starts(args.starts, contained=False)),
+        ("fork server, contained", fork_starts(args.starts)),
+    ):
+        print(f"{label:<34}{cpu:>12.3f}{secs:>9.3f}{os.cpu_count() / cpu:>23.1f}")
+
+    print("\nclient CPU per model call on the HTTP path (model calls only loop, this process)")
+    for c, cpu in cpu_per_call:
+        print(f"  concurrency {c:>4}: {cpu * 1000:.2f} ms")
 
 
 if __name__ == "__main__":

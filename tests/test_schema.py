@@ -49,7 +49,15 @@ def test_canonical_columns_and_enums():
     ):
         assert col in traj.names
     msg = traj.field("messages").type.value_type
-    assert [f.name for f in msg] == ["role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name"]
+    assert [f.name for f in msg] == [
+        "role",
+        "content",
+        "reasoning_content",
+        "tool_calls",
+        "tool_call_id",
+        "name",
+        "parts",
+    ]
     assert [f.name for f in msg.field("tool_calls").type.value_type] == ["id", "name", "arguments"]
     assert S.TRAJ_STATUS == ("completed", "truncated", "failed", "aborted")
     assert S.VERDICTS == ("pass", "fail", "timeout", "memory", "error")

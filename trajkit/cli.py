@@ -42,12 +42,25 @@ def _options(
             "(each missing one is logged). Without it, a missing protection stops the start.",
         ),
     ] = False,
+    keep_env_state: Annotated[
+        Path | None,
+        typer.Option(
+            "--keep-env-state",
+            help="Keep what each trajectory's MCP server instances wrote (their copy-on-write layers) in a "
+            "subfolder of this folder, for inspection; without it those writes vanish with the trajectory.",
+        ),
+    ] = None,
 ) -> None:
     """Post-training data for tool-using LLM agents."""
     if allow_weaker_sandbox:
         from trajkit.verify.isolation import ALLOW_WEAKER_ENV
 
         os.environ[ALLOW_WEAKER_ENV] = "1"
+    if keep_env_state is not None:
+        from trajkit.envs.contain import ENV_KEEP
+
+        keep_env_state.mkdir(parents=True, exist_ok=True)
+        os.environ[ENV_KEEP] = str(keep_env_state.resolve())
 
 
 app.add_typer(synth_app, name="synth", help="Harvest MCP servers, synthesize tasks, roll out, judge, extend.")

@@ -171,15 +171,18 @@ class Redactor:
 
     @classmethod
     def for_stage(cls, cfg: Any, environ: Mapping[str, str] | None = None) -> Redactor:
-        """The environment's secret-named variables plus the env and header values of the servers
-        file a stage config names (``servers_config``, or ``servers`` when it is a path)."""
+        """The environment's secret-named variables, the ``inputs`` a stage config gives (VS Code's
+        ``${input:ID}``), and the env and header values of the servers file it names (``servers_config``,
+        or ``servers`` when it is a path)."""
         from trajkit.envs.config import load_servers_config
 
         values = environment_secrets(environ)
+        inputs = {k: v.get_secret_value() for k, v in (getattr(cfg, "inputs", None) or {}).items()}  # ${input:ID}
+        values.update({f"input.{k}": v for k, v in inputs.items() if worth_redacting(v, True)})
         for field in ("servers_config", "servers"):
             path = getattr(cfg, field, None)
             if isinstance(path, str) and Path(path).is_file():
-                values.update(config_secrets(load_servers_config(path), environ))
+                values.update(config_secrets(load_servers_config(path, inputs), environ))
         return cls(values)
 
     def text(self, text: str) -> str:

@@ -19,6 +19,7 @@ TABLE_KEY = b"trajkit.table"
 
 # ---------------------------------------------------------------- enums
 SERVER_STATUS = ("ok", "failed")
+SERVER_STATES = ("stateless", "stateful")
 TRANSPORTS = ("stdio", "http")
 SYNTH_MODES = ("single_tool", "multi_tool", "multi_server")  # how synth tasks make a task (Toucan)
 TASK_MODES = (*SYNTH_MODES, "imported")
@@ -53,6 +54,7 @@ REASON_CODES = (
 ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
     ("servers", "status"): SERVER_STATUS,
     ("servers", "transport"): TRANSPORTS,
+    ("servers", "state"): SERVER_STATES,
     ("tasks", "mode"): TASK_MODES,
     ("tasks", "vs_method"): VS_METHODS,
     ("trajectories", "status"): TRAJ_STATUS,
@@ -74,6 +76,14 @@ TOOL_CALL = pa.struct(
         pa.field("arguments", pa.string()),  # JSON text, as in the OpenAI format
     ]
 )
+MEDIA_PART = pa.struct(
+    [
+        pa.field("type", pa.string()),  # image | audio
+        pa.field("mime_type", pa.string()),
+        pa.field("data", pa.string()),  # base64; null when over the size cap (envs.session.MAX_MEDIA_BYTES)
+        pa.field("size", pa.int64()),  # bytes
+    ]
+)
 MESSAGE = pa.struct(
     [
         pa.field("role", pa.string()),
@@ -82,6 +92,7 @@ MESSAGE = pa.struct(
         pa.field("tool_calls", pa.list_(TOOL_CALL)),
         pa.field("tool_call_id", pa.string()),
         pa.field("name", pa.string()),
+        pa.field("parts", pa.list_(MEDIA_PART)),  # a tool result's image/audio content
     ]
 )
 TOOL = pa.struct(
@@ -91,6 +102,30 @@ TOOL = pa.struct(
         pa.field("description", pa.string()),
         pa.field("input_schema", pa.string()),  # JSON Schema as JSON text
         pa.field("annotations", pa.string()),  # JSON text or null
+        pa.field("title", pa.string()),
+        pa.field("output_schema", pa.string()),  # JSON Schema of structured output as JSON text, or null
+    ]
+)
+RESOURCE = pa.struct(
+    [
+        pa.field("uri", pa.string()),  # a URI template for resource_templates
+        pa.field("name", pa.string()),
+        pa.field("title", pa.string()),
+        pa.field("description", pa.string()),
+        pa.field("mime_type", pa.string()),
+        pa.field("size", pa.int64()),
+        pa.field("annotations", pa.string()),  # JSON text or null
+    ]
+)
+PROMPT_ARGUMENT = pa.struct(
+    [pa.field("name", pa.string()), pa.field("description", pa.string()), pa.field("required", pa.bool_())]
+)
+PROMPT = pa.struct(
+    [
+        pa.field("name", pa.string()),
+        pa.field("title", pa.string()),
+        pa.field("description", pa.string()),
+        pa.field("arguments", pa.list_(PROMPT_ARGUMENT)),
     ]
 )
 VERIFIER = pa.struct([pa.field("kind", pa.string()), pa.field("spec", pa.string())])
@@ -149,6 +184,11 @@ SERVERS = Table(
             pa.field("server_info", SERVER_INFO),
             pa.field("tools", pa.list_(TOOL)),
             pa.field("num_tools", pa.int32()),
+            pa.field("resources", pa.list_(RESOURCE)),
+            pa.field("resource_templates", pa.list_(RESOURCE)),
+            pa.field("prompts", pa.list_(PROMPT)),
+            pa.field("state", pa.string()),  # stateless | stateful (the config's state:, else inferred)
+            pa.field("notes", pa.list_(pa.string())),  # warnings about the server, e.g. a stateful HTTP server
             _req("status", pa.string()),
             pa.field("reason", pa.string()),
         ]

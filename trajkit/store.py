@@ -420,7 +420,7 @@ class Store:
         tbl = S.table(name)
         groups = self._by_stage(paths)
         if tbl.base is None or len(groups) == 1:
-            return f"SELECT *{_absent_columns(tbl, paths)} FROM read_parquet([{_files(paths)}], union_by_name = true)"
+            return f"SELECT *{absent_columns(name, paths)} FROM read_parquet([{_files(paths)}], union_by_name = true)"
         parts = " UNION ALL BY NAME ".join(
             f"SELECT *, {i} AS _order FROM read_parquet([{_files(group)}])" for i, group in enumerate(groups)
         )
@@ -485,8 +485,10 @@ def _view_sql(tbl: S.Table, present: dict[str, list[Path]]) -> str:
     return f"SELECT {', '.join(cols)} FROM {source} {' '.join(joins)}"
 
 
-def _absent_columns(tbl: S.Table, paths: list[Path]) -> str:
-    """Typed NULLs for the ``added`` columns no shard has (a run written before they were added)."""
+def absent_columns(table: str, paths: list[Path]) -> str:
+    """``, CAST(NULL AS type) AS column`` for each of a table's ``added`` columns that none of these shards
+    has (a run written before it was added), to follow ``SELECT *`` over them."""
+    tbl = S.table(table)
     if not tbl.added:
         return ""
     have = {n for p in paths for n in pq.read_schema(p).names}

@@ -31,6 +31,11 @@ def test_curriculum_bench_runs_every_stage_at_equal_completions(tmp_path, monkey
         for r in refs
     )
 
+    # --ref-noise: a share of the answers one off, chosen by task hash
+    noisy = [curriculum.noisy("579", t["task_id"], 0.5) for t in tasks]
+    assert {int(a) - 579 for a in noisy} <= {-10, -1, 0, 1, 10} and 0 < noisy.count("579") < len(tasks)
+    assert all(curriculum.noisy("579", t["task_id"], 0.0) == "579" for t in tasks)
+
     # pass@8 tags on every task; the curriculum gives the hard stage twice the generations per prompt
     assert sum(result["tags"].values()) == len(tasks)
     rollouts = {r["stage"]: r["rollouts_per_prompt"] for r in store.rows("curriculum")}

@@ -8,8 +8,14 @@ import json
 import os
 import sys
 
+from tests.envs.test_leaks import children, open_fds
+from tests.fixtures.envs import RAW_SERVER
+from trajkit.cli import _options
+from trajkit.envs import contain
 from trajkit.envs.config import ServerConfig
 from trajkit.envs.contain import writable_paths
+from trajkit.envs.discovery import discover
+from trajkit.envs.env import ToolEnv
 from trajkit.envs.session import Connection
 
 FILEKV = os.path.join(os.path.dirname(__file__), "servers", "filekv.py")
@@ -68,3 +74,85 @@ def _cmd(pid: int) -> str:
             return f.read().replace(b"\0", b" ").decode().strip()
     except OSError:
         return ""
+
+
+def _leftovers() -> set[str]:
+    """Memory cgroups of contained instances whose launcher is gone (other runs' live ones aside)."""
+    with open("/proc/self/cgroup") as f:
+        own = next((line.split(":")[2].strip() for line in f if ":memory:" in line), None)
+    parent = f"/sys/fs/cgroup/memory{own}" if own is not None else ""
+    found = os.listdir(parent) if os.path.isdir(parent) else []
+    return {e for e in found if e.endswith("-env-0") and not os.path.exists(f"/proc/{e.split('-')[1]}")}
+
+
+async def test_warm_pool_hands_each_trajectory_a_fresh_started_instance_and_reads_its_end_state():
+    config = {"own": ServerConfig(command=sys.executable, args=[str(RAW_SERVER), "--no-readonly"])}
+    rows = await discover(config)
+    async with ToolEnv(rows, config=config, warm=2) as env:
+        used, seen = [], []
+        for i in range(4):
+            if i:  # the pool was topped up while the last trajectory ran: its instances are up by now
+                await asyncio.gather(*(c.open() for c in env.warm_pools["own"].ready))
+            async with env.episode() as ep:
+                conn = ep.fresh["own"]
+                assert (conn.session is not None) == (i > 0)  # only the first trajectory waited for a start
+                used.append(conn)
+                await ep.call("own", "count", {})
+                seen.append((await ep.call("own", "count", {})).text)  # end state, read on its own instance
+            assert conn.dead == "closed"  # torn down with its trajectory
+        assert len({id(c) for c in used}) == 4 and seen == ["2"] * 4  # never used before, never handed out again
+        assert len(env.warm_pools["own"].ready) == 2
+
+
+async def test_stateless_servers_see_the_filesystem_read_only(tmp_path):
+    state = tmp_path / "state.json"
+    state.write_text("{}")
+    cfg = ServerConfig(command=sys.executable, args=[FILEKV], env={"STATE_FILE": str(state)})
+    rows = await discover({"filekv": cfg})
+    async with ToolEnv(rows, config={"filekv": cfg}, stateless={"filekv": True}, pool_size=1) as env:
+        async with env.episode() as ep:
+            assert (await ep.call("filekv", "put", {"key": "k", "value": "v"})).is_error
+            assert (await ep.call("filekv", "fill", {"mb": 1})).text == "error: Read-only file system"
+        async with env.episode() as ep:
+            assert (await ep.call("filekv", "dump", {})).text == "{}"  # nothing carried to the next trajectory
+    assert state.read_text() == "{}"
+
+
+async def test_memory_is_capped_and_keep_env_state_keeps_the_writes(monkeypatch, tmp_path):
+    monkeypatch.setattr(contain, "MEMORY_MB", 300)
+    monkeypatch.setenv(contain.ENV_KEEP, "")  # restored after the test; the flag sets it
+    _options(allow_weaker_sandbox=False, keep_env_state=tmp_path / "kept")
+    state = tmp_path / "data" / "state.json"
+    state.parent.mkdir()
+    conn = Connection("filekv", ServerConfig(command=sys.executable, args=[FILEKV], env={"STATE_FILE": str(state)}))
+    try:
+        assert (await conn.call("hog", {"mb": 50})).text == "allocated"
+        assert (await conn.call("hog", {"mb": 600})).text.startswith("failed")
+        assert (await conn.call("put", {"key": "k", "value": "v"})).text == "ok"
+    finally:
+        await conn.aclose()
+    assert not state.exists()
+    kept = list((tmp_path / "kept").glob("filekv-*/*/upper/**/state.json"))
+    assert [json.loads(p.read_text()) for p in kept] == [{"k": "v"}]
+
+
+async def test_hundreds_of_contained_sessions_leave_no_process_fd_or_mount_behind():
+    config = {"fresh": ServerConfig(command=sys.executable, args=[str(RAW_SERVER), "--no-readonly"])}
+    rows = await discover(config)
+    before, leftovers = children(), _leftovers()
+
+    async def run(n: int) -> None:
+        async with ToolEnv(rows, config=config, max_processes=8, warm=4) as env:
+
+            async def one(i: int) -> None:
+                async with env.episode() as ep:
+                    assert (await ep.call("fresh", "count", {})).text == "1"  # a never-used instance
+
+            await asyncio.gather(*(one(i) for i in range(n)))
+
+    await run(4)  # warm up the loop's own descriptors (selector, thread pool)
+    fds = open_fds()
+    await run(200)
+    assert children() <= before
+    assert open_fds() <= fds
+    assert _leftovers() <= leftovers

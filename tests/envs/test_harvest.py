@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -17,7 +18,7 @@ from tests.fixtures.envs import RAW_SERVER
 from trajkit import schema as S
 from trajkit.cli import app
 from trajkit.envs.config import ServerConfig
-from trajkit.envs.discovery import discover
+from trajkit.envs.discovery import STATEFUL_HTTP, discover
 from trajkit.envs.env import ToolEnv
 from trajkit.errors import UserError
 from trajkit.store import Store
@@ -187,3 +188,69 @@ async def test_tool_calls_over_streamable_http(http_calculator):
             outs = await asyncio.gather(*(ep.call("calc", "multiply", {"a": i, "b": 3}) for i in range(5)))
             assert [o.text for o in outs] == ["0", "3", "6", "9", "12"]
             assert (await ep.call("calc", "evaluate", {"expression": "2 ** 8"})).text == "256"
+
+
+GALLERY = Path(__file__).parent / "servers" / "gallery.py"
+
+
+def test_harvest_keeps_everything_a_server_declares(tmp_path, run_dir, http_calculator, monkeypatch):
+    """A VS Code mcp.json: tool titles and output schemas, resources, templates, prompts, state; a stateful
+    HTTP server is noted; ${input:} comes from --set, and without a value the file is refused."""
+    config = {
+        "inputs": [{"type": "promptString", "id": "gallery-mode", "description": "Gallery mode"}],
+        "servers": {
+            "gallery": {
+                "type": "stdio",
+                "command": "python",
+                "args": [str(GALLERY)],
+                "env": {"M": "${input:gallery-mode}"},
+            },
+            "remote": {"type": "http", "url": http_calculator, "state": "stateful"},
+        },
+    }
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps(config))
+    monkeypatch.delenv("GALLERY_MODE", raising=False)
+    refused = CliRunner().invoke(app, ["synth", "harvest", "-s", str(path), "-r", str(run_dir)])
+    assert isinstance(refused.exception, UserError) and "${input:gallery-mode} (Gallery mode) has no value" in str(
+        refused.exception
+    )
+    args = ["synth", "harvest", "-s", str(path), "-r", str(run_dir), "--set", "inputs.gallery-mode=quiet"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    store = Store(run_dir)
+    assert "quiet" not in json.dumps(store.manifest("harvest"))  # a --set input is a secret
+    rows = {r["name"]: r for r in store.rows("servers")}
+    gallery, remote = rows["gallery"], rows["remote"]
+    assert gallery["status"] == "ok" and gallery["state"] == "stateful" and not gallery["notes"]
+    area = next(t for t in gallery["tools"] if t["name"] == "area")
+    assert area["title"] == "Shape area"
+    assert json.loads(area["output_schema"])["required"] == ["shape", "area"]
+    assert json.loads(area["annotations"]) == {"readOnlyHint": True}
+    assert gallery["resources"] == [
+        {
+            "uri": "notes://readme",
+            "name": "readme",
+            "title": "Read me",
+            "description": "How to use the gallery",
+            "mime_type": "text/plain",
+            "size": None,
+            "annotations": None,
+        }
+    ]
+    assert [(t["uri"], t["name"]) for t in gallery["resource_templates"]] == [("notes://{topic}", "note")]
+    assert gallery["prompts"] == [
+        {
+            "name": "summarize",
+            "title": "Summarize",
+            "description": "Summarize a note",
+            "arguments": [
+                {"name": "topic", "description": None, "required": True},
+                {"name": "style", "description": None, "required": False},
+            ],
+        }
+    ]
+    # the calculator's tools are all read-only, but the config says stateful: flagged, as trajkit cannot contain it
+    assert remote["state"] == "stateful" and remote["notes"] == [STATEFUL_HTTP]
+    assert remote["resources"] == remote["prompts"] == []  # the capability declared, nothing listed
+    assert STATEFUL_HTTP[:40] in result.output

@@ -49,7 +49,7 @@ async def test_a_missing_variable_is_the_users_error_not_a_server_fault(raw_serv
 async def test_tools_list_follows_pages(raw_server):
     conn = Connection("raw", raw_server("--pages", "4"))
     try:
-        tools = await conn.list_tools()
+        tools = await conn.list_all()
     finally:
         await conn.aclose()
     assert [t.name for t in tools][:3] == ["echo", "sleep", "big"] and len(tools) == 11

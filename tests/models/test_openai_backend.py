@@ -213,6 +213,23 @@ def test_concurrency_is_bounded():
     assert all(c[0].text == "ok" for c in out)
 
 
+def test_requests_spread_over_small_connection_pools_all_in_flight_at_once():
+    with ScriptedServer(lambda m, t, b: "ok", delay_s=0.3) as server:
+        spec = spec_for(server, max_concurrency=20)
+
+        async def many():
+            backend = make_backend(spec)
+            out = await asyncio.gather(*(backend.generate([{"role": "user", "content": str(i)}]) for i in range(20)))
+            pools = [len(c._transport._pool.connections) for c in backend._endpoints[0].clients]
+            await backend.aclose()
+            return out, pools
+
+        out, pools = run(many())
+        assert server.max_in_flight == 20  # the shards together still carry max_concurrency requests at once
+    assert pools == [7, 7, 6]  # 3 httpx clients of at most 8 connections: each scans a short pool per request
+    assert all(c[0].text == "ok" for c in out)
+
+
 def test_requests_per_minute_paces_the_calls():
     with ScriptedServer(lambda m, t, b: "ok") as server:
         spec = spec_for(server, requests_per_minute=240)  # 4 per second, a bucket of 4

@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from tests.synth.brain import Brain
 from tests.synth.conftest import model, stage, with_servers
+from trajkit.envs.config import ServerConfig
+from trajkit.envs.discovery import discover
 from trajkit.errors import StageStopped, UserError
 from trajkit.models.scripted_server import Fault, ScriptedServer
 from trajkit.store import Store
@@ -152,3 +155,24 @@ def test_a_budget_cap_stops_cleanly_and_the_rerun_finishes(synth_run, tmp_path, 
     assert sorted(store.rows("tasks"), key=lambda r: r["task_id"]) == sorted(
         Store(clean).rows("tasks"), key=lambda r: r["task_id"]
     )
+
+
+def test_prompt_shows_each_tools_parameters(tmp_path):
+    """The rendered prompt lists each tool's title and description, its parameters' types, required flags,
+    enums and defaults, from a real server's harvest."""
+    gallery = Path(__file__).parent.parent / "envs" / "servers" / "gallery.py"
+    rows = asyncio.run(discover({"gallery": ServerConfig(command="python", args=[str(gallery)])}))
+    run = with_servers(tmp_path / "run", rows)
+    with ScriptedServer(Brain(garbage=0)) as server:
+        stage(run, "synth.tasks", _config(server, servers=["gallery"], method="direct", k=1, requests_per_mode=1))
+        prompt = server.chat_requests[0]["messages"][0]["content"]
+    listing = (
+        "### gallery\nShapes, pictures and notes.\n"
+        "- `area` (Shape area): Area of a square (side) or circle (radius).\n"
+        '  - `shape`: string, required, one of "square", "circle"\n'
+        "  - `size`: number, required\n"
+        '  - `unit`: string, optional, default "cm"\n'
+        "- `picture` (A picture): A tiny PNG image.\n"
+        "- `sound`: A short WAV clip.\n"
+    )
+    assert listing in prompt

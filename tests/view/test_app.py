@@ -91,6 +91,12 @@ def test_task_page_shows_all_its_trajectories_and_samples(client, run_copy):
     assert ('id="accepted">accepted<' in html) == task_ok
     samples = _sql(run_copy, f"SELECT verdict FROM samples WHERE task_id = '{row['task_id']}'")
     assert html.count("<tr><td>") >= len(samples) and "Verifier: tool_outcome" in html
+    # each trajectory's verdict column: its own (rollouts judge their rows), as the trajectories view has it
+    verdicts = {r["traj_id"]: r["verdict"] for r in _sql(run_copy, "SELECT traj_id, verdict FROM trajectories")}
+    shown = re.findall(
+        r'href="/trajectories/(\w+)" class="id">.*?</td>\s*<td>(\w*)</td><td class="n">', html, re.DOTALL
+    )
+    assert {i: v or None for i, v in shown} == {i: verdicts[i] for i in trajs}
     assert client.get("/tasks/nope").status_code == 404
 
 

@@ -187,12 +187,11 @@ class _Episode:
         outputs = await asyncio.gather(*(self._call(ep, call.name, call.arguments, routes) for call in c.tool_calls))
         self.tools_s += time.monotonic() - t0
         fault = code = None
-        for call, (text, err, err_code) in zip(c.tool_calls, outputs):
+        for call, (out, err, err_code) in zip(c.tool_calls, outputs):
             self.tools_called.append(call.name)
-            self.messages.append(
-                schema_message({"role": "tool", "content": text, "tool_call_id": call.id, "name": call.name})
-            )
-            self.context_estimate += len(text) // 4
+            message = {"role": "tool", "content": out.text, "tool_call_id": call.id, "name": call.name}
+            self.messages.append(schema_message(message | {"parts": list(out.parts) or None}))
+            self.context_estimate += len(out.text) // 4
             if err and not fault:
                 fault, code = err, err_code
         if fault:
@@ -200,8 +199,9 @@ class _Episode:
 
     async def _call(
         self, ep: Episode, name: str, arguments: str, routes: dict[str, ToolRoute]
-    ) -> tuple[str, str | None, str | None]:
-        """The tool message's text and, on a fault, the trajectory's reason and reason code."""
+    ) -> tuple[ToolOutput, str | None, str | None]:
+        """The tool's output (the message's text and media parts) and, on a fault, the trajectory's reason and
+        reason code."""
         route = routes[name]
         try:
             out: ToolOutput = await ep.call(
@@ -211,14 +211,15 @@ class _Episode:
                 self.limits.tool_timeout_s,
                 self.limits.max_tool_output_chars,
             )
-            return out.text, None, None
+            return out, None, None
         except ServerFault as e:
-            return f"Error: tool {name} failed: {e}", f"tool {name} ({route.server}) failed: {e}", fault_code(str(e))
+            text = f"Error: tool {name} failed: {e}"
+            return ToolOutput(text, True), f"tool {name} ({route.server}) failed: {e}", fault_code(str(e))
         except (StageStopped, UserError):
             raise
         except Exception as e:  # noqa: BLE001 - same: this trajectory fails, the run goes on
             why = f"tool {name} failed: {type(e).__name__}: {e}"
-            return f"Error: tool {name} failed: {type(e).__name__}", why, "tool_error"
+            return ToolOutput(f"Error: tool {name} failed: {type(e).__name__}", True), why, "tool_error"
 
     async def probe(self, ep: Episode) -> None:
         """Call the task's outcome-check probes on this episode's sessions; store their outputs in order."""

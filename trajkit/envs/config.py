@@ -1,7 +1,9 @@
-"""MCP server configuration in the ``mcpServers`` JSON format that MCP clients use.
+"""MCP server configuration as MCP clients write it.
 
-A file is either ``{"mcpServers": {NAME: ENTRY, ...}}`` or the bare mapping.
-An entry is a stdio server::
+Accepted files: Claude Desktop and Cursor ``{"mcpServers": {NAME: ENTRY}}``, VS Code's
+``mcp.json`` ``{"servers": {NAME: ENTRY}, "inputs": [...]}``, Cline's entries (its
+``autoApprove``/``alwaysAllow``/``timeout``/``transportType`` keys are accepted and not
+used: trajkit calls every tool itself), or the bare mapping. An entry is a stdio server::
 
     {"command": "uvx", "args": ["mcp-server-time==2026.10.19"], "env": {"TZ": "UTC"}, "cwd": "..."}
 
@@ -9,25 +11,41 @@ or a streamable HTTP server::
 
     {"url": "http://127.0.0.1:8000/mcp", "headers": {"Authorization": "Bearer ${API_TOKEN}"}}
 
-``${VAR}`` in ``env`` and ``headers`` values is read from the environment when
-a session starts, so secrets stay out of the file (and only env variable
-*names* ever reach a table); ``check_environment`` reads them all once before
-anything starts, so a missing variable is a user error up front. ``type`` (stdio, http, streamable-http) is
-optional, as in other clients; an entry with ``"disabled": true`` is skipped.
+``type`` (stdio, http, streamable-http) is optional. An entry with ``"disabled": true``
+is skipped with a note; a key trajkit does not know is a warning, not an error.
+
+Expansion. ``${VAR}`` in ``command``, ``args``, ``env``, ``cwd``, ``url`` and ``headers`` is
+read from the environment when a session starts (``ServerConfig.resolved``), so secrets
+stay out of the file and only variable *names* reach a table; ``check_environment`` reads
+them all once before anything starts, so a missing one is a user error up front.
+``${SESSION_DIR}`` in the same fields is a fresh folder per session (per trajectory),
+made and removed by ``trajkit.envs.session``. ``${input:ID}`` (VS Code's prompted inputs)
+is filled when the file is read, from ``inputs`` (``--set synth.harvest.inputs.ID=...``)
+or the environment variable named by the id in capitals with ``_`` for other characters
+(``api-key`` -> ``API_KEY``); one without a value refuses the file. A value filled into
+``args`` or ``url`` is stored in the ``servers`` table like any literal there: put secrets
+in ``env`` or ``headers``.
+
+State. ``state: stateless | stateful`` says whether a server keeps state between calls.
+Without it the state is inferred (``server_state``): stateless only when the server was
+harvested and every tool is annotated ``readOnlyHint: true`` and it uses no
+``${SESSION_DIR}``; anything else, unknown included, is stateful.
+
 Third-party servers run in their own environments, exactly as MCP clients run
 them: ``uvx``/``uv`` resolve next to this Python when not on PATH, and
 ``python``/``python3`` mean this interpreter (so the project's own servers,
-``python -m trajkit.envs.servers.calculator``, find trajkit). ``${SESSION_DIR}`` in
-``args`` is a fresh temporary directory per session (see ``trajkit.envs.session``).
+``python -m trajkit.envs.servers.calculator``, find trajkit).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -61,7 +79,7 @@ PASSTHROUGH = {
 
 
 class ServerConfig(BaseModel):
-    """One entry of ``mcpServers``: a stdio command or a streamable HTTP url."""
+    """One server entry: a stdio command or a streamable HTTP url (strings unexpanded, as in the file)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -74,6 +92,7 @@ class ServerConfig(BaseModel):
     type: Literal["stdio", "http", "streamable-http", "streamableHttp"] | None = None
     disabled: bool = False
     network: bool = True  # false: a contained stdio server runs without network
+    state: Literal["stateless", "stateful"] | None = None  # None: inferred at harvest (server_state)
 
     @model_validator(mode="after")
     def _one_transport(self) -> ServerConfig:
@@ -83,8 +102,10 @@ class ServerConfig(BaseModel):
             raise ValueError("'headers' and an HTTP 'type' need a 'url', not a 'command'")
         if self.url is not None and (self.args or self.env or self.cwd or self.type == "stdio"):
             raise ValueError("'args', 'env', 'cwd' and type 'stdio' need a 'command', not a 'url'")
-        if self.url is not None and not self.url.startswith(("http://", "https://")):
+        if self.url is not None and not self.url.startswith(("http://", "https://", "${")):
             raise ValueError(f"url {self.url!r} is not http(s)")
+        if self.url is not None and self.uses_session_dir:
+            raise ValueError("${SESSION_DIR} is a folder for a stdio server, not an HTTP one")
         return self
 
     @property
@@ -95,24 +116,119 @@ class ServerConfig(BaseModel):
         """The content id of a server: its name, command, args, url and env variable names."""
         return S.content_id(name, self.command, list(self.args), self.url, sorted(self.env))
 
+    def _strings(self) -> list[str]:
+        return [
+            *(x for x in (self.command, self.cwd, self.url) if x is not None),
+            *self.args,
+            *self.env.values(),
+            *self.headers.values(),
+        ]
 
-def parse_servers_config(data: Any, where: str = "servers config") -> dict[str, ServerConfig]:
-    """Validate an ``mcpServers`` mapping (already parsed JSON); all problems in one line."""
-    if isinstance(data, dict) and "mcpServers" in data:
-        data = data["mcpServers"]
+    @property
+    def uses_session_dir(self) -> bool:
+        """Whether ``${SESSION_DIR}`` appears anywhere (then each session needs its own folder)."""
+        return any(SESSION_DIR in v for v in self._strings())
+
+    def resolved(self, session_dir: str | None = None, environ: Mapping[str, str] | None = None) -> ServerConfig:
+        """This config with ``${SESSION_DIR}`` (= ``session_dir``) and every ``${VAR}`` expanded, as a session starts it."""
+        env = dict(os.environ if environ is None else environ)
+        if session_dir is not None:
+            env["SESSION_DIR"] = session_dir
+        elif self.uses_session_dir:
+            raise ValueError("this server uses ${SESSION_DIR}: resolve it with a session folder")
+
+        def x(v: str | None) -> str | None:
+            return None if v is None else expand(v, env)
+
+        return self.model_copy(
+            update={
+                "command": x(self.command),
+                "args": [x(a) for a in self.args],
+                "env": {k: x(v) for k, v in self.env.items()},
+                "cwd": x(self.cwd),
+                "url": x(self.url),
+                "headers": {k: x(v) for k, v in self.headers.items()},
+            }
+        )
+
+
+SESSION_DIR = "${SESSION_DIR}"
+IGNORED_KEYS = {"autoApprove", "alwaysAllow", "timeout", "transportType"}  # other clients' UI settings
+_INPUT = re.compile(r"\$\{input:([^}]+)\}")
+log = logging.getLogger("trajkit.envs")
+
+
+def input_variable(input_id: str) -> str:
+    """The environment variable that gives ``${input:ID}``: ``api-key`` -> ``API_KEY``."""
+    return re.sub(r"[^A-Za-z0-9]", "_", input_id).upper()
+
+
+def _fill_inputs(entry: dict[str, Any], inputs: Mapping[str, str], declared: dict[str, str]) -> dict[str, Any]:
+    """``entry`` with every ``${input:ID}`` of its strings filled; a missing value is a one-line UserError."""
+
+    def fill(value: Any) -> Any:
+        if isinstance(value, str):
+            return _INPUT.sub(lambda m: value_of(m.group(1)), value)
+        if isinstance(value, list):
+            return [fill(v) for v in value]
+        if isinstance(value, dict):
+            return {k: fill(v) for k, v in value.items()}
+        return value
+
+    def value_of(input_id: str) -> str:
+        if input_id in inputs:
+            return inputs[input_id]
+        if input_variable(input_id) in os.environ:
+            return os.environ[input_variable(input_id)]
+        what = f" ({declared[input_id]})" if declared.get(input_id) else ""
+        raise UserError(
+            f"${{input:{input_id}}}{what} has no value: set environment variable {input_variable(input_id)} "
+            f"or --set inputs.{input_id}=..."
+        )
+
+    return {k: fill(v) if k in ("command", "args", "env", "cwd", "url", "headers") else v for k, v in entry.items()}
+
+
+def parse_servers_config(
+    data: Any, where: str = "servers config", inputs: Mapping[str, str] | None = None
+) -> dict[str, ServerConfig]:
+    """Validate a servers mapping (already parsed JSON); all problems in one line.
+
+    ``inputs``: values for VS Code's ``${input:ID}`` (before the environment).
+    """
+    declared: dict[str, str] = {}
+    if isinstance(data, dict) and ("mcpServers" in data or "servers" in data):
+        for item in data.get("inputs") or []:
+            if isinstance(item, dict) and isinstance(item.get("id"), str):
+                declared[item["id"]] = str(item.get("description") or "")
+        extra = sorted(set(data) - {"mcpServers", "servers", "inputs"})
+        if extra:
+            log.warning("%s: ignoring top-level key(s) %s", where, ", ".join(extra))
+        data = data.get("mcpServers", data.get("servers"))
     if not isinstance(data, dict) or not data:
-        raise UserError(f"{where}: expected a non-empty 'mcpServers' object of name -> server")
+        raise UserError(f"{where}: expected a non-empty 'mcpServers' (or 'servers') object of name -> server")
+    known = set(ServerConfig.model_fields)
     servers, errors = {}, []
     for name, entry in data.items():
         if not isinstance(entry, dict):
             errors.append(f"{name}: expected an object")
             continue
+        unknown = sorted(set(entry) - known - IGNORED_KEYS)
+        if unknown:
+            log.warning("%s: server %r: ignoring unknown key(s) %s", where, name, ", ".join(unknown))
+        entry = {k: v for k, v in entry.items() if k in known}
+        try:
+            entry = _fill_inputs(entry, inputs or {}, declared)
+        except UserError as e:
+            raise UserError(f"{where}: server {name!r}: {e}") from None
         try:
             cfg = ServerConfig.model_validate(entry)
         except ValidationError as e:
             errors.extend(f"{name}.{'.'.join(map(str, err['loc'])) or '(entry)'}: {err['msg']}" for err in e.errors())
             continue
-        if not cfg.disabled:
+        if cfg.disabled:
+            log.warning("%s: server %r is disabled: skipped", where, name)
+        else:
             servers[name] = cfg
     if errors:
         raise UserError(f"{where}: {len(errors)} problem(s): " + "; ".join(errors))
@@ -121,8 +237,8 @@ def parse_servers_config(data: Any, where: str = "servers config") -> dict[str, 
     return servers
 
 
-def load_servers_config(path: str | Path) -> dict[str, ServerConfig]:
-    """Read an ``mcpServers`` JSON file -> {name: ServerConfig}; a bad file is a one-line UserError."""
+def load_servers_config(path: str | Path, inputs: Mapping[str, str] | None = None) -> dict[str, ServerConfig]:
+    """Read a servers JSON file -> {name: ServerConfig}; a bad file is a one-line UserError."""
     p = Path(path)
     if not p.is_file():
         raise UserError(f"servers config not found: {p}")
@@ -130,10 +246,10 @@ def load_servers_config(path: str | Path) -> dict[str, ServerConfig]:
         data = json.loads(p.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise UserError(f"{p}: not valid JSON ({e})") from None
-    return parse_servers_config(data, str(p))
+    return parse_servers_config(data, str(p), inputs)
 
 
-def expand(value: str, environ: dict[str, str] | None = None) -> str:
+def expand(value: str, environ: Mapping[str, str] | None = None) -> str:
     """Replace ``${VAR}`` with the variable's value; a missing variable is a UserError."""
     environ = os.environ if environ is None else environ
 
@@ -146,20 +262,29 @@ def expand(value: str, environ: dict[str, str] | None = None) -> str:
 
 
 def variables(cfg: ServerConfig) -> list[str]:
-    """The environment variable names a config reads: a stdio server's ``env`` keys, or the ``${VAR}``
-    names its HTTP headers use (what a ``servers`` row records; values never)."""
-    if cfg.command is not None:
-        return sorted(cfg.env)
-    return sorted({m.group(1) for v in cfg.headers.values() for m in _VAR.finditer(v)})
+    """The environment variable names a config reads (what a ``servers`` row records; values never):
+    a stdio server's ``env`` keys and every ``${VAR}`` of its strings, ``SESSION_DIR`` aside."""
+    used = {m.group(1) for v in cfg._strings() for m in _VAR.finditer(v)} - {"SESSION_DIR"}
+    return sorted(used | set(cfg.env))
 
 
 def check_environment(name: str, cfg: ServerConfig) -> None:
-    """Expand every ``${VAR}`` of a server's env and headers now: a missing one is a UserError naming the server."""
+    """Expand every ``${VAR}`` of a server's config now: a missing one is a UserError naming the server."""
     try:
-        for value in [*cfg.env.values(), *cfg.headers.values()]:
-            expand(value)
+        cfg.resolved(session_dir="")
     except UserError as e:
         raise UserError(f"server {name!r}: {e}") from None
+
+
+def server_state(cfg: ServerConfig, tools: list[dict[str, Any]] | None) -> str:
+    """``stateless`` or ``stateful``: the config's ``state``, else inferred from harvested ``tools`` records
+    (stateless only when there are tools, all annotated ``readOnlyHint: true``, and no ``${SESSION_DIR}``)."""
+    if cfg.state is not None:
+        return cfg.state
+    read_only = bool(tools) and all(
+        json.loads(t.get("annotations") or "{}").get("readOnlyHint") is True for t in tools or []
+    )
+    return "stateless" if read_only and not cfg.uses_session_dir else "stateful"
 
 
 def check_command(name: str, cfg: ServerConfig) -> None:
@@ -181,7 +306,7 @@ def resolve_command(command: str) -> str:
 
 
 def child_environment(cfg: ServerConfig) -> dict[str, str]:
-    """Extra environment for a stdio server: pass-through variables, then the entry's ``env`` (expanded).
+    """Extra environment for a stdio server (a ``resolved`` config): pass-through variables, then its ``env``.
 
     The MCP SDK adds the safe defaults (HOME, PATH, ...). A ``uv``/``uvx`` server
     gets ``UV_PYTHON`` = this interpreter unless set, so uv never downloads a Python.
@@ -189,5 +314,5 @@ def child_environment(cfg: ServerConfig) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in PASSTHROUGH or k.startswith(PASSTHROUGH_PREFIXES)}
     if Path(cfg.command or "").name in ("uv", "uvx"):
         env.setdefault("UV_PYTHON", sys.executable)
-    env.update({k: expand(v) for k, v in cfg.env.items()})
+    env.update(cfg.env)
     return env

@@ -1,16 +1,25 @@
 """Run one stdio MCP server contained for one trajectory.
 
-``python -m trajkit.envs.contain SPEC_JSON -- COMMAND ARGS...`` enters new mount and pid
-namespaces (and a network namespace when the spec says ``network: false``), makes every
-host mount read-only, and puts a copy-on-write overlay over each path the server may
-write (``spec["writable"]``: paths named in its args/env/cwd, its home, /tmp). The
-overlays' upper layers sit on a size-capped tmpfs private to the namespace, so writes
+``python -I -S trajkit/envs/contain.py SPEC_JSON -- COMMAND ARGS...`` (a plain script on the
+standard library and ``verify/isolation.py`` only, so that a start imports no packages)
+enters new mount and pid namespaces (and a network namespace when the spec says
+``network: false``), makes every host mount read-only, and puts a copy-on-write overlay
+over each path the server may write (``spec["writable"]``: paths named in its
+args/env/cwd, its home, /tmp). The overlays' upper layers sit on a size-capped tmpfs
+mounted over the namespace's own /dev/shm (nothing is made on the host), so writes
 vanish with the trajectory and no other trajectory or the host sees them; with
 ``spec["keep"]`` (a folder under the run directory) they land there instead. The server
 is pid 1's only child: when it exits or the launcher is killed, the kernel kills every
 process left in the namespace (daemons included). The launcher dies with its client
 (parent-death signal), so a client killed outright leaves no server behind, not even
-one that ignores its closed stdin.
+one that ignores its closed stdin. Memory is capped per instance
+(``spec["memory_mb"]``): by a memory cgroup holding the whole namespace where one can be made,
+else by ``RLIMIT_AS`` on the server (a cap on address space, not on use: runtimes that reserve
+large virtual ranges, such as V8 or the JVM, may then fail to start below a few GiB). With
+``spec["readonly"]`` (a stateless server shared by trajectories) the only overlays are over the
+package caches (``~/.cache``, ``~/.npm``, ``~/.local``: uvx and npx write there to start) and every other write
+but to its private /dev/shm fails, so a server wrongly declared stateless cannot carry state
+between trajectories through the user's files.
 """
 
 from __future__ import annotations
@@ -23,13 +32,22 @@ import shutil
 import signal
 import sys
 import tempfile
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from trajkit.envs.config import ServerConfig, child_environment
-from trajkit.verify import isolation as iso
+if __package__:
+    from trajkit.verify import isolation as iso
+else:  # the launcher, run as a plain script
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "verify"))
+    import isolation as iso
+if TYPE_CHECKING:
+    from trajkit.envs.config import ServerConfig
 
 ENV_OFF = "TRAJKIT_UNCONTAINED"  # "1": servers run on the host as they are (tests of the bare transport)
-ENV_KEEP = "TRAJKIT_KEEP_ENV_STATE"  # a folder: each instance's writes are kept in a subfolder of it
+ENV_KEEP = "TRAJKIT_KEEP_ENV_STATE"  # a folder (set by the CLI's --keep-env-state): each instance's writes kept there
 DISK_MB = 512
+MEMORY_MB = 2048
+LAYERS = "/dev/shm/.trajkit-layers"  # in the instance's own /dev/shm (a tmpfs of DISK_MB)
 MS_RDONLY_REMOUNT = iso.MS_REMOUNT | iso.MS_BIND | iso.MS_RDONLY
 SKIP_RO = ("/proc", "/sys", "/dev")
 
@@ -76,30 +94,42 @@ def enabled() -> bool:
     return missing is None
 
 
-def wrap(name: str, cfg: ServerConfig, command: str, args: list[str]) -> list[str]:
-    """The launcher's arguments (after ``python``) that run ``command args`` contained."""
+def _caches(home: str) -> list[str]:
+    """The package caches uvx/npx write to while starting a server: private layers even for a read-only one."""
+    return [p for p in (os.path.join(home, d) for d in (".cache", ".npm", ".local")) if os.path.isdir(p)]
+
+
+def wrap(name: str, cfg: ServerConfig, command: str, args: list[str], readonly: bool = False) -> list[str]:
+    """The launcher's arguments (after ``python``) that run ``command args`` contained; ``readonly``:
+    the server sees the whole filesystem read-only (a stateless server shared by trajectories)."""
+    from trajkit.envs.config import child_environment
+
     if shutil.which(command) is None:  # as a bare spawn would fail, before any namespace is made
         raise FileNotFoundError(f"[Errno 2] No such file or directory: {command!r}")
     env = child_environment(cfg)
     home = os.path.expanduser("~")
-    keep = os.environ.get(ENV_KEEP)
+    keep = None if readonly else os.environ.get(ENV_KEEP)
     if keep:
         keep = tempfile.mkdtemp(prefix=f"{name}-", dir=keep)
     spec = {
-        "writable": writable_paths(args, env, cfg.cwd, home),
+        "writable": _caches(home) if readonly else writable_paths(args, env, cfg.cwd, home),
         "network": cfg.network,
         "disk_mb": DISK_MB,
+        "memory_mb": MEMORY_MB,
         "keep": keep,
     }
-    return ["-m", "trajkit.envs.contain", json.dumps(spec), "--", command, *args]
+    return ["-I", "-S", os.path.abspath(__file__), json.dumps(spec), "--", command, *args]
 
 
 def _contain(spec: dict) -> None:
     """In the new mount namespace: host read-only, an overlay over each writable path."""
     iso.mount(None, "/", None, iso.MS_REC | iso.MS_PRIVATE)
-    layers = spec["keep"] or spec["scratch"]
-    if not spec["keep"]:
-        iso.mount("tmpfs", layers, "tmpfs", iso.MS_NOSUID | iso.MS_NODEV, f"size={spec['disk_mb']}m,mode=700")
+    # nothing is made on the host (nothing is left there if the launcher is killed), and no overlay covers it
+    iso.mount("tmpfs", "/dev/shm", "tmpfs", iso.MS_NOSUID | iso.MS_NODEV, f"size={spec['disk_mb']}m,mode=1777")
+    layers = LAYERS
+    os.mkdir(layers, 0o700)
+    if spec["keep"]:  # the layers land in the kept folder instead
+        iso.mount(spec["keep"], layers, None, iso.MS_BIND)
     for point, flags in iso.mounts():
         if point.startswith(SKIP_RO) or point == layers or point.startswith(layers + "/"):
             continue
@@ -117,34 +147,62 @@ def _contain(spec: dict) -> None:
 
 def main(argv: list[str]) -> int:
     iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)  # a client killed outright (SIGKILL) takes us with it
-    spec = json.loads(argv[0])
-    command = argv[argv.index("--") + 1 :]
-    spec["scratch"] = tempfile.mkdtemp(prefix="trajkit-env-", dir="/dev/shm")
+    return run(json.loads(argv[0]), argv[argv.index("--") + 1 :])
+
+
+def _cgroup(memory_mb: int) -> iso.Cgroup | None:
+    """A memory cgroup of ``memory_mb`` that this launcher joins (its children are born in it), or None."""
     try:
-        return _run(spec, command)
-    finally:
-        with contextlib.suppress(OSError):  # the layers' tmpfs is mounted there in this namespace
-            iso.umount(spec["scratch"])
-        os.rmdir(spec["scratch"])
+        cgroup = iso.Cgroup(f"trajkit-{os.getpid()}-env-0")
+    except OSError:
+        return None
+    try:
+        cgroup.limit_memory(memory_mb << 20)
+        cgroup.join()
+    except OSError:
+        cgroup.remove()
+        return None
+    return cgroup
 
 
-def _run(spec: dict, command: list[str]) -> int:
+def _leave(cgroup: iso.Cgroup) -> None:
+    """Move the launcher back to its parent cgroups (the namespace's processes stay capped)."""
+    for d in cgroup.dirs:
+        with contextlib.suppress(OSError), open(os.path.join(os.path.dirname(d), "cgroup.procs"), "w") as f:
+            f.write("0")
+
+
+def run(spec: dict, command: list[str] | Callable[[], object]) -> int:
+    """Run ``command`` (an argv to exec, or a function of this process, e.g. in a fork server's child)
+    contained as ``spec`` says, and return its exit status."""
     flags = iso.CLONE_NEWNS | iso.CLONE_NEWPID | (0 if spec.get("network", True) else iso.CLONE_NEWNET)
-    iso.unshare(flags)
-    _contain(spec)
+    cgroup = _cgroup(spec["memory_mb"]) if spec.get("memory_mb") else None
+    try:
+        iso.unshare(flags)
+        _contain(spec)
+        return _serve(spec, command, cgroup)
+    finally:
+        if cgroup is not None:
+            cgroup.remove()
+
+
+def _serve(spec: dict, command: list[str] | Callable[[], object], cgroup: iso.Cgroup | None) -> int:
     pid = os.fork()  # the child is pid 1 of the new pid namespace
     if pid == 0:
         iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)  # and us: the namespace ends with its pid 1
         os.setsid()
         iso.mount(None, "/proc", None, iso.MS_REC | iso.MS_PRIVATE)
         iso.mount("proc", "/proc", "proc", iso.MS_NOSUID | iso.MS_NODEV | iso.MS_NOEXEC)
-        if spec.get("memory_mb"):
+        if spec.get("memory_mb") and cgroup is None:
             import resource
 
             cap = spec["memory_mb"] << 20
             resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
         server = os.fork()
         if server == 0:
+            if callable(command):
+                command()
+                os._exit(0)
             try:
                 os.execvp(command[0], command)
             except OSError as e:
@@ -154,6 +212,8 @@ def _run(spec: dict, command: list[str]) -> int:
             done, status = os.wait()
             if done == server:
                 os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    if cgroup is not None:
+        _leave(cgroup)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda s, _f: os.kill(pid, signal.SIGKILL))
     _, status = os.waitpid(pid, 0)

@@ -1,4 +1,10 @@
-"""Harvest MCP servers: start each one, initialize, list its tools, and describe it as a ``servers`` row.
+"""Harvest MCP servers: start each one, initialize, list what it declares, and describe it as a ``servers`` row.
+
+What it declares: every tool (title, input and output schemas, annotations), and
+where its capabilities say so, its resources, resource templates and prompts.
+The row's ``state`` is the config's ``state:`` or the inferred one
+(``config.server_state``); a stateful HTTP server gets a note, since trajkit
+cannot contain a server it does not start (its state is shared by every trajectory).
 
 A server that will not start, hangs on ``initialize`` or ``tools/list``, or
 lists invalid tools (a missing or duplicate name, an input schema that is not
@@ -13,8 +19,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from trajkit.envs.config import ServerConfig, variables
-from trajkit.envs.session import Connection, ServerFault
+from trajkit.envs.config import ServerConfig, server_state, variables
+from trajkit.envs.session import Connection, ProtocolError, ServerFault
 
 
 def base_row(name: str, cfg: ServerConfig) -> dict[str, Any]:
@@ -31,18 +37,44 @@ def base_row(name: str, cfg: ServerConfig) -> dict[str, Any]:
     }
 
 
+STATEFUL_HTTP = "stateful HTTP server: trajkit cannot contain it, so every trajectory shares (and may change) its state"
+
+
+def _annotations(item: Any) -> str | None:
+    a = item.annotations.model_dump(by_alias=True, mode="json", exclude_none=True) if item.annotations else None
+    return json.dumps(a, sort_keys=True) if a else None
+
+
 def tool_record(server: str, tool: Any) -> dict[str, Any]:
-    """One harvested tool: name, description, input schema and annotations as JSON text."""
-    annotations = (
-        tool.annotations.model_dump(by_alias=True, mode="json", exclude_none=True) if tool.annotations else None
-    )
+    """One harvested tool: name, title, description, input and output schemas and annotations as JSON text."""
     return {
         "server": server,
         "name": tool.name,
+        "title": tool.title,
         "description": tool.description or "",
         "input_schema": json.dumps(tool.input_schema, ensure_ascii=False),
-        "annotations": json.dumps(annotations, sort_keys=True) if annotations else None,
+        "output_schema": json.dumps(tool.output_schema, ensure_ascii=False) if tool.output_schema else None,
+        "annotations": _annotations(tool),
     }
+
+
+def resource_record(res: Any) -> dict[str, Any]:
+    """One harvested resource or resource template (its ``uri`` is then the template)."""
+    return {
+        "uri": str(getattr(res, "uri", None) or res.uri_template),
+        "name": res.name,
+        "title": res.title,
+        "description": res.description,
+        "mime_type": res.mime_type,
+        "size": getattr(res, "size", None),
+        "annotations": _annotations(res),
+    }
+
+
+def prompt_record(prompt: Any) -> dict[str, Any]:
+    """One harvested prompt with its arguments."""
+    args = [{"name": a.name, "description": a.description, "required": a.required} for a in prompt.arguments or []]
+    return {"name": prompt.name, "title": prompt.title, "description": prompt.description, "arguments": args}
 
 
 def invalid_tools(tools: list[Any]) -> str | None:
@@ -66,11 +98,29 @@ def invalid_tools(tools: list[Any]) -> str | None:
     return None
 
 
+async def _optional(conn: Connection, kind: str, timeout_s: float) -> list[Any]:
+    """A listing the server's capabilities promise; a server that does not implement its method (JSON-RPC
+    "method not found", as mcp-server-sqlite for resource templates) lists nothing rather than failing."""
+    from mcp.types.jsonrpc import METHOD_NOT_FOUND
+
+    try:
+        return await conn.list_all(kind, timeout_s=timeout_s)
+    except ProtocolError as e:
+        if e.code != METHOD_NOT_FOUND:
+            raise
+        return []
+
+
 async def describe_server(
     name: str, cfg: ServerConfig, *, startup_timeout_s: float = 60.0, list_timeout_s: float = 30.0
 ) -> dict[str, Any]:
     """Start one server, initialize, list every tool (all pages), shut it down; a ``servers`` row."""
-    row = base_row(name, cfg) | {"server_info": None, "tools": None, "num_tools": None}
+    row = base_row(name, cfg) | {
+        "server_info": None,
+        "tools": None,
+        "num_tools": None,
+        "state": server_state(cfg, None),
+    }
     conn = Connection(name, cfg, startup_timeout_s=startup_timeout_s)
     try:
         await conn.open()
@@ -81,12 +131,21 @@ async def describe_server(
             "protocol_version": str(info.protocol_version),
             "instructions": info.instructions,
         }
-        tools = await conn.list_tools(timeout_s=list_timeout_s)
+        tools = await conn.list_all("tools", timeout_s=list_timeout_s)
         reason = invalid_tools(tools)
         if reason is not None:
             return row | {"status": "failed", "reason": f"invalid tools: {reason}"}
         records = [tool_record(name, t) for t in tools]
-        return row | {"tools": records, "num_tools": len(records), "status": "ok", "reason": None}
+        caps = info.capabilities
+        if caps.resources is not None:
+            for kind in ("resources", "resource_templates"):
+                row[kind] = [resource_record(r) for r in await _optional(conn, kind, list_timeout_s)]
+        if caps.prompts is not None:
+            row["prompts"] = [prompt_record(p) for p in await _optional(conn, "prompts", list_timeout_s)]
+        state = server_state(cfg, records)
+        notes = [STATEFUL_HTTP] if cfg.transport == "http" and state == "stateful" else None
+        ok = {"status": "ok", "reason": None}
+        return row | {"tools": records, "num_tools": len(records), "state": state, "notes": notes} | ok
     except ServerFault as e:
         return row | {"status": "failed", "reason": str(e)}
     except Exception as e:  # noqa: BLE001 - any other fault of this one server (a JSON-RPC error) is its row

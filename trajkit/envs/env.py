@@ -4,7 +4,16 @@ A stateful server gets one fresh process per trajectory (a clean state, no
 residue between trajectories); a stateless one is shared through a bounded
 pool. A server is stateless when every tool it lists is annotated
 ``readOnlyHint: true`` (the MCP way of saying a tool does not modify its
-environment), unless ``stateless={name: bool}`` says otherwise. Bounds:
+environment), unless the server's config says ``state: stateless|stateful`` or
+``stateless={name: bool}`` says otherwise. A stateless server's shared processes see
+the filesystem read-only (contained), so one that is not in fact stateless fails its
+writes instead of carrying state from one trajectory to the next.
+
+Start-up is kept off the critical path by a warm pool (``warm``): per stateful stdio
+server, ``warm`` fresh instances are started ahead of demand; a trajectory takes a
+never-used one (an initialized one first) and a replacement starts at once, so it
+waits for a start only when the pool runs dry. An instance serves one trajectory,
+and its end state is read from it before it is torn down. Bounds:
 
 * ``max_processes`` — live per-trajectory server processes, all servers
   together; a trajectory reserves the processes it needs at once (so two
@@ -31,25 +40,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Self
 
 from trajkit.concurrency import cpus
-from trajkit.envs.config import ServerConfig, check_command, check_environment, load_servers_config
+from trajkit.envs.config import (
+    ServerConfig,
+    check_command,
+    check_environment,
+    load_servers_config,
+    server_state,
+)
 from trajkit.envs.session import Connection, ServerFault, ToolOutput
 from trajkit.envs.tools import ToolRoute, select_servers, tool_routes
 from trajkit.errors import UserError
 from trajkit.redact import REDACTED
 
 SERVERS_PER_CPU = 16  # server processes mostly wait on their caller; memory, not CPU, bounds more
-
-
-def is_stateless(row: dict[str, Any]) -> bool:
-    """Whether every tool of a harvested server is annotated read-only (so a shared process leaves no residue)."""
-    tools = row.get("tools") or []
-    return bool(tools) and all(json.loads(t.get("annotations") or "{}").get("readOnlyHint") is True for t in tools)
 
 
 def row_config(row: dict[str, Any]) -> ServerConfig:
@@ -109,7 +117,7 @@ class Pool:
         if idle:
             return idle[0]
         if len(live) < self.size:
-            conn = self.env._connection(self.name, self.cfg)
+            conn = self.env._connection(self.name, self.cfg, shared=True)
             conn.start()
             self.conns.append(conn)
             return conn
@@ -129,13 +137,43 @@ class Pool:
             self.env._close_later(conn)
 
 
+class Warm:
+    """Fresh, never-used instances of one stateful stdio server, started ahead of demand."""
+
+    def __init__(self, env: ToolEnv, name: str, cfg: ServerConfig, size: int):
+        self.env, self.name, self.cfg, self.size = env, name, cfg, size
+        self.ready: list[Connection] = []
+
+    def take(self) -> Connection:
+        """An instance for one trajectory (an initialized one first, else the oldest starting one, else a
+        new one: the pool ran dry); the pool is topped up at once."""
+        for conn in [c for c in self.ready if c.dead]:
+            self.ready.remove(conn)
+            self.env._close_later(conn)
+        up = next((c for c in self.ready if c.session is not None), self.ready[0] if self.ready else None)
+        if up is not None:
+            self.ready.remove(up)
+        else:
+            up = self._start()
+        while len(self.ready) < self.size:
+            self.ready.append(self._start())
+        return up
+
+    def _start(self) -> Connection:
+        conn = self.env._connection(self.name, self.cfg)
+        conn.start()
+        return conn
+
+
 class ToolEnv:
     """The servers of a run, ready to serve trajectories; an async context manager.
 
     ``servers``: ``servers`` table rows (failed rows are kept so a task using
     one fails with the harvest reason). ``config``: the ``mcpServers`` file or
     mapping, for env values, headers and cwd. ``stateless``: name -> bool
-    overrides of the read-only rule.
+    overrides of the read-only rule and of the config's ``state``. ``warm``: fresh
+    instances kept started per stateful stdio server (0: each trajectory starts its own;
+    size it from the number of trajectories in flight).
     """
 
     def __init__(
@@ -148,6 +186,7 @@ class ToolEnv:
         pool_size: int | None = None,
         max_concurrency_per_server: int = 8,
         startup_timeout_s: float = 60.0,
+        warm: int = 0,
     ):
         if isinstance(config, (str, Path)):
             config = load_servers_config(config)
@@ -157,16 +196,23 @@ class ToolEnv:
             if row["status"] == "ok":
                 check_environment(row["name"], self.config_for(row))
                 check_command(row["name"], self.config_for(row))
-        self.stateless = {r["name"]: (stateless or {}).get(r["name"], is_stateless(r)) for r in self.rows}
+        self.stateless = {r["name"]: self._is_stateless(r, stateless or {}) for r in self.rows}
         self.pool_size = pool_size or cpus()
+        self.warm = warm
         self.max_concurrency_per_server = max_concurrency_per_server
         self.startup_timeout_s = startup_timeout_s
         self.slots = _Slots(max_processes or SERVERS_PER_CPU * cpus())
         self.pools: dict[str, Pool] = {}
+        self.warm_pools: dict[str, Warm] = {}
         self.live: set[Connection] = set()
         self._closers: set[asyncio.Task] = set()
         self._routes: dict[tuple[str, ...] | None, list[ToolRoute]] = {}
         self._closed = False
+
+    def _is_stateless(self, row: dict[str, Any], override: Mapping[str, bool]) -> bool:
+        if row["name"] in override:
+            return override[row["name"]]
+        return server_state(self.config_for(row), row.get("tools")) == "stateless"
 
     @classmethod
     async def from_config(cls, config: Mapping[str, ServerConfig] | str | Path, **kwargs: Any) -> ToolEnv:
@@ -205,11 +251,15 @@ class ToolEnv:
         return Episode(self, self.server_rows(server_ids))
 
     # ------------------------------------------------------------ connections
-    def _connection(self, name: str, cfg: ServerConfig) -> Connection:
+    def _connection(self, name: str, cfg: ServerConfig, shared: bool = False) -> Connection:
         if self._closed:
             raise ServerFault("the tool environment is closed")
         conn = Connection(
-            name, cfg, startup_timeout_s=self.startup_timeout_s, max_concurrency=self.max_concurrency_per_server
+            name,
+            cfg,
+            startup_timeout_s=self.startup_timeout_s,
+            max_concurrency=self.max_concurrency_per_server,
+            shared=shared,
         )
         self.live.add(conn)
         return conn
@@ -218,6 +268,17 @@ class ToolEnv:
         if row["name"] not in self.pools:
             self.pools[row["name"]] = Pool(self, row["name"], self.config_for(row), self.pool_size)
         return self.pools[row["name"]]
+
+    def instance(self, row: dict[str, Any]) -> Connection:
+        """A fresh, never-used instance of a stateful server for one trajectory (from the warm pool if any)."""
+        cfg = self.config_for(row)
+        if self.warm <= 0 or cfg.transport != "stdio":
+            conn = self._connection(row["name"], cfg)
+            conn.start()
+            return conn
+        if row["name"] not in self.warm_pools:
+            self.warm_pools[row["name"]] = Warm(self, row["name"], cfg, self.warm)
+        return self.warm_pools[row["name"]].take()
 
     async def close_connection(self, conn: Connection) -> None:
         try:
@@ -236,11 +297,13 @@ class ToolEnv:
         closing = [self.close_connection(c) for c in list(self.live)]
         await asyncio.shield(asyncio.gather(*closing, *self._closers, return_exceptions=True))
         self.pools.clear()
+        self.warm_pools.clear()
 
 
 class Episode:
-    """The sessions of one trajectory: fresh processes for stateful servers (started at once, in the
-    background, while the model thinks), the shared pool for stateless ones. ``async with`` it."""
+    """The sessions of one trajectory: fresh processes for stateful servers (taken from the warm pool, or
+    started at once, in the background, while the model thinks), the shared pool for stateless ones.
+    ``async with`` it."""
 
     def __init__(self, env: ToolEnv, rows: list[dict[str, Any]]):
         self.env = env
@@ -259,9 +322,7 @@ class Episode:
         self._reserved = needed
         try:
             for row in own:
-                conn = self.env._connection(row["name"], self.env.config_for(row))
-                conn.start()
-                self.fresh[row["name"]] = conn
+                self.fresh[row["name"]] = self.env.instance(row)
         except BaseException:
             await self.__aexit__(None, None, None)
             raise

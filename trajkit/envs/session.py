@@ -13,8 +13,8 @@ not the server's. The SDK kills the server's whole process group on every exit
 path, cancellation included. A fault's reason says ``timed out after`` exactly
 when a start or a call timed out (``TIMED_OUT``: the fault a retry may cure).
 
-``${SESSION_DIR}`` in a stdio server's args becomes a fresh temporary
-directory for that session, removed when it closes: a file-backed server
+``${SESSION_DIR}`` in a stdio server's command, args, env or cwd becomes a
+fresh temporary directory for that session (``ServerConfig.resolved``), removed when it closes: a file-backed server
 (``--db-path ${SESSION_DIR}/db.sqlite``) starts each trajectory clean too.
 """
 
@@ -31,12 +31,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from trajkit.envs import contain
-from trajkit.envs.config import ServerConfig, child_environment, expand, resolve_command
+from trajkit.envs.config import ServerConfig, child_environment, resolve_command
 from trajkit.errors import UserError
 
 STDERR_TAIL_CHARS = 300
 TIMED_OUT = "timed out after"  # in a fault's reason: a start or a call that timed out
-SESSION_DIR = "${SESSION_DIR}"  # in a server's args: a fresh directory per session, removed at its end
 
 
 def _not_parse_noise(record: logging.LogRecord) -> bool:
@@ -53,12 +52,14 @@ class ServerFault(Exception):
 
 @dataclass(frozen=True)
 class ToolOutput:
-    """A tool's result as the model sees it: text (truncated), and whether the tool reported an error."""
+    """A tool's result as the model sees it: text (truncated), and whether the tool reported an error;
+    ``parts``: its image and audio content as typed parts (``media_part``)."""
 
     text: str
     is_error: bool = False
     truncated: bool = False
     seconds: float = 0.0
+    parts: tuple[dict[str, Any], ...] = ()
 
 
 def truncate(text: str, max_chars: int | None) -> tuple[str, bool]:
@@ -68,17 +69,33 @@ def truncate(text: str, max_chars: int | None) -> tuple[str, bool]:
     return text[:max_chars] + f"\n[... truncated {len(text) - max_chars} characters]", True
 
 
-def render_content(result: Any) -> str:
-    """A ``CallToolResult`` as text: text blocks joined; other blocks described; structured output as JSON."""
+MAX_MEDIA_BYTES = 1_000_000  # an image or audio part larger than this keeps its type and size, not its data
+
+
+def media_part(block: Any) -> dict[str, Any]:
+    """An image or audio block as a typed part: base64 ``data`` (None past ``MAX_MEDIA_BYTES``) and its size."""
+    size = len(block.data) * 3 // 4 - block.data[-2:].count("=")
+    data = block.data if size <= MAX_MEDIA_BYTES else None
+    return {"type": block.type, "mime_type": block.mime_type, "data": data, "size": size}
+
+
+def render_content(result: Any) -> tuple[str, list[dict[str, Any]]]:
+    """A ``CallToolResult`` as text and typed media parts: text blocks joined; a resource link by its name,
+    description and uri; an image or audio block as a part (``media_part``), named in the text;
+    structured output as JSON when there is nothing else."""
     parts: list[str] = []
+    media: list[dict[str, Any]] = []
     for block in result.content:
         kind = getattr(block, "type", None)
         if kind == "text":
             parts.append(block.text)
         elif kind in ("image", "audio"):
-            parts.append(f"[{kind} {block.mime_type}, {len(block.data)} base64 characters]")
+            media.append(media_part(block))
+            cut = "" if media[-1]["data"] is not None else f", over the {MAX_MEDIA_BYTES} byte cap, not kept"
+            parts.append(f"[{kind} {block.mime_type}, {media[-1]['size']} bytes, part {len(media)}{cut}]")
         elif kind == "resource_link":
-            parts.append(f"[resource {block.uri}]")
+            about = f": {block.description}" if block.description else ""
+            parts.append(f"[resource {block.name}{about} <{block.uri}>]")
         elif kind == "resource":
             res = block.resource
             parts.append(res.text if hasattr(res, "text") else f"[binary resource {res.uri}]")
@@ -86,19 +103,29 @@ def render_content(result: Any) -> str:
             parts.append(f"[{kind} content]")
     if not parts and result.structured_content is not None:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False, sort_keys=True))
-    return "\n".join(parts)
+    return "\n".join(parts), media
 
 
 class Connection:
     """One MCP session to one server; ``await open()``, ``await call(...)``, ``await aclose()``.
 
     ``max_concurrency`` bounds the calls in flight on this connection;
-    ``startup_timeout_s`` bounds spawning plus ``initialize``.
+    ``startup_timeout_s`` bounds spawning plus ``initialize``; ``shared``: a stateless server's
+    process that several trajectories use, which (contained) sees the filesystem read-only.
     """
 
-    def __init__(self, name: str, cfg: ServerConfig, *, startup_timeout_s: float = 60.0, max_concurrency: int = 8):
+    def __init__(
+        self,
+        name: str,
+        cfg: ServerConfig,
+        *,
+        startup_timeout_s: float = 60.0,
+        max_concurrency: int = 8,
+        shared: bool = False,
+    ):
         self.name = name
         self.cfg = cfg
+        self.shared = shared
         self.startup_timeout_s = startup_timeout_s
         self.init_result: Any = None
         self.session: Any = None
@@ -165,28 +192,28 @@ class Connection:
 
             # closed in _own's finally, after a failure's reason has read its tail
             self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
-            args = list(self.cfg.args)
-            if any(SESSION_DIR in a for a in args):
+            workdir = None
+            if self.cfg.uses_session_dir:
                 workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"trajkit-{self.name}-"))
-                args = [a.replace(SESSION_DIR, workdir) for a in args]
-            command = resolve_command(self.cfg.command)
+            cfg = self.cfg.resolved(session_dir=workdir)
+            command, args = resolve_command(cfg.command), list(cfg.args)
             if contain.enabled():
-                args = contain.wrap(self.name, self.cfg, command, args)
+                args = contain.wrap(self.name, cfg, command, args, readonly=self.shared)
                 command = sys.executable
             params = StdioServerParameters(
                 command=command,
                 args=args,
-                env=child_environment(self.cfg),
-                cwd=self.cfg.cwd,
+                env=child_environment(cfg),
+                cwd=cfg.cwd,
                 encoding_error_handler="replace",
             )
             return await stack.enter_async_context(stdio_client(params, errlog=self._stderr))
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
 
-        headers = {k: expand(v) for k, v in self.cfg.headers.items()}
-        http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
-        return await stack.enter_async_context(streamable_http_client(self.cfg.url, http_client=http))
+        cfg = self.cfg.resolved()
+        http = await stack.enter_async_context(create_mcp_http_client(headers=cfg.headers))
+        return await stack.enter_async_context(streamable_http_client(cfg.url, http_client=http))
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception):  # a line on stdout that is not JSON-RPC
@@ -231,20 +258,21 @@ class Connection:
     def server_info(self) -> Any:
         return self.init_result.server_info if self.init_result else None
 
-    async def list_tools(self, timeout_s: float = 30.0, max_pages: int = 100) -> list[Any]:
-        """Every tool the server lists, following ``nextCursor`` pages."""
+    async def list_all(self, kind: str = "tools", timeout_s: float = 30.0, max_pages: int = 100) -> list[Any]:
+        """Every item the server lists of ``kind`` (tools, resources, resource_templates, prompts), all pages."""
         from mcp.types import PaginatedRequestParams
 
         await self.open()
-        tools, cursor = [], None
+        items, cursor = [], None
+        what = kind.replace("resource_templates", "resources/templates") + "/list"
         for _ in range(max_pages):
             params = PaginatedRequestParams(cursor=cursor) if cursor else None
-            result = await self._request("tools/list", self.session.list_tools(params=params), timeout_s)
-            tools.extend(result.tools)
+            result = await self._request(what, getattr(self.session, f"list_{kind}")(params=params), timeout_s)
+            items.extend(getattr(result, kind))
             cursor = result.next_cursor
             if not cursor:
-                return tools
-        raise ServerFault(f"tools/list returned more than {max_pages} pages")
+                return items
+        raise ServerFault(f"{what} returned more than {max_pages} pages")
 
     async def call(
         self, tool: str, arguments: dict[str, Any], timeout_s: float = 30.0, max_chars: int | None = None
@@ -261,13 +289,14 @@ class Connection:
                     result = await self._request(
                         f"{tool}", self.session.call_tool(tool, arguments, read_timeout_seconds=timeout_s), timeout_s
                     )
-                except _ProtocolError as e:
+                except ProtocolError as e:
                     return ToolOutput(f"Error: {e}", is_error=True, seconds=time.monotonic() - t0)
                 self._junk = None  # stray output before a good answer is noise, not this call's fault
-                text, cut = truncate(render_content(result), max_chars)
+                text, media = render_content(result)
+                text, cut = truncate(text, max_chars)
                 if result.is_error and not text.lower().startswith("error"):
                     text = "Error: " + text
-                return ToolOutput(text, bool(result.is_error), cut, time.monotonic() - t0)
+                return ToolOutput(text, bool(result.is_error), cut, time.monotonic() - t0, tuple(media))
         finally:
             self.load -= 1
 
@@ -285,7 +314,7 @@ class Connection:
                 raise self._fault(f"{what} {TIMED_OUT} {timeout_s:g}s") from None
             if e.code == CONNECTION_CLOSED:
                 raise self._fault(f"server {self.name!r} exited during {what}", dead=True) from None
-            raise _ProtocolError(f"{e.message} (code {e.code})") from None
+            raise ProtocolError(f"{e.message} (code {e.code})", e.code) from None
         except TimeoutError:
             raise self._fault(f"{what} {TIMED_OUT} {timeout_s:g}s") from None
         except ValidationError as e:
@@ -304,5 +333,9 @@ class Connection:
         return ServerFault(reason)
 
 
-class _ProtocolError(Exception):
-    """A JSON-RPC error response to a tool call: a valid answer, fed back to the model as an error."""
+class ProtocolError(Exception):
+    """A JSON-RPC error response (``code``): to a tool call, a valid answer fed back to the model as an error."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code

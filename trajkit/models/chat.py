@@ -27,10 +27,12 @@ def _flat_call(call: dict[str, Any]) -> dict[str, Any]:
 
 
 def stored_message(m: Message) -> Message:
-    """A message in the ``trajectories`` shape: all six keys (None where empty), tool calls flat with
-    JSON-text arguments (None without calls)."""
+    """A message in the ``trajectories`` shape: all seven keys (None where empty), tool calls flat with
+    JSON-text arguments (None without calls). ``parts`` (a tool result's image and audio content, see
+    ``envs.session.media_part``) is stored, never sent to a model or hashed into a cache key."""
     out = {k: m.get(k) for k in _FIELDS}
     out["tool_calls"] = [_flat_call(tc) for tc in m["tool_calls"]] if m.get("tool_calls") else None
+    out["parts"] = m.get("parts") or None
     return out
 
 

@@ -34,7 +34,7 @@ import json
 import os
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from trajkit.errors import UserError
@@ -44,6 +44,7 @@ from trajkit.models.parsing import parse_openai_tool_calls, parse_tool_calls, sp
 from trajkit.models.ratelimit import RateLimiter
 
 _RETRY_STATUS = {408, 409, 429}
+CONNECTIONS_PER_CLIENT = 8  # connections per httpx client of an endpoint (its pool scan is linear in them)
 _MAX_WAIT_S = 300.0
 
 
@@ -104,13 +105,21 @@ class OpenAIBackend(Backend):
 
         loop = asyncio.get_running_loop()
         if self._semaphore is None or self._loop is not loop:
-            limits = httpx.Limits(
-                max_connections=self.spec.max_concurrency, max_keepalive_connections=self.spec.max_concurrency
-            )
+            # httpx scans every connection of its pool on each request: several small pools keep that scan short
+            shards = -(-self.spec.max_concurrency // CONNECTIONS_PER_CLIENT)
+            size = -(-self.spec.max_concurrency // shards)
+            limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
             for e in self._endpoints:
-                e.client = httpx.AsyncClient(
-                    base_url=e.url, headers=self._headers(), timeout=httpx.Timeout(self.spec.timeout_s), limits=limits
-                )
+                e.clients = [
+                    httpx.AsyncClient(
+                        base_url=e.url,
+                        headers=self._headers(),
+                        timeout=httpx.Timeout(self.spec.timeout_s),
+                        limits=limits,
+                    )
+                    for _ in range(shards)
+                ]
+                e.busy = [0] * shards
             self._semaphore = asyncio.Semaphore(self.spec.max_concurrency * len(self._endpoints))
             self._loop = loop
         return self._semaphore
@@ -118,7 +127,8 @@ class OpenAIBackend(Backend):
     async def aclose(self) -> None:
         if self._semaphore is not None and self._loop is asyncio.get_running_loop():
             for e in self._endpoints:
-                await e.client.aclose()
+                for client in e.clients:
+                    await client.aclose()
         self._semaphore = None
 
     def _pick(self) -> _Endpoint:
@@ -198,16 +208,19 @@ class OpenAIBackend(Backend):
                 endpoint = self._pick()
                 endpoint.outstanding += 1
                 endpoint.sent += 1
+                shard = min(range(len(endpoint.busy)), key=endpoint.busy.__getitem__)
+                endpoint.busy[shard] += 1
                 t0 = time.monotonic()
                 response = None
                 try:
-                    response = await endpoint.client.post("chat/completions", json=body)
+                    response = await endpoint.clients[shard].post("chat/completions", json=body)
                 except httpx.TimeoutException:
                     problem = f"timed out after {self.spec.timeout_s:g}s"
                 except httpx.TransportError as e:
                     problem = f"connection error ({type(e).__name__})"
                 finally:
                     endpoint.outstanding -= 1
+                    endpoint.busy[shard] -= 1
                 retryable = response is None or response.status_code in _RETRY_STATUS or response.status_code >= 500
                 self._record(endpoint, time.monotonic() - t0, retryable)
                 if response is not None:
@@ -292,10 +305,12 @@ class OpenAIBackend(Backend):
 
 @dataclass(eq=False)
 class _Endpoint:
-    """One server of the list: its client (per event loop) and its load and failure state."""
+    """One server of the list: its clients (per event loop; requests in flight on each) and its load and
+    failure state."""
 
     url: str
-    client: Any = None
+    clients: list[Any] = field(default_factory=list)
+    busy: list[int] = field(default_factory=list)
     outstanding: int = 0
     sent: int = 0
     failures: int = 0

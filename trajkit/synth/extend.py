@@ -172,7 +172,13 @@ async def _extend(
     params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens)
     limits = AgentLimits(cfg.max_turns, cfg.max_context_tokens, cfg.tool_timeout_s, cfg.max_tool_output_chars)
     ctx.writer("trajectories", rows_per_shard=cfg.flush_rows)
-    env = ToolEnv(servers, config=cfg.servers_config, max_processes=cfg.max_processes, pool_size=cfg.pool_size)
+    env = ToolEnv(
+        servers,
+        config=cfg.servers_config,
+        max_processes=cfg.max_processes,
+        pool_size=cfg.pool_size,
+        warm=cfg.concurrency,  # fresh instances started ahead of demand: one per trajectory in flight
+    )
 
     async def one(item: tuple[dict[str, Any], int]) -> dict[str, Any]:
         parent, round_ = item

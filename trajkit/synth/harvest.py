@@ -1,4 +1,4 @@
-"""``synth.harvest``: start every configured MCP server, list its tools, write the ``servers`` table.
+"""``synth.harvest``: start every configured MCP server, list what it declares, write the ``servers`` table.
 
 One row per entry of the ``mcpServers`` file (``server_id`` = content id of the
 name, command, args, url and env variable names; never env values), written as
@@ -19,14 +19,21 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 
 from trajkit.config import StageConfig
 from trajkit.runner import StageContext, StageSpec
 
 
 class HarvestConfig(StageConfig):
-    servers: str = Field(description="The mcpServers JSON file (command/args/env for stdio; url/headers for HTTP).")
+    servers: str = Field(
+        description="The servers JSON file as Claude Desktop, Cursor, VS Code (mcp.json) or Cline write it."
+    )
+    inputs: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        json_schema_extra={"hash": False},
+        description="Values of VS Code ${input:ID} (else the environment variable ID in capitals, '-' as '_').",
+    )
     startup_timeout_s: float = Field(
         60.0, gt=0, json_schema_extra={"hash": False}, description="Limit on spawning plus initialize, per server."
     )
@@ -54,7 +61,7 @@ def run_harvest(ctx: StageContext, cfg: HarvestConfig) -> dict[str, Any]:
     from trajkit.envs.config import check_environment, load_servers_config
     from trajkit.envs.discovery import discover
 
-    servers = load_servers_config(cfg.servers)
+    servers = load_servers_config(cfg.servers, {k: v.get_secret_value() for k, v in cfg.inputs.items()})
     for name, server in servers.items():
         check_environment(name, server)
     done = ctx.done("servers")
@@ -66,6 +73,8 @@ def run_harvest(ctx: StageContext, cfg: HarvestConfig) -> dict[str, Any]:
             ctx.flush()  # a server is slow to harvest: keep each one as it is done
             if row["status"] == "failed":
                 ctx.log(f"server {row['name']!r} failed: {row['reason']}")
+            for note in row.get("notes") or []:
+                ctx.log(f"server {row['name']!r}: {note}")
             advance(1)
 
         asyncio.run(

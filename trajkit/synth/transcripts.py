@@ -7,22 +7,52 @@ from collections.abc import Iterable
 from typing import Any
 
 
+def _type(spec: dict[str, Any]) -> str:
+    """A parameter's JSON Schema type in words: ``string``, ``array of integer``, ``string or null``."""
+    if isinstance(spec.get("type"), list):
+        return " or ".join(spec["type"])
+    if spec.get("type") == "array" and isinstance(spec.get("items"), dict):
+        return f"array of {_type(spec['items'])}"
+    if spec.get("type"):
+        return spec["type"]
+    options = [o for o in spec.get("anyOf") or spec.get("oneOf") or [] if isinstance(o, dict)]
+    return " or ".join(_type(o) for o in options) if options else "any"
+
+
+def parameter_lines(input_schema: str | None) -> list[str]:
+    """One line per parameter of a tool: name, type, required or optional, allowed values, default, description."""
+    try:
+        schema = json.loads(input_schema or "{}")
+        params = schema.get("properties") or {}
+        required = set(schema.get("required") or [])
+    except (ValueError, AttributeError, TypeError):
+        return []
+    lines = []
+    for name, spec in params.items():
+        spec = spec if isinstance(spec, dict) else {}
+        parts = [_type(spec), "required" if name in required else "optional"]
+        if isinstance(spec.get("enum"), list):
+            parts.append("one of " + ", ".join(json.dumps(v, ensure_ascii=False) for v in spec["enum"]))
+        if "default" in spec:
+            parts.append("default " + json.dumps(spec["default"], ensure_ascii=False))
+        text = f"  - `{name}`: " + ", ".join(parts)
+        lines.append(text + (f". {spec['description']}" if spec.get("description") else ""))
+    return lines
+
+
 def tool_listing(servers: Iterable[dict[str, Any]], routes: list[Any]) -> str:
-    """Servers (``servers`` rows) and their tools (``envs.tools.ToolRoute``), by the names the agent sees."""
+    """Servers (``servers`` rows) and their tools (``envs.tools.ToolRoute``), by the names the agent sees:
+    each tool's title and description, then its parameters (``parameter_lines``)."""
     parts = []
     for s in servers:
         info = s.get("server_info") or {}
+        titles = {t["name"]: t.get("title") for t in s.get("tools") or []}
         lines = [f"### {s['name']}" + (f"\n{info['instructions']}" if info.get("instructions") else "")]
         for r in routes:
             if r.server_id == s["server_id"]:
-                try:
-                    params = json.loads(r.input_schema or "{}").get("properties") or {}
-                except (ValueError, AttributeError):
-                    params = {}
-                args = ", ".join(
-                    f"{k}: {v.get('type', 'any') if isinstance(v, dict) else 'any'}" for k, v in params.items()
-                )
-                lines.append(f"- `{r.name}({args})`: {r.description}")
+                title = f" ({titles[r.tool]})" if titles.get(r.tool) else ""
+                lines.append(f"- `{r.name}`{title}: {r.description}")
+                lines.extend(parameter_lines(r.input_schema))
         parts.append("\n".join(lines))
     return "\n\n".join(parts)
 

@@ -131,18 +131,7 @@ def serve(program: str, call_fd: int, reply_fd: int) -> None:
     crossing.write_frame(reply_fd, json.dumps(ready).encode())
     if not ready["ready"]:
         os._exit(1)
-    exports = crossing.Exports(scope)
-    while (body := crossing.read_frame(call_fd, crossing.MAX_REPLY_BYTES)) is not None:
-        try:
-            reply = exports.answer(body)
-        except BaseException as exc:  # noqa: BLE001 - raised on the tests' side as a plain exception
-            reply = {"raise": "Exception", "message": ""}
-            with contextlib.suppress(BaseException):
-                reply = {"raise": str(type(exc).__name__), "message": str(exc)[:2000]}
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(BaseException):
-                stream.flush()
-        crossing.write_frame(reply_fd, json.dumps(reply).encode())
+    crossing.Exports(scope, call_fd, reply_fd).serve()
     os._exit(0)
 
 

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from trajkit import schema as S
 from trajkit.errors import UserError
-from trajkit.store import Store
+from trajkit.store import Store, absent_columns
 
 READ_TYPES = ("SELECT", "EXPLAIN")  # DESCRIBE, SHOW, SUMMARIZE, WITH, FROM and VALUES parse as SELECT
 QUERY_TIMEOUT_S = 30.0
@@ -144,7 +144,8 @@ class RunDB:
         if not paths:
             return f"(SELECT *, NULL::VARCHAR AS filename, NULL::BIGINT AS file_row_number FROM {table} WHERE false)"
         listed = ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths)
-        return f"read_parquet([{listed}], filename = true, file_row_number = true, union_by_name = true)"
+        source = f"read_parquet([{listed}], filename = true, file_row_number = true, union_by_name = true)"
+        return f"(SELECT *{absent_columns(table, paths)} FROM {source})"
 
     def row_at(self, filename: str, row: int) -> dict[str, Any]:
         """One row of one shard, by its position."""

@@ -170,7 +170,8 @@ def task_page(db: RunDB, task_id: str) -> dict[str, Any] | None:
     for t in trajectories:
         t["accepted"] = t["traj_id"] in accepted
         sample = verdicts.get(t["traj_id"], {})
-        t.update(notes[t["traj_id"]], verdict=sample.get("verdict"), reward=sample.get("score"))
+        verdict = t["verdict"] if t["verdict"] is not None else sample.get("verdict")  # the row's own, or its sample's
+        t.update(notes[t["traj_id"]], verdict=verdict, reward=sample.get("score"))
         t["review"] = reviews.get(t["traj_id"])
     trajectories.sort(key=lambda t: (t["model"] or "", t["rollout_index"] or 0, t["traj_id"]))
     evals = db.rows(
@@ -206,7 +207,8 @@ def light_tables(db: RunDB) -> dict[str, str]:
         "trajectories": db.cached(
             "trajectories",
             lambda: (
-                "SELECT traj_id, task_id, parent_id, rollout_index, model, status, reason, num_turns, num_tool_calls, "
+                "SELECT traj_id, task_id, parent_id, rollout_index, model, status, reason, verdict, num_turns, "
+                "num_tool_calls, "
                 f"left(final_answer, 300) AS final_answer, filename, file_row_number FROM {db.shards_of('trajectories')}"
             ),
         ),

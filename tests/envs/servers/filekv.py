@@ -71,5 +71,20 @@ def fill(mb: int) -> str:
         return f"error: {e.strerror}"
 
 
+@server.tool()
+def hog(mb: int) -> str:
+    """Allocate and touch ``mb`` MiB in a child process; report how the child ended."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            block = bytearray(mb << 20)
+            block[:: 1 << 12] = b"x" * len(block[:: 1 << 12])
+            os._exit(0)
+        except MemoryError:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    return "allocated" if status == 0 else f"failed: status {status}"
+
+
 if __name__ == "__main__":
     serve(server)
