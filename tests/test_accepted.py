@@ -132,7 +132,7 @@ def test_synth_filter_applies_verdicts_and_default_thresholds(store):
     from tests.test_cli import invoke
 
     help_text = invoke("synth", "filter", "--help").output
-    assert help_text.count("(default 3)") == 2
+    assert help_text.count("at least this; default 3.0.") == 2  # min_completeness and min_task_quality
     out = invoke("synth", "filter", "--run", str(store.root), "--rule", "no_tool_call").output
     assert "kept 0 of 7" in out
     rejected = {(r["row_id"], r["reason"]) for r in store.rows("rejected") if r["stage"] != "f"}

@@ -7,16 +7,19 @@ runner's own options (``--run``, ``--fresh``, ``--rank``, ...) come after.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from pathlib import Path
 from types import UnionType
-from typing import Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
 
 import click
 import typer
-from pydantic import BaseModel
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperGroup
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 RunDir = Annotated[Path, typer.Option("--run", "-r", help="Run directory (created if missing).")]
 ConfigFile = Annotated[Path | None, typer.Option("--config", "-c", help="YAML file with the stage's config.")]
@@ -36,16 +39,6 @@ Address = Annotated[
 ]
 BudgetTokens = Annotated[int | None, typer.Option("--budget-tokens", help="Stop cleanly after this many tokens.")]
 BudgetCost = Annotated[float | None, typer.Option("--budget-cost", help="Stop cleanly after this cost.")]
-ModelName = Annotated[
-    str | None, typer.Option("--model", "-m", help="Model: a local directory, Hub id or served name.")
-]
-Backend = Annotated[str | None, typer.Option("--backend", help="transformers, openai or vllm.")]
-BaseUrl = Annotated[
-    list[str] | None,
-    typer.Option("--base-url", help="OpenAI-compatible endpoint (backend openai); repeat for several endpoints."),
-]
-Seed = Annotated[int | None, typer.Option("--seed", help="Base seed; every row derives its own from it.")]
-Concurrency = Annotated[int | None, typer.Option("--concurrency", help="Requests or episodes in flight.")]
 
 
 def model_spec(
@@ -62,6 +55,7 @@ def run_command(
     kind: str,
     run: Path,
     options: dict[str, Any],
+    *,
     config: Path | None = None,
     overrides: list[str] | None = None,
     name: str | None = None,
@@ -156,7 +150,7 @@ def _default_text(field: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, list | tuple):
-        return ", ".join(str(v) for v in value) or "none"
+        return ", ".join(str(getattr(v, "name", v)) for v in value) or "none"
     return str(value)
 
 
@@ -166,6 +160,21 @@ def _help(field: Any, annotation: Any) -> str:
     if get_origin(annotation) is Literal:
         text += f" ({', '.join(str(v) for v in get_args(annotation))})"
     return f"{text}; default {_default_text(field)}." if text else f"Default {_default_text(field)}."
+
+
+def _pairs(items: list[str] | None, flag: str) -> dict[str, str] | None:
+    """Repeated ``KEY=VALUE`` options as a mapping (the values validated by the config)."""
+    if not items:
+        return None
+    from trajkit.errors import UserError
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"{flag} {item!r} is not KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
 
 
 def _flag(field_name: str) -> str:
@@ -182,6 +191,8 @@ def config_options(
     (``--model/--backend/--base-url`` for ``model``, ``--model`` repeatable for ``models``);
     nested and mapping fields are set with ``--set`` (or in the YAML file) only.
     """
+    import pydantic
+
     params: list[tuple[str, Any]] = []
     readers: dict[str, Callable[[dict[str, Any]], Any]] = {}
     for field_name, field in config.model_fields.items():
@@ -192,6 +203,14 @@ def config_options(
             params += _model_params(field_name, field, many=item is not None)
             readers[field_name] = _model_reader(field_name, many=item is not None)
             continue
+        if origin is dict and (_scalar(get_args(annotation)[1]) is not None or get_args(annotation)[1] is Any):
+            help_text = _help(field, annotation).replace("; default", " (KEY=VALUE, repeatable); default")
+            decls = [_flag(field_name), *aliases.get(field_name, [])]
+            params.append((f"f_{field_name}", Annotated[list[str] | None, typer.Option(*decls, help=help_text)]))
+            readers[field_name] = lambda values, key=f"f_{field_name}", flag=decls[-1]: _pairs(values[key], flag)
+            continue
+        if item is not None and isinstance(item, type) and issubclass(item, pydantic.BaseModel):
+            item = str  # a model read from a string (its validator parses it), e.g. curate decontaminate --eval
         scalar = _scalar(item if item is not None else annotation)
         if scalar is None:
             continue
@@ -203,7 +222,8 @@ def config_options(
         if item is not None:
             help_text += " Repeatable."
         params.append((f"f_{field_name}", Annotated[kind | None, typer.Option(*decls, help=help_text)]))
-        readers[field_name] = lambda values, key=f"f_{field_name}": values[key] or None
+        # an empty list (a repeatable flag not given) is unset; False and 0 are values
+        readers[field_name] = lambda values, key=f"f_{field_name}": values[key] if values[key] != [] else None
     return params, readers
 
 
@@ -264,6 +284,26 @@ class StageCommand(TyperCommand):
         return super().parse_args(ctx, args)
 
 
+class StageGroup(TyperGroup):
+    """A group whose stage commands are built from their configs when first asked for,
+    so ``trajkit --help`` and the other commands import no stage module."""
+
+    builders: ClassVar[dict[str, Callable[[], click.Command]]] = {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*self.builders, *super().list_commands(ctx)]
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.builders:
+            return self.builders[name]()
+        return super().get_command(ctx, name)
+
+
+def stage_app() -> typer.Typer:
+    """A sub-app (``synth``, ``curate``, ``eval``) to add stage commands to with ``stage_command``."""
+    return typer.Typer(no_args_is_help=True, cls=type("StageGroup", (StageGroup,), {"builders": {}}))
+
+
 def stage_command(
     app: typer.Typer,
     kind: str,
@@ -275,14 +315,35 @@ def stage_command(
     default_name: str | None = None,
     report: Callable[[Any], None] | None = None,
 ) -> None:
-    """Add ``kind``'s command to ``app``: its config's fields as options, then the runner's options.
+    """Add ``kind``'s command to ``app`` (made by ``stage_app``): its config's fields as options, then
+    the runner's options; the command is built when first used.
 
     ``aliases``: extra flag names per field (the short names of the README's flag table);
     ``renamed``: old flag -> its new name, for the one-line error; ``report``: prints the result.
     """
+    name = command or kind.split(".")[-1]
+
+    @functools.cache
+    def build() -> click.Command:
+        single = typer.Typer()
+        cls = type(f"{kind}Command", (StageCommand,), {"renamed": renamed or {}})
+        single.command(name, cls=cls)(_stage_main(kind, help, aliases or {}, default_name, report))
+        return typer.main.get_command(single)
+
+    app.info.cls.builders[name] = build
+
+
+def _stage_main(
+    kind: str,
+    help: str,
+    aliases: dict[str, list[str]],
+    default_name: str | None,
+    report: Callable[[Any], None] | None,
+) -> Callable[..., None]:
+    """The command's function, its signature made from the config's fields and the runner's options."""
     from trajkit.stages import get_stage
 
-    fields, readers = config_options(get_stage(kind).config, aliases or {})
+    fields, readers = config_options(get_stage(kind).config, aliases)
 
     def main(**values: Any) -> None:
         options = {field: read(values) for field, read in readers.items()}
@@ -299,5 +360,4 @@ def stage_command(
     main.__signature__ = inspect.Signature(parameters)
     main.__annotations__ = {p.name: p.annotation for p in parameters}
     main.__doc__ = help
-    cls = type(f"{kind}Command", (StageCommand,), {"renamed": renamed or {}})
-    app.command(command or kind.split(".")[-1], cls=cls)(main)
+    return main

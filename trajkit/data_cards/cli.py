@@ -33,7 +33,7 @@ def card(
         raise UserError(f"run directory not found: {run}")
     options = {"pretty_name": pretty_name, "license": license_, "tags": tags, "repo_id": repo_id, "examples": examples}
     # The card describes the run as it is now, so it is always rendered afresh.
-    manifest = run_command("card", run, options, config, overrides, name, fresh=True)
+    manifest = run_command("card", run, options, config=config, overrides=overrides, name=name, fresh=True)
     summary = manifest.get("summary", {})
     rows = ", ".join(f"{view} {n:,} rows" for view, n in summary.get("views", {}).items())
     typer.echo(f"wrote {summary.get('card')} with {len(summary.get('plots', []))} plot(s); views: {rows}")

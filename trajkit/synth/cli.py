@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import typer
+from trajkit.clikit import stage_app, stage_command
 
-from trajkit.clikit import stage_command
-
-app = typer.Typer(no_args_is_help=True)
+app = stage_app()
 
 stage_command(
     app,
