@@ -108,6 +108,7 @@ def test_every_config_field_is_a_flag_or_set(group, name, tmp_path, monkeypatch)
         required = {"model": {"model": "m"}} if "model" in config.model_fields else {}
         required.update({"models": [{"model": "m"}]} if "models" in config.model_fields else {})
         required.update({"completions": "c.jsonl"} if kind == "curate.verify" else {})
+        required.update({"servers": "s.json"} if kind == "synth.harvest" else {})
         assert getattr(build(config, required, overrides=[override]), field_name) == getattr(
             build(config, required), field_name
         )
