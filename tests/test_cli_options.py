@@ -105,10 +105,11 @@ def test_every_config_field_is_a_flag_or_set(group, name, tmp_path, monkeypatch)
         override = f"{field_name}={_yaml(value)}"
         seen = _invoke([group, name, *base, "--set", override], monkeypatch)
         assert seen["overrides"] == [override]
-        required = {"model": {"model": "m"}} if "model" in config.model_fields else {}
-        required.update({"models": [{"model": "m"}]} if "models" in config.model_fields else {})
-        required.update({"completions": "c.jsonl"} if kind == "curate.verify" else {})
-        required.update({"servers": "s.json"} if kind == "synth.harvest" else {})
+        required = {  # the required fields: a model, a list of models, or a string
+            n: {"model": "m"} if n == "model" else [{"model": "m"}] if n == "models" else "x"
+            for n, f in config.model_fields.items()
+            if f.is_required()
+        }
         assert getattr(build(config, required, overrides=[override]), field_name) == getattr(
             build(config, required), field_name
         )

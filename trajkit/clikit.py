@@ -301,7 +301,13 @@ class StageGroup(TyperGroup):
 
 def stage_app() -> typer.Typer:
     """A sub-app (``synth``, ``curate``, ``eval``) to add stage commands to with ``stage_command``."""
-    return typer.Typer(no_args_is_help=True, cls=type("StageGroup", (StageGroup,), {"builders": {}}))
+    app = typer.Typer(no_args_is_help=True, cls=type("StageGroup", (StageGroup,), {"builders": {}}))
+    app.callback()(_no_options)  # a group even before its commands are built (tests invoke the sub-app itself)
+    return app
+
+
+def _no_options() -> None:
+    """The sub-app takes no options of its own."""
 
 
 def stage_command(
