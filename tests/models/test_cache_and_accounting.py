@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import shutil
+import time
+from pathlib import Path
 
 import pytest
 
 from trajkit.config import StageConfig
 from trajkit.errors import StageStopped
 from trajkit.models import ModelSpec, SamplingParams, make_backend
-from trajkit.models.cache import call_key, model_identity
+from trajkit.models.cache import CallCache, call_key, model_identity
 from trajkit.models.scripted_server import Fault, ScriptedServer, count_tokens
 from trajkit.runner import StageContext, StageSpec, Usage, run_stage
 from trajkit.schema import content_id
@@ -185,3 +188,25 @@ def test_a_budget_cap_stops_a_stage_cleanly_and_the_rerun_pays_only_for_the_rest
         "cost": 0.0,
         "served": {"scripted": "scripted"},
     }
+
+
+def _open_cache_at(path: str, start: float) -> None:
+    while time.time() < start:
+        pass
+    CallCache(Path(path))
+
+
+def test_shards_opening_a_new_cache_at_once_all_get_it(tmp_path):
+    """Shards of one stage (Ray tasks, ranks) open the run's new call cache at the same moment: none fails with
+    sqlite's immediate "database is locked" while another switches it to WAL."""
+    context = multiprocessing.get_context("fork")
+    failed = 0
+    for trial in range(6):
+        start = time.time() + 0.3
+        procs = [context.Process(target=_open_cache_at, args=(str(tmp_path / str(trial)), start)) for _ in range(8)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+        failed += sum(p.exitcode != 0 for p in procs)
+    assert failed == 0

@@ -25,6 +25,7 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+import random
 import sqlite3
 import threading
 import time
@@ -97,6 +98,24 @@ def call_key(
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _setup(db: sqlite3.Connection, patience_s: float = 60.0) -> None:
+    """WAL mode and the table. Processes opening a new cache at once (shards of one stage) can get "database
+    is locked" at once, without sqlite's busy wait, while another switches the journal mode: retried."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, model TEXT, created REAL, completions TEXT)"
+            )
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02 + random.random() * 0.05)
+
+
 class CallCache:
     """A sqlite table from call key to the completions that call returned."""
 
@@ -106,11 +125,7 @@ class CallCache:
         self.path = cache_dir / "calls.sqlite"
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, model TEXT, created REAL, completions TEXT)"
-        )
+        _setup(self._db)
 
     def get(self, key: str) -> list[Completion] | None:
         with self._lock:
