@@ -23,10 +23,11 @@ curriculum files, ``trajkit.train.curriculum.run_curriculum``), in one run direc
 3. ``bench.reference`` (``REFERENCE`` below): the reference solution of every
    train task of the easier half (levels 0 and 1) as a completed trajectory;
 4. ``train.sft`` from a fresh random Qwen2-shaped model (``LEARNING_SHAPE`` of
-   ``bench/grpo_common.py``), in chunks of 50 steps (``sft-1``, ``sft-2``, ...
+   ``bench/grpo_common.py``), in chunks of 100 steps (``sft-1``, ``sft-2``, ...
    each from the last) until held-out pass@1 (``heldout_pass1``, shared with the
    parity bench) reaches 0.2 (target [0.2, 0.6]; outside it is reported, not raised);
-5. ``curate.passk`` with the warm start, k = 8, seed 0, on every task: difficulty;
+5. ``curate.passk`` with the warm start, k = 8, seed 0, on the first ``--tag-tasks``
+   tasks by id (half of them: the rest only add SFT data), difficulty from pass@1;
 6. ``curate.curriculum``: the hard stage = the train tasks tagged hard, with twice
    the generations per prompt (the tiny CPU version takes medium too);
 7. per GRPO seed (``--seeds``), ``train.grpo`` in three arms at equal total
@@ -78,7 +79,7 @@ EASY_LEVELS = (0, 1)  # the easier half: reference solutions for the warm start
 ARMS = ("a", "b", "c")
 ARM_NAMES = {"a": "(a) one stage, all", "b": "(b) broad, then hard", "c": "(c) hard only"}
 MAX_TOKENS = 12  # the template's empty think block (4 tokens), up to 4 digits, end of turn
-BUCKETS = ("unsolved", "hard", "medium", "easy", "trivial", "all")
+BUCKETS = ("unsolved", "hard", "medium", "easy", "trivial", "unknown", "all")  # unknown: an untagged task
 
 
 def carries(a: int, b: int) -> int:
@@ -178,6 +179,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
             "sft_lr": 3e-3,
             "sft_chunks": 1,
             "eval_tasks": None,
+            "tag_tasks": None,
             "target": (0.0, 1.0),
             "k": 8,
             "prompts": 4,
@@ -192,10 +194,10 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "per_level": args.per_level,
         "shape": {},
-        "sft_chunk": 50,
-        "sft_batch": 64,
+        "sft_chunk": 100,
+        "sft_batch": 128,
         "sft_lr": 1e-3,
-        "sft_chunks": 20,
+        "sft_chunks": 12,
         "target": (0.2, 0.6),
         "k": 8,
         "prompts": args.prompts,
@@ -206,6 +208,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         "hard_pool": ["hard"],
         "eval_n": 8,
         "eval_tasks": args.eval_tasks,
+        "tag_tasks": args.tag_tasks,
         "batch": 256,
     }
 
@@ -359,6 +362,7 @@ def bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     model = {"backend": "transformers", "max_batch_size": s["batch"], "cache": False}  # ~100k fresh samples
     sampling = {"temperature": 1.0, "max_tokens": MAX_TOKENS, "concurrency": s["batch"]}
     passk = {"model": {**model, "model": warm["model"]}, "k": s["k"], "ks": [1, s["k"]], "seed": 0, **sampling}
+    passk["limit"] = s["tag_tasks"]
     shared["tags"] = run(store, get_stage("curate.passk"), passk, "passk", times)["summary"]["difficulty"]
     cur = {"hard_difficulties": s["hard_pool"], "broad_difficulties": ["hard", "medium", "easy"]}
     cur |= {"broad_rollouts": s["gens"], "hard_rollouts": 2 * s["gens"], "hard_size": s["hard_size"]}
@@ -375,23 +379,30 @@ def one_seed(
     store: Any, run_dir: Path, s: dict, seed: int, warm: str, model: dict, sampling: dict, times: dict
 ) -> dict[str, Any]:
     """The three arms of one GRPO seed, then ``eval.passk`` of the warm start and the arms on fresh samples."""
+    from trajkit.errors import UserError
     from trajkit.stages import get_stage
     from trajkit.train.curriculum import run_curriculum
 
     arms: dict[str, Any] = {}
     for arm, path in arm_files(run_dir, warm, s, seed).items():
         t0 = time.time()
-        manifests = run_curriculum(path, run_dir)
+        try:
+            manifests = run_curriculum(path, run_dir)
+        except UserError as e:  # e.g. no task tagged hard: the arm cannot run; the others still do
+            arms[arm] = {"error": str(e)}
+            print(f"seed {seed} arm {arm}: not run: {e}", flush=True)
+            continue
         names = [m["stage"] for m in manifests]
         completions = sum(m["summary"]["steps"] * batch_size(m["summary"]["grpo"]) for m in manifests)
         arms[arm] = {"stages": names, "gpu_s": time.time() - t0, "completions": completions}
         arms[arm] |= arm_metrics(store, names) | {"model": str(run_dir / "models" / names[-1])}
         print(f"seed {seed} arm {arm}: {', '.join(names)} in {time.time() - t0:.0f}s", flush=True)
-    models = [{**model, "model": warm}] + [{**model, "model": arms[a]["model"]} for a in ARMS]
+    ran = [a for a in ARMS if "model" in arms[a]]
+    models = [{**model, "model": warm}] + [{**model, "model": arms[a]["model"]} for a in ran]
     ev = {"models": models, "split": "held_out", "n": s["eval_n"], "ks": [1, s["eval_n"]], "seed": 1, **sampling}
     ev["limit"] = s["eval_tasks"]
     report = run(store, get_stage("eval.passk"), ev, f"eval-s{seed}", times)["summary"]["report"]
-    names = {warm: "warm start"} | {arms[a]["model"]: a for a in ARMS}
+    names = {warm: "warm start"} | {arms[a]["model"]: a for a in ran}
     levels = {names[m]: v for m, v in by_level(store, "eval_passk", f"eval-s{seed}").items()}
     return {
         "seed": seed,
@@ -452,14 +463,17 @@ def table(results: list[dict[str, Any]]) -> str:
             cells.append(f"{lv}: {sum(vals) / len(vals):.3f}" if vals else f"{lv}: -")
         lines.append(f"{label:24}" + "".join(c.rjust(14) for c in cells))
     lines.append("")
-    lines.append(f"{'arm':24}{'stages':>24}{'zero-var groups':>18}{'compl. len':>12}{'GPU s':>10}{'completions':>13}")
+    lines.append(f"{'arm':24}{'stages':>34}{'zero-var groups':>18}{'compl. len':>12}{'GPU s':>10}{'completions':>13}")
     for a in ARMS:
-        per = [res["arms"][a] for res in results]
+        per = [res["arms"][a] for res in results if "model" in res["arms"][a]]
+        if not per:
+            lines.append(f"{ARM_NAMES[a]:24} not run: {results[0]['arms'][a].get('error')}")
+            continue
         zv = sum(p["zero_variance"] or 0 for p in per) / len(per)
         cl = sum(p["completion_length"] or 0 for p in per) / len(per)
         gpu = sum(p["gpu_s"] for p in per) / len(per)
         done = "/".join(str(n) for n in sorted({p["completions"] for p in per}))
-        lines.append(f"{ARM_NAMES[a]:24}{'+'.join(per[0]['stages']):>24}{zv:>18.3f}{cl:>12.2f}{gpu:>10.0f}{done:>13}")
+        lines.append(f"{ARM_NAMES[a]:24}{'+'.join(per[0]['stages']):>34}{zv:>18.3f}{cl:>12.2f}{gpu:>10.0f}{done:>13}")
     for res in results:
         w = res["warm_start"]
         lines.append(
@@ -480,7 +494,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     colors = {"a": "tab:blue", "b": "tab:orange", "c": "tab:green"}
     for res in results:
         for a in ARMS:
-            reward = res["arms"][a]["reward"]
+            reward = res["arms"][a].get("reward", [])
             ax.plot(
                 range(1, len(reward) + 1), reward, color=colors[a], alpha=0.8, label=f"{ARM_NAMES[a]} s{res['seed']}"
             )
@@ -509,7 +523,8 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="a tiny model on CPU, a handful of steps")
     parser.add_argument("--report", type=Path, nargs="+", help="merge these results dirs (their results.json)")
     parser.add_argument("--seeds", default="0,1", help="GRPO seeds of every arm, one after the other")
-    parser.add_argument("--per-level", type=int, default=2000, help="tasks per level (carries 0..3)")
+    parser.add_argument("--per-level", type=int, default=3000, help="tasks per level (carries 0..3)")
+    parser.add_argument("--tag-tasks", type=int, default=6000, help="tasks tagged by pass@8 (first N by id)")
     parser.add_argument("--prompts", type=int, default=64, help="prompts per GRPO step (hard stages: half)")
     parser.add_argument("--gens", type=int, default=8, help="generations per prompt (hard stages: twice)")
     parser.add_argument("--steps", type=int, default=100, help="GRPO steps per arm")

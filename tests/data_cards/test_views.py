@@ -14,6 +14,7 @@ from tests.synth.conftest import brain, calculator_rows, clean_pipeline, model_s
 from tests.test_cli import invoke
 from tests.test_user_errors import user_error
 from trajkit.accepted import accepted_ids, add_review
+from trajkit.export import openai_messages, openai_tools
 from trajkit.store import Store
 
 
@@ -54,6 +55,14 @@ def test_sft_view_renders_with_qwen3_tools_and_trains_with_trl(
     assert "fail" in verdicts.values()
     assert sorted(sft["traj_id"]) == sorted(accepted_ids(store, "trajectories")) and len(sft) > 0
     assert {verdicts[i] for i in sft["traj_id"]} <= {"pass", None}
+
+    # the view's SQL gives the shapes `trajkit export --format openai` writes, row for row
+    stored = {r["traj_id"]: r for r in store.rows("trajectories", ["traj_id", "messages", "tools"])}
+    for r in sft:
+        assert [{k: v for k, v in m.items() if v is not None} for m in r["messages"]] == openai_messages(
+            stored[r["traj_id"]]["messages"]
+        )
+        assert r["tools"] == openai_tools(stored[r["traj_id"]]["tools"])
 
     row = next(r for r in sft if any(m["tool_calls"] for m in r["messages"]))
     assert row["tools"] and all(t["type"] == "function" for t in row["tools"])
@@ -109,7 +118,8 @@ def test_card_applies_reviews_and_a_stale_card_is_not_pushed(carded, hub, tmp_pa
     assert refused.startswith("the card is older than the newest review (")
     assert hub.repos == {}
 
-    invoke("card", "--run", str(run), "--examples", "0")
+    out = invoke("card", "--run", str(run), "--examples", "0").output
+    assert f"views: sft {len(accepted_ids(store, 'trajectories')):,} rows, rl " in out
     readme = (run / "card" / "README.md").read_text()
     assert "Human reviews applied: 1, the newest from" in readme
     sft = _load(_clone(run, hub, tmp_path / "clone"), "sft", tmp_path / "cache")

@@ -7,8 +7,11 @@ import json
 import sys
 import time
 
+import pytest
+
 from tests.synth.brain import Brain
 from tests.synth.conftest import model, stage, with_servers
+from trajkit.errors import UserError
 from trajkit.models.scripted_server import ScriptedServer
 from trajkit.store import Store
 from trajkit.synth.rollouts import accepted
@@ -176,3 +179,14 @@ def test_an_episode_whose_model_request_failed_runs_again_on_resume(tmp_path, ca
     assert len(rows) == first["counts"]["rows.trajectories"] == again["counts"]["rows.trajectories"]
     assert "HTTP 503" not in (rows[failed[0]["traj_id"]]["reason"] or "")  # the same episode, run again
     assert again["counts"]["retried"] == 1
+
+
+def test_a_custom_verifier_that_does_not_import_stops_rollouts_before_any_episode(synth_run):
+    verifier = {"kind": "custom", "spec": json.dumps({"path": "no_such_module_xyz:check"})}
+    Store(synth_run).write(
+        "tasks", "import", [{"task_id": "t", "question": "Add 1 and 2.", "mode": "imported", "verifier": verifier}]
+    )
+    unreachable = {"model": "m", "backend": "openai", "base_url": "http://127.0.0.1:9/v1", "max_retries": 0}
+    with pytest.raises(UserError, match="no_such_module_xyz"):
+        stage(synth_run, "synth.rollouts", {"model": unreachable})
+    assert Store(synth_run).count("trajectories") == 0

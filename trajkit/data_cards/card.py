@@ -303,7 +303,7 @@ def run_card(ctx: StageContext, cfg: CardConfig) -> dict[str, Any]:
 
     plots = render(stats, root / layout.PLOTS)
     t2 = time.monotonic()
-    view_rows = views.write_views(store, root)
+    view_rows = views.write_views(store, root, cfg.duckdb_memory)
     reviews = review_summary(store)
     pretty = cfg.pretty_name or store.root.resolve().name
     manifests = [m for m in store.manifests() if m.get("kind") != "card"]

@@ -35,7 +35,8 @@ def card(
     # The card describes the run as it is now, so it is always rendered afresh.
     manifest = run_command("card", run, options, config, overrides, name, fresh=True)
     summary = manifest.get("summary", {})
-    typer.echo(f"wrote {summary.get('card')} with {len(summary.get('plots', []))} plot(s)")
+    rows = ", ".join(f"{view} {n:,} rows" for view, n in summary.get("views", {}).items())
+    typer.echo(f"wrote {summary.get('card')} with {len(summary.get('plots', []))} plot(s); views: {rows}")
 
 
 def push(

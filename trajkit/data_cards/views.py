@@ -26,12 +26,11 @@ import pyarrow.parquet as pq
 
 from trajkit import redact
 from trajkit.accepted import accepted, accepted_where
-from trajkit.export import openai_messages, openai_tools
 from trajkit.store import Store
 
 VIEWS = ("sft", "rl")
 DATA = "data"
-BATCH_ROWS = 4096  # trajectories converted at a time: the sft view streams, whatever the run's size
+BATCH_ROWS = 16_384  # trajectories written at a time: the sft view streams, whatever the run's size
 TOOLS = pa.list_(pa.json_())
 FUNCTION_CALL = pa.struct(
     [
@@ -87,25 +86,46 @@ def view_glob(view: str) -> str:
     return f"{DATA}/{view}/*.parquet"
 
 
-def sft_batches(store: Store) -> Iterator[list[dict[str, Any]]]:
-    """Accepted trajectories with messages, in id order, ``BATCH_ROWS`` at a time."""
-    query = (
-        "SELECT traj_id, task_id, model, messages, tools FROM trajectories "
-        f"WHERE {accepted_where('trajectories')} AND len(messages) > 0 ORDER BY traj_id"
+# The sft view in SQL, so a card of a million trajectories converts them in DuckDB, not row by row in
+# Python: the same OpenAI shapes as export.openai_messages and export.openai_tools (a test checks it).
+SFT_SELECT = """
+SELECT
+  list_transform(messages, lambda m: {
+    'role': m.role,
+    'content': coalesce(m.content, ''),
+    'reasoning_content': nullif(m.reasoning_content, ''),
+    'tool_calls': CASE WHEN len(m.tool_calls) > 0 THEN list_transform(m.tool_calls, lambda c, i: {
+      'id': coalesce(nullif(c.id, ''), 'call_' || (i - 1)),
+      'type': 'function',
+      'function': {'name': c.name, 'arguments': coalesce(nullif(c.arguments, ''), '{}')}
+    }) END,
+    'tool_call_id': nullif(m.tool_call_id, ''),
+    'name': CASE WHEN m.role = 'tool' THEN nullif(m.name, '') END
+  }) AS messages,
+  list_transform(coalesce(tools, []), lambda t: json_object(
+    'type', 'function',
+    'function', json_object(
+      'name', t.name,
+      'description', coalesce(t.description, ''),
+      'parameters', CASE WHEN json_valid(t.input_schema) THEN t.input_schema::JSON ELSE '{}'::JSON END
     )
+  )::VARCHAR) AS tools,
+  traj_id, task_id, model
+FROM trajectories
+"""
+
+
+def sft_batches(store: Store, memory_limit: str = "1GB") -> Iterator[pa.Table]:
+    """Accepted trajectories with messages, in shard order (no sort: the view streams), ``BATCH_ROWS`` at
+    a time, in the view's schema."""
+    query = f"{SFT_SELECT} WHERE {accepted_where('trajectories')} AND len(messages) > 0"
+    schema = SCHEMAS["sft"]
+    as_text = pa.schema([pa.field("tools", pa.list_(pa.string())) if f.name == "tools" else f for f in schema])
     con = store.duckdb()
+    con.execute(f"SET memory_limit = '{memory_limit}'")
     try:
         for batch in con.sql(query).to_arrow_reader(BATCH_ROWS):
-            yield [
-                {
-                    "messages": openai_messages(r["messages"]),
-                    "tools": [json.dumps(t, ensure_ascii=False) for t in openai_tools(r["tools"])],
-                    "traj_id": r["traj_id"],
-                    "task_id": r["task_id"],
-                    "model": r["model"],
-                }
-                for r in batch.to_pylist()
-            ]
+            yield pa.Table.from_batches([batch]).cast(as_text).cast(schema)
     finally:
         con.close()
 
@@ -135,17 +155,17 @@ def rl_rows(store: Store) -> list[dict[str, Any]]:
     return out
 
 
-def write_views(store: Store, card_dir: Path) -> dict[str, int]:
+def write_views(store: Store, card_dir: Path, memory_limit: str = "1GB") -> dict[str, int]:
     """Write each view that has rows as ``card_dir/data/<view>/train-00000.parquet`` (atomically;
     an earlier rendering's files go); rows per view."""
     return {
-        "sft": _write(card_dir / DATA / "sft", "sft", sft_batches(store)),
-        "rl": _write(card_dir / DATA / "rl", "rl", iter([rl_rows(store)])),
+        "sft": _write(card_dir / DATA / "sft", "sft", sft_batches(store, memory_limit)),
+        "rl": _write(card_dir / DATA / "rl", "rl", iter([_table("rl", rl_rows(store))])),
     }
 
 
-def _write(folder: Path, view: str, batches: Iterator[list[dict[str, Any]]]) -> int:
-    """Stream batches of rows into one Parquet file, renamed into place once complete; rows written."""
+def _write(folder: Path, view: str, batches: Iterator[pa.Table]) -> int:
+    """Stream tables into one Parquet file, renamed into place once complete; rows written."""
     for old in folder.glob("*.parquet"):
         old.unlink()
     folder.mkdir(parents=True, exist_ok=True)
@@ -153,10 +173,9 @@ def _write(folder: Path, view: str, batches: Iterator[list[dict[str, Any]]]) -> 
     n = 0
     try:
         with pq.ParquetWriter(tmp, SCHEMAS[view], compression="zstd") as writer:
-            for rows in batches:
-                if rows:
-                    writer.write_table(redact.current().table(_table(view, rows)))
-                    n += len(rows)
+            for table in batches:
+                writer.write_table(redact.current().table(table))
+                n += len(table)
         if n:
             os.replace(tmp, final)
     finally:

@@ -108,12 +108,14 @@ def select_tasks(ctx: StageContext, where: str | None, include_rejected: bool) -
 
 def run_rollouts(ctx: StageContext, cfg: RolloutsConfig) -> dict[str, Any]:
     from trajkit.envs.agent import load_rollout
+    from trajkit.verify import check_custom_verifiers
 
     rollout = load_rollout(cfg.rollout_fn)
     servers = ctx.store.rows("servers")
     if not servers:
         raise UserError(f"no servers in {ctx.store.root}: run `trajkit synth harvest` first")
     tasks = select_tasks(ctx, cfg.where, cfg.include_rejected_tasks)
+    check_custom_verifiers(t["verifier"] for t in tasks)  # rows get verdicts: a verifier that won't import stops now
     goal = _share(cfg.target, ctx.rank, ctx.world_size) if cfg.target is not None else None
     mine = [r for r in ctx.store.rows("trajectories", stage=ctx.name) if r["parent_id"] is None]
     have = sum(accepted(r, cfg.accept_rules) for r in mine if _owned(ctx, r))
@@ -192,6 +194,7 @@ async def _run(
         return aborted_row(task_id, i, backend, params, episode_seed(cfg.seed, task_id, i))
 
     async def episode(item: tuple[dict[str, Any], int]) -> dict[str, Any]:
+        """One episode's row, with its task verifier's verdict."""
         task, i = item
         row = await rollout(
             task,
