@@ -250,6 +250,20 @@ def test_values_under_the_floor_are_not_redacted(leaked_run):
     env = {"TZ": "UTC", "DEBUG": "false", "MODE": "production", "SHOP_ID": SHORT, "DB_PASSWORD": "hunter"}
     found = config_secrets({"s": ServerConfig(command="x", env=env)}, environ={})
     assert found == {"s.SHOP_ID": SHORT, "s.DB_PASSWORD": "hunter"}  # a secret's name lowers the bar to the floor
+    args = [
+        "-y",
+        "pkg@1.2.3",
+        "--password",
+        "hunter",
+        "--compass",
+        "n0rth1",
+        "--token-file",
+        "/etc/token",
+        "--db-pass=s3cr3t",
+    ]
+    url = "https://h.example/mcp?page=2&apiKey=abc123&lang=english"
+    found = config_secrets({"a": ServerConfig(command="x", args=args), "b": ServerConfig(url=url)}, environ={})
+    assert found == {"a.args.password": "hunter", "a.args.db-pass": "s3cr3t", "b.url.apiKey": "abc123"}
 
 
 def test_a_table_is_redacted_as_its_rows_are():

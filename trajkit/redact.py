@@ -56,7 +56,8 @@ def _clean_url_value(value: Any) -> Any:
 REDACTED = "[REDACTED]"
 INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u00ad"  # zero-width characters and the soft hyphen
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS(?:W(?:OR)?D|PHRASE)?(?:_|$)|CREDENTIAL", re.IGNORECASE)
-SECRET_HEADER = re.compile(r"AUTH|COOKIE|KEY|TOKEN|SECRET", re.IGNORECASE)
+# a header, flag or query parameter named as a secret: Authorization, Cookie, X-Api-Key, --password, ?token=
+SECRET_KEY = re.compile(r"AUTH|COOKIE|KEY|TOKEN|SECRET|(?<![A-Z])PASS(?:W(?:OR)?D|PHRASE)?\b|CREDENTIAL", re.IGNORECASE)
 NOT_A_VALUE = re.compile(r"_(?:FILE|PATH|DIR|URL|ENDPOINT|SOCK|NAME|ENV)$", re.IGNORECASE)
 MIN_LEN = 6
 MIN_BITS = 12.0  # length x Shannon entropy per character: "false" has 11.6, "hunter2" 19.7
@@ -119,7 +120,7 @@ def config_secrets(servers: Mapping[str, Any], environ: Mapping[str, str] | None
     for name, cfg in servers.items():
         for key, raw in [*cfg.env.items(), *cfg.headers.items()]:
             value = _VAR.sub(lambda m: env.get(m.group(1), ""), raw)
-            named = bool((SECRET_HEADER if key in cfg.headers else SECRET_NAME).search(key)) or any(
+            named = bool((SECRET_KEY if key in cfg.headers else SECRET_NAME).search(key)) or any(
                 SECRET_NAME.search(m.group(1)) for m in _VAR.finditer(raw)
             )
             parts = value.split(None, 1)
@@ -127,14 +128,14 @@ def config_secrets(servers: Mapping[str, Any], environ: Mapping[str, str] | None
                 if worth_redacting(v, named):
                     out[f"{name}.{key}" + ("" if i == 0 else ".token")] = v.strip()
         for flag, value in _flag_values(cfg.args):
-            named = SECRET_HEADER.search(flag) and not NOT_A_VALUE.search(flag.replace("-", "_"))
+            named = SECRET_KEY.search(flag) and not NOT_A_VALUE.search(flag.replace("-", "_"))
             if named and worth_redacting(value, True):
                 out[f"{name}.args.{flag.lstrip('-')}"] = value
         url = urlsplit(cfg.url or "")
         if url.password and worth_redacting(url.password, True):
             out[f"{name}.url.password"] = url.password
         for key, v in parse_qsl(url.query):
-            if worth_redacting(v, bool(SECRET_HEADER.search(key))):
+            if worth_redacting(v, bool(SECRET_KEY.search(key))):
                 out[f"{name}.url.{key}"] = v
     return out
 
