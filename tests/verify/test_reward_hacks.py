@@ -328,8 +328,11 @@ OBJECT_TESTS = {
         "try:\n    checked(-1)\nexcept ValueError as e:\n    assert str(e) == 'negative'\nelse:\n    raise AssertionError"
     ),
     "standard library dicts and named tuples": (
+        "from collections import Counter, OrderedDict\n"
         "assert counts('aab') == {'a': 2, 'b': 1} and ordered() == {'a': 1} and defaults() == {1: 2}\n"
-        "assert point() == (1, 2) and type(point()) is tuple and type(counts('a')) is dict"
+        "assert counts('aab').most_common(1) == [('a', 2)] and type(counts('a')) is Counter\n"
+        "assert type(ordered()) is OrderedDict and defaults()[7] == 0\n"
+        "assert point() == (1, 2) == Point(1, 2) and point().y == 2 and point()._fields == ('x', 'y')"
     ),
 }
 WRONG_OBJECT_TESTS = {
