@@ -10,6 +10,7 @@ import sys
 
 from tests.envs.test_leaks import children, open_fds
 from tests.fixtures.envs import RAW_SERVER
+from tests.nonroot import NOBODY, nobody_folder, run_as_nobody
 from trajkit.cli import _options
 from trajkit.envs import contain
 from trajkit.envs.config import ServerConfig
@@ -156,3 +157,56 @@ async def test_hundreds_of_contained_sessions_leave_no_process_fd_or_mount_behin
     assert children() <= before
     assert open_fds() <= fds
     assert _leftovers() <= leftovers
+
+
+NOBODY_SERVERS = """
+import asyncio, json, os, sys
+from trajkit.envs import contain
+from trajkit.envs.config import ServerConfig
+from trajkit.envs.session import Connection
+
+contain.DISK_MB, contain.MEMORY_MB = 64, 300
+
+
+async def main() -> dict:
+    found = {"missing": contain._missing()}
+    cfg = ServerConfig(command=sys.executable, args=[FILEKV], env={"STATE_FILE": os.path.abspath("data/state.json")})
+    conns = [Connection(f"filekv{i}", cfg) for i in range(2)]
+    try:
+        for i, c in enumerate(conns):
+            found[f"put{i}"] = (await c.call("put", {"key": f"m{i}", "value": "v"})).text
+        found["dumps"] = [json.loads((await c.call("dump", {})).text) for c in conns]
+        found["vandalize"] = (await conns[0].call("vandalize", {"path": os.path.abspath("data/keep.txt")})).text
+        found["fill"] = (await conns[1].call("fill", {"mb": 100})).text
+        found["hog"] = (await conns[1].call("hog", {"mb": 400})).text
+    finally:
+        await asyncio.gather(*(c.aclose() for c in conns))
+    await asyncio.sleep(0.2)
+    me = str(os.getpid())
+    found["left"] = [p for p in os.listdir("/proc") if p.isdigit() and p != me and os.stat(f"/proc/{p}").st_uid == os.getuid()]
+    return found
+
+
+print(json.dumps(asyncio.run(main())))
+"""
+
+
+def test_a_non_root_run_contains_a_file_backed_server_through_a_user_namespace():
+    """As ``nobody``, with a state folder ``nobody`` owns (so only containment stops the writes): each
+    instance sees its own writes only, the host's files stay as they were, disk and memory are capped."""
+    with nobody_folder() as folder:
+        data = folder / "data"
+        data.mkdir()
+        (data / "state.json").write_text('{"host": "1"}')
+        (data / "keep.txt").write_text("mine")
+        for path in (data, data / "state.json", data / "keep.txt"):
+            os.chown(path, NOBODY.pw_uid, NOBODY.pw_gid)
+        done = run_as_nobody(f"FILEKV = {FILEKV!r}\n{NOBODY_SERVERS}", folder)
+        assert done.returncode == 0, done.stderr
+        found = json.loads(done.stdout.splitlines()[-1])
+        assert found["missing"] is None and found["put0"] == found["put1"] == "ok"
+        assert found["dumps"] == [{"host": "1", "m0": "v"}, {"host": "1", "m1": "v"}]  # each its own writes
+        assert found["vandalize"] == "done" and found["fill"] == "error: No space left on device"
+        assert found["hog"].startswith("failed") and found["left"] == []
+        assert (data / "state.json").read_text() == '{"host": "1"}' and (data / "keep.txt").read_text() == "mine"
+        assert sorted(os.listdir(data)) == ["keep.txt", "state.json"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import re
 import signal
@@ -20,6 +21,7 @@ CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
 NAMESPACES = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWNET
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
@@ -36,6 +38,10 @@ _OPTION_FLAGS = {
     "strictatime": MS_STRICTATIME,
 }
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
+PR_CAPBSET_DROP, PR_SET_SECUREBITS = 24, 28
+# securebits: root gains no capabilities on execve, uid changes never touch them, ambient ones cannot be raised;
+# each locked (KEEP_CAPS off and locked)
+_SECUREBITS = 0b11101111
 
 # Kernel file systems left as they are: their writable files belong to root, and
 # remounting /sys would also freeze the cgroup files the worker writes to.
@@ -76,7 +82,8 @@ def require(protection: str, missing: str | None, allow_weaker: bool | None = No
     allowed = weaker_allowed() if allow_weaker is None else allow_weaker
     if missing is not None and not allowed:
         raise ProtectionMissing(
-            f"sandbox: this machine cannot give {protection} ({missing}); pass {ALLOW_WEAKER_FLAG} to run without it"
+            f"sandbox: this machine cannot give {protection} ({missing}); "
+            f"pass {ALLOW_WEAKER_FLAG} to run without {'them' if ', ' in protection else 'it'}"
         )
 
 
@@ -86,6 +93,46 @@ def _b(value: str | None) -> bytes | None:
 
 def unshare(flags: int) -> None:
     _check(_libc.unshare(flags), "unshare")
+
+
+def enter_namespaces(flags: int) -> bool:
+    """Enter new ``flags`` namespaces; returns whether a user namespace was made for them.
+
+    Root enters them as they are. Any other user cannot (they need CAP_SYS_ADMIN), so it first
+    gets a user namespace of its own that owns the others, and maps its uid and gid there to
+    themselves (user_namespaces(7): ``setgroups`` denied before the gid map). The process then
+    holds every capability, but only over those namespaces (mounts, hostname), and only until
+    ``drop_capabilities`` or an ``execve`` (its uid is not 0 there); files keep their owners.
+    """
+    if os.geteuid() == 0:
+        unshare(flags)
+        return False
+    uid, gid = os.geteuid(), os.getegid()
+    unshare(CLONE_NEWUSER | flags)
+    for name, line in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        _write(f"/proc/self/{name}", line)
+    return True
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_capabilities() -> None:
+    """Give up every capability for good: the bounding set emptied, securebits locked so that no
+    ``execve`` grants any back, the sets cleared, and no new privileges."""
+    for cap in range(64):
+        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            if ctypes.get_errno() == errno.EINVAL:  # past the kernel's last capability
+                break
+            _check(-1, f"drop capability {cap}")
+    prctl(PR_SET_SECUREBITS, _SECUREBITS)
+    _check(_libc.capset(ctypes.byref(_CapHeader(0x20080522, 0)), (_CapData * 2)()), "capset")
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
 
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
@@ -200,7 +247,7 @@ def mount_private_tmpfs(target: str, uid: int | None, size_mb: int) -> None:
     """
     if target in _own_tmpfs:
         st = os.stat(target)
-        if st.st_mode == 0o40700 and st.st_uid == (uid or 0) and not os.listdir(target):
+        if st.st_mode == 0o40700 and st.st_uid == (os.geteuid() if uid is None else uid) and not os.listdir(target):
             return
         umount(target)
     owner = f",uid={uid},gid={uid}" if uid is not None else ""

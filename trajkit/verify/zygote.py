@@ -29,6 +29,7 @@ import harness
 import isolation
 import outcome
 
+_NOT_ROOT = "not root: programs keep the caller's uid (in a user namespace, with no capabilities)"
 WORKER_MODULES = ("harness", "crossing", "isolation", "outcome", "messages", "zygote")  # never visible to programs
 
 
@@ -51,6 +52,8 @@ class Zygote:
             _oom_score_adj(-1000)  # under memory pressure, the program dies, never the zygote
         if self.namespaces:
             hidden = [*self.config.get("hide", []), "/sys/fs/cgroup"]  # the host's cgroups, ours included
+            if self.config.get("user_namespace"):  # programs keep the caller's uid: its session's sockets too
+                hidden.append(f"/run/user/{os.getuid()}")
             if self.tmp != "/tmp":  # the interpreter lives in /tmp or /dev/shm: empty both but for it
                 hidden += ["/tmp", "/dev/shm"]
             needed = [sys.prefix, sys.base_prefix, *(p for p in sys.path if os.path.realpath(p) not in hidden)]
@@ -74,7 +77,7 @@ class Zygote:
         gc.freeze()
         os.chdir("/")
         if self.uid is None and "uid" not in self.missing:
-            self.missing["uid"] = "disabled" if self.config.get("drop_privileges") is False else "not root"
+            self.missing["uid"] = "disabled" if self.config.get("drop_privileges") is False else _NOT_ROOT
         return {"missing": self.missing, "uid": self.uid, "tmp": self.tmp, "cgroup": self.cgroup is not None}
 
     def _fresh_tmp(self) -> None:
@@ -206,6 +209,8 @@ class Zygote:
             os.chdir(self.tmp)
             if self.uid is not None:
                 isolation.drop_privileges(self.uid)
+            elif self.config.get("user_namespace"):  # else it could remount the read-only host writable
+                isolation.drop_capabilities()
             else:
                 isolation.prctl(isolation.PR_SET_NO_NEW_PRIVS, 1)
             if trusted:
