@@ -19,7 +19,10 @@ large virtual ranges, such as V8 or the JVM, may then fail to start below a few 
 ``spec["readonly"]`` (a stateless server shared by trajectories) the only overlays are over the
 package caches (``~/.cache``, ``~/.npm``, ``~/.local``: uvx and npx write there to start) and every other write
 but to its private /dev/shm fails, so a server wrongly declared stateless cannot carry state
-between trajectories through the user's files.
+between trajectories through the user's files. Run as a non-root user, the namespaces are made
+inside a user namespace of the launcher's own (``isolation.enter_namespaces``), the overlays
+keep their bookkeeping in ``user.`` extended attributes, each writable folder gets an overlay of
+its own, and the server runs with every capability dropped (docs/sandbox.md).
 """
 
 from __future__ import annotations
