@@ -277,7 +277,9 @@ class Connection:
     async def call(
         self, tool: str, arguments: dict[str, Any], timeout_s: float = 30.0, max_chars: int | None = None
     ) -> ToolOutput:
-        """Call a tool; its own errors come back as ``is_error`` output, server faults raise ServerFault."""
+        """Call a tool; its own errors come back as ``is_error`` output, server faults raise ServerFault.
+        The server's own ``timeout`` (Cline's key), where its config has one, replaces ``timeout_s``."""
+        timeout_s = self.cfg.timeout or timeout_s
         self.load += 1
         try:
             await self.open()
