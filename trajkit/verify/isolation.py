@@ -465,8 +465,13 @@ def _make_v2_dir(name: str) -> str:
 
 
 # seccomp: programs may not create user namespaces (inside one, an unprivileged process gets mount and
-# network namespaces of its own). The filter is inherited by every process forked after it is installed.
-_SECCOMP_ARCH = {"x86_64": (0xC000003E, 272, 56), "aarch64": (0xC00000B7, 97, 220)}  # arch, unshare, clone
+# network namespaces of its own), nor use the kernel's keyrings (not namespaced: a process inherits its
+# caller's session keyring, and keys there hold credentials). The filter is inherited by every process
+# forked after it is installed.
+_SECCOMP_ARCH = {  # arch, unshare, clone, (add_key, request_key, keyctl)
+    "x86_64": (0xC000003E, 272, 56, (248, 249, 250)),
+    "aarch64": (0xC00000B7, 97, 220, (217, 218, 219)),
+}
 _SYS_CLONE3, _CLONE_NEWUSER, _X32_BIT = 435, 0x10000000, 0x40000000
 _LD, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 _ALLOW, _KILL, _ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
@@ -482,13 +487,14 @@ class _SockFprog(ctypes.Structure):
 
 
 def forbid_user_namespaces() -> None:
-    """Install a seccomp filter: ``unshare``/``clone`` with CLONE_NEWUSER fail with EPERM, ``clone3`` with
-    ENOSYS (the C library then falls back to ``clone``), other ABIs' system calls are refused."""
+    """Install a seccomp filter: ``unshare``/``clone`` with CLONE_NEWUSER and the keyring calls fail with
+    EPERM, ``clone3`` with ENOSYS (the C library then falls back to ``clone``), other ABIs' system calls
+    are refused."""
     import platform
 
     if platform.machine() not in _SECCOMP_ARCH:
         raise OSError(f"no seccomp filter for {platform.machine()}")
-    arch, unshare_nr, clone_nr = _SECCOMP_ARCH[platform.machine()]
+    arch, unshare_nr, clone_nr, (add_key, request_key, keyctl) = _SECCOMP_ARCH[platform.machine()]
     program = [
         (_LD, 0, 0, 4),  # the architecture
         (_JEQ, 1, 0, arch),
@@ -497,6 +503,10 @@ def forbid_user_namespaces() -> None:
         (_JGE, 1, 0, _X32_BIT),
         (_JEQ, 0, 1, _SYS_CLONE3),
         (_RET, 0, 0, _ERRNO | 38),  # ENOSYS
+        (_JEQ, 2, 0, add_key),
+        (_JEQ, 1, 0, request_key),
+        (_JEQ, 0, 1, keyctl),
+        (_RET, 0, 0, _ERRNO | 1),  # EPERM
         (_JEQ, 1, 0, unshare_nr),
         (_JEQ, 0, 3, clone_nr),
         (_LD, 0, 0, 16),  # the low half of the first argument: the flags

@@ -57,7 +57,8 @@ EFFECT_IF_MISSING = {
     "net_namespace": "programs can open network connections, including to services on loopback",
     "mount_namespace": "the filesystem is not read-only for programs and /tmp is shared: only file permissions stop writes",
     "cgroup": "memory and process limits are per process (rlimits), not per program",
-    "seccomp": "programs can create user namespaces, and inside them mount and network namespaces of their own",
+    "seccomp": "programs can create user namespaces, and inside them mount and network namespaces of their own, "
+    "and read the keys of the caller's session keyring",
 }
 
 
