@@ -213,7 +213,7 @@ class Zygote:
                 isolation.drop_capabilities()
             else:
                 isolation.prctl(isolation.PR_SET_NO_NEW_PRIVS, 1)
-            if trusted:
+            if trusted or self.config.get("user_namespace"):  # as root runs' uid change does by default
                 isolation.prctl(isolation.PR_SET_DUMPABLE, 0)
             isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
             for name in WORKER_MODULES:
