@@ -29,7 +29,6 @@ import harness
 import isolation
 import outcome
 
-_NOT_ROOT = "not root: programs keep the caller's uid (in a user namespace, with no capabilities)"
 WORKER_MODULES = ("harness", "crossing", "isolation", "outcome", "messages", "zygote")  # never visible to programs
 
 
@@ -77,7 +76,12 @@ class Zygote:
         gc.freeze()
         os.chdir("/")
         if self.uid is None and "uid" not in self.missing:
-            self.missing["uid"] = "disabled" if self.config.get("drop_privileges") is False else _NOT_ROOT
+            userns = " (in a user namespace, with no capabilities)" if self.config.get("user_namespace") else ""
+            self.missing["uid"] = (
+                "disabled"
+                if self.config.get("drop_privileges") is False
+                else f"not root: programs keep the caller's uid{userns}"
+            )
         return {"missing": self.missing, "uid": self.uid, "tmp": self.tmp, "cgroup": self.cgroup is not None}
 
     def _fresh_tmp(self) -> None:
