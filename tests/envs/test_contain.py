@@ -210,3 +210,14 @@ def test_a_non_root_run_contains_a_file_backed_server_through_a_user_namespace()
         assert found["hog"].startswith("failed") and found["left"] == []
         assert (data / "state.json").read_text() == '{"host": "1"}' and (data / "keep.txt").read_text() == "mine"
         assert sorted(os.listdir(data)) == ["keep.txt", "state.json"]
+
+
+def test_a_non_root_run_where_proc_is_masked_refuses_containment_in_one_line():
+    script = (
+        "from trajkit.envs import contain\nfrom trajkit.verify.isolation import ProtectionMissing\n"
+        "try:\n    contain.enabled()\nexcept ProtectionMissing as exc:\n    print(exc)\n"
+    )
+    with nobody_folder() as folder:
+        done = run_as_nobody(script, folder, mask_proc=True)
+    assert done.stdout.startswith("sandbox: this machine cannot give per-trajectory server containment (a user")
+    assert "may not mount its own /proc here" in done.stdout and done.stdout.count("\n") == 1

@@ -73,3 +73,27 @@ def test_a_non_root_run_keeps_namespaces_and_seccomp():
     assert hostile["caps"] == "0000000000000000"  # the user namespace's capabilities are not the program's
     assert hostile["remount"] == hostile["userns"] == [-1, 1]  # EPERM both
     assert hostile["pids"][0] == 1 and len(hostile["pids"]) <= 3  # its own pid namespace
+
+
+MASKED = """
+from trajkit.verify import Sandbox, SandboxUnavailable
+try:
+    Sandbox(workers=1).start().close()
+except SandboxUnavailable as exc:
+    print(exc)
+with Sandbox(workers=1, allow_weaker=True) as sandbox:
+    print(sorted(sandbox.missing), sandbox.run("print('judged')").stdout.strip())
+"""
+
+
+def test_a_non_root_run_where_proc_is_masked_names_the_namespaces():
+    """In a container that masks parts of /proc, a user namespace may not mount its own: the namespaces are
+    named in the one line (not a traceback), and with the flag the pool runs on the fallback."""
+    with nobody_folder() as folder:
+        done = run_as_nobody(MASKED, folder, mask_proc=True)
+    assert done.returncode == 0, done.stderr
+    refused, (missing, judged) = done.stdout.splitlines()[0], done.stdout.splitlines()[1].rsplit(" ", 1)
+    assert refused.startswith("sandbox: this machine cannot give ") and "\n" not in refused
+    assert "mount_namespace, net_namespace, pid_namespace" in refused
+    assert "may not mount its own /proc here" in refused and "--allow-weaker-sandbox" in refused
+    assert "pid_namespace" in missing and judged == "judged"

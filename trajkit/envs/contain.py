@@ -100,6 +100,8 @@ def _missing() -> str | None:
         except OSError:
             os._exit(2)
     _, status = os.waitpid(pid, 0)
+    if status == 0 and os.geteuid() != 0 and iso.own_proc_refused():
+        return iso.OWN_PROC_REFUSED
     return {
         0: None,
         1: "mount and pid namespaces cannot be created here",

@@ -114,6 +114,33 @@ def enter_namespaces(flags: int) -> bool:
     return True
 
 
+def own_proc_refused() -> bool:
+    """Whether new mount and PID namespaces (a user namespace's when not root) are refused a /proc of their
+    own, tried in a child. The kernel refuses a user namespace where parts of the host's /proc are masked
+    (a container's), and the host's would show the host's processes."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            enter_namespaces(CLONE_NEWNS | CLONE_NEWPID)
+            mount(None, "/", None, MS_REC | MS_PRIVATE)
+            init = os.fork()  # PID 1 of the new namespace
+            if init == 0:
+                try:
+                    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+                    os._exit(0)
+                except OSError:
+                    os._exit(1)
+            os._exit(os.waitstatus_to_exitcode(os.waitpid(init, 0)[1]))
+        except OSError:
+            os._exit(0)  # no namespaces at all: the caller finds out (and says why) when it enters them
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0
+
+
+OWN_PROC_REFUSED = (
+    "a user namespace may not mount its own /proc here (parts of the host's are masked, as in a container)"
+)
+
+
 class _CapHeader(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 

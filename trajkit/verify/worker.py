@@ -66,6 +66,8 @@ def supervise(config: dict) -> None:
         missing.update({k: "disabled" for k in ("pid_namespace", "net_namespace", "mount_namespace")})
     else:
         try:  # not root: inside a user namespace of the caller's own, whose capabilities programs never hold
+            if os.geteuid() != 0 and isolation.own_proc_refused():
+                raise OSError(isolation.OWN_PROC_REFUSED)
             config["user_namespace"] = isolation.enter_namespaces(isolation.NAMESPACES)
             namespaces = True
         except OSError as exc:
