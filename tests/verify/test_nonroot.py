@@ -20,7 +20,7 @@ except SandboxUnavailable as exc:
     found["refused"] = str(exc)
 listener = socket.create_server(("127.0.0.1", 0))  # a service on the host's loopback
 hostile = '''
-import ctypes, json, os, socket
+import ctypes, json, os, socket, time
 libc = ctypes.CDLL(None, use_errno=True)
 found = {"tmp": sorted(os.listdir("/tmp")), "checkout": os.listdir(CHECKOUT)}
 try:
@@ -37,6 +37,9 @@ found["remount"] = (libc.mount(None, b"/", None, 32 | 4096, None), ctypes.get_er
 found["userns"] = (libc.unshare(0x10000000), ctypes.get_errno())
 found["pids"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
 print(json.dumps(found))
+if os.fork() == 0:  # a daemon, killed when the run ends
+    os.setsid()
+    time.sleep(60)
 '''
 with Sandbox(workers=1, allow_weaker=True) as sandbox:
     found["missing"] = sorted(sandbox.missing)
@@ -46,6 +49,7 @@ with Sandbox(workers=1, allow_weaker=True) as sandbox:
     program = hostile.replace("MARKER", MARKER).replace("PORT", str(listener.getsockname()[1]))
     r = sandbox.run(program.replace("CHECKOUT", repr(CHECKOUT)))
     found["hostile"] = r.stdout if r.verdict == "pass" else r.stderr
+    found["after"] = sandbox.run("import os\\nprint(len([p for p in os.listdir('/proc') if p.isdigit()]))").stdout
 print(json.dumps(found))
 """
 
@@ -73,6 +77,7 @@ def test_a_non_root_run_keeps_namespaces_and_seccomp():
     assert hostile["caps"] == "0000000000000000"  # the user namespace's capabilities are not the program's
     assert hostile["remount"] == hostile["userns"] == [-1, 1]  # EPERM both
     assert hostile["pids"][0] == 1 and len(hostile["pids"]) <= 3  # its own pid namespace
+    assert found["after"] == "2\n"  # its daemon was killed with its run: the zygote and the next program
 
 
 MASKED = """
