@@ -15,7 +15,7 @@ from trajkit.cli import _options
 from trajkit.envs import contain
 from trajkit.envs.config import ServerConfig
 from trajkit.envs.contain import writable_paths
-from trajkit.envs.discovery import discover
+from trajkit.envs.discovery import describe_server, discover
 from trajkit.envs.env import ToolEnv
 from trajkit.envs.session import Connection
 
@@ -221,3 +221,22 @@ def test_a_non_root_run_where_proc_is_masked_refuses_containment_in_one_line():
         done = run_as_nobody(script, folder, mask_proc=True)
     assert done.stdout.startswith("sandbox: this machine cannot give per-trajectory server containment (a user")
     assert "may not mount its own /proc here" in done.stdout and done.stdout.count("\n") == 1
+
+
+async def test_harvest_warms_the_package_caches_once_for_every_later_instance(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))  # the servers' home: its ~/.npm is the package cache
+    server = os.path.join(os.path.dirname(__file__), "servers", "pkgcache.py")
+    cfg = ServerConfig(command=sys.executable, args=[server])
+    row = await describe_server("pkgcache", cfg)  # harvest's start downloads, through to the host's cache
+    assert row["status"] == "ok" and (home / ".npm" / "pkgcache.tgz").read_text() == "package"
+    for _ in range(1):  # a later instance starts from it, and what they write stays their own
+        conn = Connection("pkgcache", cfg)
+        try:
+            await conn.open()
+            assert (await conn.call("start", {})).text == "cached"
+            assert (await conn.call("scribble", {"name": "mine.txt"})).text == "written"
+        finally:
+            await conn.aclose()
+    assert sorted(p.name for p in (home / ".npm").iterdir()) == ["pkgcache.tgz"]

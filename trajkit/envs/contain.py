@@ -119,14 +119,23 @@ def enabled() -> bool:
     return missing is None
 
 
+# the folders package runners download a server into (npx, uvx and uv, bunx): written through by the
+# one start that warms them (harvest's), read by every other instance as part of the read-only host
+PACKAGE_CACHES = (".npm", ".cache/uv", ".local/share/uv", ".bun/install/cache")
+
+
 def _caches(home: str) -> list[str]:
     """The package caches uvx/npx write to while starting a server: private layers even for a read-only one."""
     return [p for p in (os.path.join(home, d) for d in (".cache", ".npm", ".local")) if os.path.isdir(p)]
 
 
-def wrap(name: str, cfg: ServerConfig, command: str, args: list[str], readonly: bool = False) -> list[str]:
+def wrap(
+    name: str, cfg: ServerConfig, command: str, args: list[str], readonly: bool = False, warm_caches: bool = False
+) -> list[str]:
     """The launcher's arguments (after ``python``) that run ``command args`` contained; ``readonly``:
-    the server sees the whole filesystem read-only (a stateless server shared by trajectories)."""
+    the server sees the whole filesystem read-only (a stateless server shared by trajectories);
+    ``warm_caches``: the package caches (``PACKAGE_CACHES``) are written through to the host, so what
+    this start downloads is there for every later instance (harvest's start, which serves no trajectory)."""
     from trajkit.envs.config import child_environment
 
     if shutil.which(command) is None:  # as a bare spawn would fail, before any namespace is made
@@ -142,8 +151,17 @@ def wrap(name: str, cfg: ServerConfig, command: str, args: list[str], readonly: 
         "disk_mb": DISK_MB,
         "memory_mb": MEMORY_MB,
         "keep": keep,
+        "through": _package_caches(home) if warm_caches else [],
     }
     return ["-I", "-S", os.path.abspath(__file__), json.dumps(spec), "--", command, *args]
+
+
+def _package_caches(home: str) -> list[str]:
+    """``PACKAGE_CACHES`` under ``home``, made where missing (as the package runner would make them)."""
+    paths = [os.path.join(home, d) for d in PACKAGE_CACHES]
+    for path in paths:
+        os.makedirs(path, exist_ok=True)
+    return paths
 
 
 def _mount_layer_tmpfs(size_mb: int) -> None:
@@ -166,6 +184,7 @@ def _overlay(path: str, layer: str, userns: bool) -> None:
 def _contain(spec: dict, userns: bool) -> None:
     """In the new mount namespace: host read-only, an overlay over each writable path."""
     iso.mount(None, "/", None, iso.MS_REC | iso.MS_PRIVATE)
+    through = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in spec.get("through", [])}  # the host's
     _mount_layer_tmpfs(spec["disk_mb"])
     layers = LAYERS
     if spec["keep"]:  # the layers land in the kept folder instead
@@ -180,6 +199,11 @@ def _contain(spec: dict, userns: bool) -> None:
                 raise
     for i, path in enumerate(spec["writable"]):
         _overlay(path, f"{layers}/{i}", userns)
+    for path, fd in through.items():  # the host's own folder over any layer, then writable again
+        iso.mount(f"/proc/self/fd/{fd}", path, None, iso.MS_BIND)
+        flags = dict(iso.mounts()).get(path, 0)  # nosuid, nodev, ... kept (a user namespace may not drop them)
+        iso.mount(None, path, None, iso.MS_REMOUNT | iso.MS_BIND | flags)
+        os.close(fd)
 
 
 def main(argv: list[str]) -> int:
