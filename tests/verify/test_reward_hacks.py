@@ -190,10 +190,12 @@ def test_values_cross_as_exact_built_in_types(strict_pool):
     value = (
         "[1, -2**200, 0.1, float('inf'), 1+2j, b'x\\x00', 'é\\ud800', None, True, (1, (2,)), {1, 2}, frozenset({3}),"
         " {'k': [1.5]}, F(-1, 3), D('-0.10'), D('sNaN'), bytearray(b'a'), Q([1], maxlen=2), {2: 1, 1: 2}.items(),"
-        " {(1, 2), (3, 4)}, -0.0, float('nan')]"
+        " {(1, 2), (3, 4)}, T.date(2020, 2, 29), T.timedelta(-1, 5), T.datetime(2020, 1, 1, 12, tzinfo=T.timezone.utc),"
+        " T.time(1, 2, fold=1), -0.0, float('nan')]"
     )
     imports = (
         "from fractions import Fraction as F\nfrom decimal import Decimal as D\nfrom collections import deque as Q\n"
+        "import datetime as T\n"
     )
     test = imports + f"V = {value}\nassert repr(f()) == repr(V) and [type(v) for v in f()] == [type(v) for v in V]\n"
     spec = json.dumps({"test": test, "timeout_s": 10})
@@ -366,6 +368,10 @@ def flags():
     import numpy as np
     return np.array([True, False])
 
+def words():
+    import numpy as np
+    return np.array(["a", "bc"])
+
 def buf():
     return bytearray(b"ab")
 
@@ -459,7 +465,7 @@ OBJECT_TESTS = {
         "import numpy as np\n"
         "assert (grid() == [[1, 2], [3, 4]]).all() and np.array_equal(grid(), [[1, 2], [3, 4]])\n"
         "assert grid().shape == (2, 2) and (grid() * 2).sum() == 20 and type(grid()) is np.ndarray\n"
-        "assert flags().dtype == bool and list(flags()) == [True, False]"
+        "assert flags().dtype == bool and list(flags()) == [True, False] and (words() == ['a', 'bc']).all()"
     ),
     "bytearray and deque": (
         "from collections import deque\n"

@@ -11,7 +11,8 @@ Exact types cross (a subclass, which may compare as it likes, does not):
 ``None``, ``bool``, ``int``, ``float``, ``complex``, ``str``, ``bytes``,
 ``bytearray``, ``list``, ``tuple``, ``dict``, ``set``, ``frozenset``, ``range``,
 ``Fraction``, ``Decimal``, ``deque``, ``Counter``, ``OrderedDict``,
-``defaultdict``, dict views, named tuples (as a named tuple of the same name and
+``defaultdict``, dict views, ``date``, ``timedelta``, ``datetime`` and ``time`` (naive
+or with a fixed-offset ``timezone``), named tuples (as a named tuple of the same name and
 fields built here), numpy scalars (as the Python number they hold) and numpy
 arrays of numbers, booleans or strings. Anything else goes through ``handle``
 (``crossing.Exports.handle``) and comes back through ``remote``.
@@ -23,6 +24,7 @@ here only when an array arrives, which means the solution's process had it).
 from __future__ import annotations
 
 import collections
+import datetime
 import decimal
 import fractions
 
@@ -55,7 +57,17 @@ _ENCODE = {
     _DICT_KEYS: lambda v, h: {"dk": _values(v, h)},
     _DICT_VALUES: lambda v, h: {"dv": _values(v, h)},
     _DICT_ITEMS: lambda v, h: {"di": [[to_plain(k, h), to_plain(x, h)] for k, x in v]},
+    datetime.date: lambda v, h: {"date": v.isoformat()},
+    datetime.timedelta: lambda v, h: {"td": [v.days, v.seconds, v.microseconds]},
+    datetime.datetime: lambda v, h: _clock("dt", v, h),
+    datetime.time: lambda v, h: _clock("tm", v, h),
 }
+
+
+def _clock(tag: str, value, handle) -> object:
+    if value.tzinfo is not None and type(value.tzinfo) is not datetime.timezone:
+        return handle(value)  # a tzinfo of the solution's own decides offsets by its code
+    return {tag: [value.isoformat(), value.fold]}
 
 
 def to_plain(value: object, handle) -> object:
@@ -165,6 +177,22 @@ def _defaultdict(v: object, remote) -> collections.defaultdict:
     return collections.defaultdict(from_plain(factory, remote), _mapping(pairs, remote))
 
 
+def _timedelta(v: object, remote) -> datetime.timedelta:
+    if any(type(x) is not int for x in _parts(v, 3)):
+        raise TypeError(v)
+    return datetime.timedelta(*v)
+
+
+def _from_iso(kind: type):
+    def build(v: object, remote):
+        text, fold = _parts(v, 2)
+        if fold not in (0, 1) or type(fold) is not int:
+            raise TypeError(fold)
+        return kind.fromisoformat(_text(text)).replace(fold=fold)
+
+    return build
+
+
 _NAMED_TUPLES: dict[tuple, type] = {}
 
 
@@ -210,6 +238,10 @@ _DECODE = {
     "dk": lambda v, r: dict.fromkeys(_many(v, r)).keys(),
     "dv": lambda v, r: dict(enumerate(_many(v, r))).values(),
     "di": lambda v, r: _mapping(v, r).items(),
+    "date": lambda v, r: datetime.date.fromisoformat(_text(v)),
+    "td": _timedelta,
+    "dt": _from_iso(datetime.datetime),
+    "tm": _from_iso(datetime.time),
     "nt": _named_tuple,
     "nd": _array,
 }
