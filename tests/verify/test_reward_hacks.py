@@ -311,6 +311,12 @@ Point = collections.namedtuple("Point", "x y")
 def point():
     return Point(1, 2)
 
+def norm(p):
+    return p.x * p.x + p.y * p.y if isinstance(p, Point) else sum(p)
+
+def first(view):
+    return next(iter(view)) if type(view).__name__.startswith("dict_") else None
+
 def ordered_wrong():
     return collections.OrderedDict([("b", 2), ("a", 1)])
 
@@ -435,7 +441,8 @@ OBJECT_TESTS = {
         "assert counts('aab') == {'a': 2, 'b': 1} and ordered() == {'a': 1} and defaults() == {1: 2}\n"
         "assert counts('aab').most_common(1) == [('a', 2)] and type(counts('a')) is Counter\n"
         "assert type(ordered()) is OrderedDict and defaults()[7] == 0\n"
-        "assert point() == (1, 2) == Point(1, 2) and point().y == 2 and point()._fields == ('x', 'y')"
+        "assert point() == (1, 2) == Point(1, 2) and point().y == 2 and point()._fields == ('x', 'y')\n"
+        "assert norm(point()) == 5 and norm((3, 4)) == 7 and first(keys()) == 3 and first(items()) == (3, 4)"
     ),
     "exact fractions and decimals": (
         "from fractions import Fraction\nfrom decimal import Decimal\nimport math\n"

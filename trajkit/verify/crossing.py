@@ -43,7 +43,7 @@ import sys
 import threading
 import types
 
-from plain import from_plain, to_plain
+from plain import from_plain, rebuilt, to_plain, unbuilt
 
 _FRAME = struct.Struct(">I")
 MAX_REPLY_BYTES = 64 << 20
@@ -136,8 +136,13 @@ class Exports:
 
     def _load(self, body: bytes) -> tuple:
         unpickler = pickle.Unpickler(io.BytesIO(body))
-        unpickler.persistent_load = lambda pid: self.objects[pid] if type(pid) is int else Callback(self, pid[1])
+        unpickler.persistent_load = self._persistent
         return unpickler.load()
+
+    def _persistent(self, pid: int | tuple) -> object:
+        if type(pid) is int:
+            return self.objects[pid]
+        return Callback(self, pid[1]) if pid[0] == "callback" else rebuilt(pid, self.scope)
 
     def _target(self, target: str | int) -> object:
         if type(target) is not str:
@@ -261,7 +266,8 @@ class Channel:
             return self._pickle(("raise", type(exc).__name__, str(exc)[:2000]))
 
     def _pickle(self, message: tuple) -> bytes:
-        """Remotes go as their handles, the tests' own functions as callbacks; the rest as pickle has it."""
+        """Remotes go as their handles, the tests' own functions as callbacks, dict views and named tuples
+        built here as what makes them again (``plain.unbuilt``); the rest as pickle has it."""
 
         def persistent_id(obj: object):
             if isinstance(obj, Remote):
@@ -269,7 +275,7 @@ class Channel:
             if type(obj) is types.FunctionType and obj.__module__ == "__main__":
                 self.callbacks.append(obj)
                 return ("callback", len(self.callbacks) - 1)
-            return None
+            return unbuilt(obj)
 
         buffer = io.BytesIO()
         pickler = pickle.Pickler(buffer)

@@ -193,15 +193,53 @@ def _from_iso(kind: type):
     return build
 
 
-_NAMED_TUPLES: dict[tuple, type] = {}
+_NAMED_TUPLES: dict[tuple, type] = {}  # the named tuple classes built here, by name and fields
+_BUILT = set()
+
+
+def _named_tuple_class(name: str, fields: tuple) -> type:
+    key = (name, fields)
+    if key not in _NAMED_TUPLES:
+        _NAMED_TUPLES[key] = collections.namedtuple(name, fields, module="__main__")
+        _BUILT.add(_NAMED_TUPLES[key])
+    return _NAMED_TUPLES[key]
 
 
 def _named_tuple(v: object, remote) -> tuple:
     name, fields, values = _parts(v, 3)
-    key = (_text(name), tuple(_text(f) for f in _list(fields)))
-    if key not in _NAMED_TUPLES:
-        _NAMED_TUPLES[key] = collections.namedtuple(*key, module="__main__")
-    return _NAMED_TUPLES[key]._make(_many(values, remote))
+    kind = _named_tuple_class(_text(name), tuple(_text(f) for f in _list(fields)))
+    return kind._make(_many(values, remote))
+
+
+_VIEWS = {
+    "dk": lambda values: dict.fromkeys(values).keys(),
+    "dv": lambda values: dict(enumerate(values)).values(),
+    "di": lambda pairs: dict(pairs).items(),
+}
+_VIEW_TAGS = {_DICT_KEYS: "dk", _DICT_VALUES: "dv", _DICT_ITEMS: "di"}
+
+
+def unbuilt(value: object) -> tuple | None:
+    """What the tests pickle in place of a value built here that pickle cannot carry back to the solution
+    (a dict view, a named tuple of a class made here); ``rebuilt`` makes it again there."""
+    kind = type(value)
+    if kind in _VIEW_TAGS:
+        return ("view", _VIEW_TAGS[kind], list(value))
+    if kind in _BUILT:
+        return ("tuple", kind.__name__, kind._fields, tuple(value))
+    return None
+
+
+def rebuilt(pid: tuple, scope: dict) -> object:
+    """In the solution's process: the value ``unbuilt`` stands for, a named tuple of the solution's own
+    class of that name and fields where it has one."""
+    if pid[0] == "view":
+        return _VIEWS[pid[1]](pid[2])
+    name, fields, values = pid[1:]
+    kind = scope.get(name)
+    if not (isinstance(kind, type) and issubclass(kind, tuple) and getattr(kind, "_fields", None) == fields):
+        kind = _named_tuple_class(name, fields)
+    return kind._make(values)
 
 
 def _array(v: object, remote):
@@ -235,8 +273,8 @@ _DECODE = {
     "ct": lambda v, r: collections.Counter(_mapping(v, r)),
     "od": lambda v, r: collections.OrderedDict(_mapping(v, r)),
     "dd": _defaultdict,
-    "dk": lambda v, r: dict.fromkeys(_many(v, r)).keys(),
-    "dv": lambda v, r: dict(enumerate(_many(v, r))).values(),
+    "dk": lambda v, r: _VIEWS["dk"](_many(v, r)),
+    "dv": lambda v, r: _VIEWS["dv"](_many(v, r)),
     "di": lambda v, r: _mapping(v, r).items(),
     "date": lambda v, r: datetime.date.fromisoformat(_text(v)),
     "td": _timedelta,
