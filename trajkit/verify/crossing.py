@@ -459,6 +459,8 @@ class RemoteClass(type):
 
 
 def _ask_class(cls: RemoteClass, op: str, *args, **kwargs):
+    if "_stands_for" not in type.__getattribute__(cls, "__dict__"):
+        raise TypeError(f"{cls.__name__}: the tests' subclass of a class of the solution cannot be used")
     channel, name = type.__getattribute__(cls, "_stands_for")
     return channel.ask(op, name, *args, **kwargs)
 
