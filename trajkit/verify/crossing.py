@@ -51,6 +51,7 @@ MAX_READY_BYTES = 1 << 20  # the solution's first message: whether its program r
 MAX_AHEAD = 256  # values of an iterator fetched in one question
 MAX_CLASSES = 256  # classes of the solution described to the tests
 MAX_ANCESTORS = 16
+MAX_NAME = 100  # characters of a class's name (all this keeps the description under MAX_READY_BYTES)
 
 _OPS = {
     "call": lambda obj, *args, **kwargs: obj(*args, **kwargs),
@@ -165,16 +166,20 @@ class Exports:
 
 def own_classes(cls: type, scope: dict) -> list[str]:
     """The classes the program defined (bound to their own names) that ``cls`` is or derives from, in order."""
-    return [k.__name__ for k in cls.__mro__ if k.__module__ == "__main__" and scope.get(k.__name__) is k][
-        : MAX_ANCESTORS + 1
-    ]
+    own = [k.__name__ for k in cls.__mro__ if k.__module__ == "__main__" and scope.get(k.__name__) is k]
+    return [name for name in own if len(name) <= MAX_NAME][: MAX_ANCESTORS + 1]
 
 
 def describe_classes(scope: dict) -> dict:
     """Each class the program defined: its ancestors among them and, for an exception, its nearest built-in."""
     found: dict = {}
     for name, value in list(scope.items()):
-        if isinstance(value, type) and value.__module__ == "__main__" and value.__name__ == name:
+        if (
+            isinstance(value, type)
+            and value.__module__ == "__main__"
+            and value.__name__ == name
+            and len(name) <= MAX_NAME
+        ):
             error = exception_name(value) if issubclass(value, BaseException) else None
             found[name] = {"bases": own_classes(value, scope)[1:], "error": error}
             if len(found) == MAX_CLASSES:
