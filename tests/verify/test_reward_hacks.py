@@ -317,6 +317,12 @@ def norm(p):
 def first(view):
     return next(iter(view)) if type(view).__name__.startswith("dict_") else None
 
+def cons(n):
+    x = None
+    for i in range(n):
+        x = (i, x)
+    return x
+
 def ordered_wrong():
     return collections.OrderedDict([("b", 2), ("a", 1)])
 
@@ -474,6 +480,7 @@ OBJECT_TESTS = {
         "assert grid().shape == (2, 2) and (grid() * 2).sum() == 20 and type(grid()) is np.ndarray\n"
         "assert flags().dtype == bool and list(flags()) == [True, False] and (words() == ['a', 'bc']).all()"
     ),
+    "a list of pairs nested 300 deep": "x = None\nfor i in range(300):\n    x = (i, x)\nassert cons(300) == x",
     "bytearray and deque": (
         "from collections import deque\n"
         "assert buf() == b'ab' and type(buf()) is bytearray and window() == deque([2, 3]) and window().maxlen == 2"
