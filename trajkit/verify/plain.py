@@ -118,6 +118,10 @@ def from_plain(data: object, remote) -> object:
     if kind is dict and len(data) == 1:
         ((tag, v),) = data.items()
         try:
+            if tag == "i" and type(v) is str:  # the commonest first, inline
+                return int(v, 16)
+            if tag == "f" and type(v) is str:
+                return float.fromhex(v)
             if tag in _MAKE and type(v) is list:
                 return _MAKE[tag](from_plain(x, remote) for x in v)
             if tag == "d" and type(v) is list:
@@ -262,8 +266,6 @@ def _array(v: object, remote):
 
 
 _DECODE = {
-    "i": lambda v, r: _hex(v),
-    "f": lambda v, r: float.fromhex(_text(v)),
     "c": lambda v, r: complex(*(float.fromhex(_text(x)) for x in _parts(v, 2))),
     "b": lambda v, r: bytes.fromhex(_text(v)),
     "ba": lambda v, r: bytearray.fromhex(_text(v)),
