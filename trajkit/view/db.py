@@ -8,7 +8,8 @@ Shards are read, never locked: a stage may write the run while it is viewed; whe
 the set of shards changes (new shards, a ``--fresh`` rerun deleting some) the views
 are rebuilt, and a query that met a vanished file is run once more on fresh views.
 Pages look rows up in in-memory copies of light columns (``cached``), rebuilt with
-the views.
+the views; a copy with a key is stored in the order of the key's hash, so a lookup
+by key (``keyed``) reads one row group of it, whatever the order of the ids.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class RunDB:
         self._con = None
         self._signature: tuple = ()
         self._cached: set[str] = set()
+        self._memos: dict[str, Any] = {}
 
     def signature(self) -> tuple:
         """The shard files and manifests present now: a change means the views are stale."""
@@ -68,6 +70,7 @@ class RunDB:
                         raise
                     continue
                 old, self._con, self._signature, self._cached = self._con, con, sig, set()
+                self._memos = {}
                 if old is not None:
                     old.close()
                 break
@@ -116,27 +119,46 @@ class RunDB:
             timer.cancel()
             cur.close()
 
-    def cached(self, name: str, select: Callable[[], str]) -> str:
+    def cached(self, name: str, select: Callable[[], str], key: str | None = None) -> str:
         """The name of an in-memory table holding the rows of the query ``select()`` writes, built
         once per change of the run (once more on fresh views if a shard vanished meanwhile).
 
-        Pages look rows up by key in these (a few ms for a million rows) instead of scanning
-        every shard through the views; the heavy columns are then read from one shard."""
+        Pages look rows up by key in these instead of scanning every shard through the views;
+        the heavy columns are then read from one shard. With ``key``, the rows are stored in
+        the order of the key's hash (column ``_h``), which ``keyed`` lookups prune on."""
         import duckdb
 
         try:
-            return self._build(name, select, fresh=False)
+            return self._build(name, select, key, fresh=False)
         except duckdb.IOException:
-            return self._build(name, select, fresh=True)
+            return self._build(name, select, key, fresh=True)
 
-    def _build(self, name: str, select: Callable[[], str], fresh: bool) -> str:
+    def _build(self, name: str, select: Callable[[], str], key: str | None, fresh: bool) -> str:
         table = f"_cached_{name}"
         con = self.connection(force=fresh)
         with self._lock:
             if name not in self._cached:
-                con.execute(f'CREATE OR REPLACE TABLE "{table}" AS {select()}')
+                query = f'SELECT hash("{key}") AS _h, * FROM ({select()}) ORDER BY _h' if key else select()
+                con.execute(f'CREATE OR REPLACE TABLE "{table}" AS {query}')
                 self._cached.add(name)
         return table
+
+    def keyed(self, table: str, key: str, ids: list[str], columns: str = "* EXCLUDE (_h)", where: str = "") -> list:
+        """The rows of a cached table made with ``key`` whose key is one of ``ids`` (and match ``where``,
+        an SQL condition without parameters): its min/max statistics on ``_h`` skip the other row groups."""
+        return self.rows(
+            f'SELECT {columns} FROM "{table}" WHERE _h IN (SELECT hash(unnest(?::VARCHAR[]))) '
+            f"AND {key} IN (SELECT unnest(?::VARCHAR[])){' AND ' + where if where else ''}",
+            [ids, ids],
+        )
+
+    def memo(self, name: str, compute: Callable[[], Any]) -> Any:
+        """A value the pages compute from the run (the tasks page's filter choices), once per change of it."""
+        self.connection()
+        memos = self._memos  # a rebuild meanwhile replaces it: the value computed on old views is not kept
+        if name not in memos:
+            memos[name] = compute()
+        return memos[name]
 
     def shards_of(self, table: str) -> str:
         """A base table's shards, each row with its ``filename`` and ``file_row_number``."""
@@ -147,12 +169,11 @@ class RunDB:
         source = f"read_parquet([{listed}], filename = true, file_row_number = true, union_by_name = true)"
         return f"(SELECT *{absent_columns(table, paths)} FROM {source})"
 
-    def row_at(self, filename: str, row: int) -> dict[str, Any]:
-        """One row of one shard, by its position."""
+    def row_at(self, filename: str, row: int, columns: tuple[str, ...]) -> dict[str, Any]:
+        """Some columns of one row of one shard, by its position (DuckDB skips the shard's other row groups)."""
         path = "'" + filename.replace("'", "''") + "'"
         return self.rows(
-            f"SELECT * EXCLUDE (file_row_number) FROM read_parquet([{path}], file_row_number = true) "
-            "WHERE file_row_number = ?",
+            f"SELECT {', '.join(columns)} FROM read_parquet([{path}], file_row_number = true) WHERE file_row_number = ?",
             [row],
         )[0]
 
