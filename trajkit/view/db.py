@@ -14,8 +14,11 @@ by key (``keyed``) reads one row group of it, whatever the order of the ids.
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,42 @@ class QueryError(ValueError):
     """A query the viewer refuses or DuckDB rejects; its message is shown to the user."""
 
 
+class Watchdog:
+    """Interrupts each watched cursor still running at its deadline, from one thread for all queries
+    (a timer thread started per query costs more than a lookup by key)."""
+
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._deadlines: dict[int, tuple[float, Any]] = {}
+        self._thread: threading.Thread | None = None
+
+    def watch(self, cur: Any, seconds: float) -> None:
+        with self._cv:
+            self._deadlines[id(cur)] = (time.monotonic() + seconds, cur)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="trajkit-view-watchdog", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def done(self, cur: Any) -> None:
+        with self._cv:
+            self._deadlines.pop(id(cur), None)
+
+    def _run(self) -> None:
+        with self._cv:
+            while True:
+                now = time.monotonic()
+                for key, (deadline, cur) in list(self._deadlines.items()):
+                    if deadline <= now:
+                        cur.interrupt()
+                        del self._deadlines[key]
+                soonest = min((deadline for deadline, _ in self._deadlines.values()), default=None)
+                self._cv.wait(None if soonest is None else soonest - now)
+
+
+WATCHDOG = Watchdog()
+
+
 class RunDB:
     """One run's views. ``query`` serves the pages; ``read_only`` serves the SQL box."""
 
@@ -44,6 +83,7 @@ class RunDB:
         self._signature: tuple = ()
         self._cached: set[str] = set()
         self._memos: dict[str, Any] = {}
+        self._local = threading.local()
 
     def signature(self) -> tuple:
         """The shard files and manifests present now: a change means the views are stale."""
@@ -52,12 +92,26 @@ class RunDB:
         for table in S.TABLES:
             d = root / table
             if d.is_dir():
-                names.extend(f"{table}/{n}" for n in sorted(p.name for p in d.iterdir() if p.suffix == ".parquet"))
+                names.extend(f"{table}/{n}" for n in sorted(os.listdir(d)) if n.endswith(".parquet"))
         manifests = sorted(str(p.relative_to(root)) for p in root.glob("_stages/*/_manifest*.json"))
         return tuple(n for n in names if "/.tmp-" not in n) + tuple(manifests)
 
+    @contextmanager
+    def pinned(self) -> Iterator[None]:
+        """Within it, this thread's queries use the views as they were at its start: a page lists the
+        shards once, not before each of its queries (a query that meets a vanished shard still runs
+        again on fresh views)."""
+        self.connection()
+        self._local.pinned = True
+        try:
+            yield
+        finally:
+            self._local.pinned = False
+
     def connection(self, force: bool = False):
-        """The current connection, rebuilt first if the run's shards changed."""
+        """The current connection, rebuilt first if the run's shards changed (unless ``pinned``)."""
+        if not force and self._con is not None and getattr(self._local, "pinned", False):
+            return self._con
         with self._lock:
             for attempt in range(3):
                 sig = self.signature()
@@ -103,8 +157,7 @@ class RunDB:
         import duckdb
 
         cur = self.connection(force=fresh).cursor()
-        timer = threading.Timer(QUERY_TIMEOUT_S, cur.interrupt)
-        timer.start()
+        WATCHDOG.watch(cur, QUERY_TIMEOUT_S)
         try:
             return cur.sql(sql, params=params or None).to_arrow_table()
         except duckdb.InterruptException:
@@ -116,7 +169,7 @@ class RunDB:
         except duckdb.Error as e:
             raise QueryError(str(e).splitlines()[0]) from None
         finally:
-            timer.cancel()
+            WATCHDOG.done(cur)
             cur.close()
 
     def cached(self, name: str, select: Callable[[], str], key: str | None = None) -> str:
