@@ -377,13 +377,21 @@ class Store:
         import duckdb
 
         con = duckdb.connect()
+        self.create_views(con)
+        return con
+
+    def create_views(self, con) -> None:
+        """(Re)create the views on a connection over the shards present now."""
         present = {t: self.validate(t) for t in S.TABLES}
         present = {t: paths for t, paths in present.items() if paths}
-        for name, paths in present.items():
-            con.execute(f'CREATE VIEW "_raw_{name}" AS {self._raw_sql(name, paths)}')
+        for name in S.TABLES:
+            if name in present:
+                con.execute(f'CREATE OR REPLACE VIEW "_raw_{name}" AS {self._raw_sql(name, present[name])}')
         for name, tbl in S.TABLES.items():
-            con.execute(f'CREATE VIEW "{name}" AS {_view_sql(tbl, present)}')
-        return con
+            con.execute(f'CREATE OR REPLACE VIEW "{name}" AS {_view_sql(tbl, present)}')
+        for name in S.TABLES:
+            if name not in present:
+                con.execute(f'DROP VIEW IF EXISTS "_raw_{name}"')
 
     def _by_stage(self, paths: list[Path]) -> list[list[Path]]:
         """Shards grouped by the stage that wrote them, the stage that finished last at the end

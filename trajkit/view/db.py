@@ -6,15 +6,17 @@ of an allowlisted kind (``SELECT``, ``WITH``, ``DESCRIBE``, ``SHOW``, ``SUMMARIZ
 ``FROM``, ``VALUES``, ``EXPLAIN``), so nothing can be written, attached or installed.
 Shards are read, never locked: a stage may write the run while it is viewed; when
 the set of shards changes (new shards, a ``--fresh`` rerun deleting some) the views
-are rebuilt, and a query that met a vanished file is run once more on fresh views.
-Pages look rows up in in-memory copies of light columns (``cached``), rebuilt with
-the views; a copy with a key is stored in the order of the key's hash, so a lookup
-by key (``keyed``) reads one row group of it, whatever the order of the ids.
+are recreated, and a query that met a vanished file is run once more on fresh views.
+Pages look rows up in in-memory copies of light columns (``cached``), dropped when a
+table they read changes (a review rebuilds what reads reviews, not the copy of a
+million trajectories); a copy with a key is stored in the order of the key's hash,
+so a lookup by key (``keyed``) reads one row group of it, whatever the order of the ids.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -70,6 +72,19 @@ class Watchdog:
 
 
 WATCHDOG = Watchdog()
+MANIFESTS = "_manifests"  # the signature's entry for the stages' manifests
+
+
+def _sources(sql: str) -> set[str]:
+    """The tables whose shards feed a query: those it names (a column of the same name counts too, which
+    only costs a needless rebuild), and for a base table's view the annotations and rejections it joins."""
+    out = set()
+    for table in S.TABLES:
+        if re.search(rf"\b{table}\b", sql):
+            out.add(table)
+            if S.TABLES[table].base is None:
+                out |= {a.name for a in S.TABLES.values() if a.base == table} | {"rejected"}
+    return out
 
 
 class RunDB:
@@ -80,21 +95,21 @@ class RunDB:
         self.memory_limit = memory_limit
         self._lock = threading.Lock()
         self._con = None
-        self._signature: tuple = ()
-        self._cached: set[str] = set()
+        self._signature: dict[str, tuple[str, ...]] = {}
+        self._cached: dict[str, set[str]] = {}  # name -> the tables its rows come from
         self._memos: dict[str, Any] = {}
         self._local = threading.local()
 
-    def signature(self) -> tuple:
-        """The shard files and manifests present now: a change means the views are stale."""
+    def signature(self) -> dict[str, tuple[str, ...]]:
+        """Each table's shard files and the stages' manifests present now: a change means the views are stale."""
         root = self.store.root
-        names = []
+        sig = {}
         for table in S.TABLES:
             d = root / table
-            if d.is_dir():
-                names.extend(f"{table}/{n}" for n in sorted(os.listdir(d)) if n.endswith(".parquet"))
-        manifests = sorted(str(p.relative_to(root)) for p in root.glob("_stages/*/_manifest*.json"))
-        return tuple(n for n in names if "/.tmp-" not in n) + tuple(manifests)
+            names = sorted(os.listdir(d)) if d.is_dir() else []
+            sig[table] = tuple(n for n in names if n.endswith(".parquet") and not n.startswith(".tmp-"))
+        sig[MANIFESTS] = tuple(sorted(str(p.relative_to(root)) for p in root.glob("_stages/*/_manifest*.json")))
+        return sig
 
     @contextmanager
     def pinned(self) -> Iterator[None]:
@@ -118,17 +133,31 @@ class RunDB:
                 if not force and self._con is not None and sig == self._signature:
                     break
                 try:
-                    con = self._connect()
+                    if self._con is None:
+                        self._con = self._connect()
+                    else:
+                        self.store.create_views(self._con)
                 except UserError:  # a shard vanished while the views were built: list them again
                     if attempt == 2:
                         raise
                     continue
-                old, self._con, self._signature, self._cached = self._con, con, sig, set()
-                self._memos = {}
-                if old is not None:
-                    old.close()
+                self._drop_stale(sig, everything=force)
+                self._signature = sig
                 break
             return self._con
+
+    def _drop_stale(self, sig: dict[str, tuple[str, ...]], everything: bool) -> None:
+        """Drop the in-memory copies (and computed values) that read a table whose shards changed: all of
+        them when the stages' manifests changed (they order annotation rows) or ``everything``."""
+        old = self._signature
+        changed = {t for t in S.TABLES if sig.get(t) != old.get(t)}
+        if everything or sig.get(MANIFESTS) != old.get(MANIFESTS):
+            changed = set(S.TABLES)
+        for name, tables in list(self._cached.items()):
+            if tables & changed:
+                self._con.execute(f'DROP TABLE IF EXISTS "_cached_{name}"')
+                del self._cached[name]
+        self._memos = {}
 
     def _connect(self):
         con = self.store.duckdb()
@@ -174,7 +203,8 @@ class RunDB:
 
     def cached(self, name: str, select: Callable[[], str], key: str | None = None) -> str:
         """The name of an in-memory table holding the rows of the query ``select()`` writes, built
-        once per change of the run (once more on fresh views if a shard vanished meanwhile).
+        once and again after a table it reads changes (once more on fresh views if a shard vanished
+        meanwhile). The tables it reads are those its text names, as views or in shard paths.
 
         Pages look rows up by key in these instead of scanning every shard through the views;
         the heavy columns are then read from one shard. With ``key``, the rows are stored in
@@ -191,9 +221,10 @@ class RunDB:
         con = self.connection(force=fresh)
         with self._lock:
             if name not in self._cached:
-                query = f'SELECT hash("{key}") AS _h, * FROM ({select()}) ORDER BY _h' if key else select()
+                sql = select()
+                query = f'SELECT hash("{key}") AS _h, * FROM ({sql}) ORDER BY _h' if key else sql
                 con.execute(f'CREATE OR REPLACE TABLE "{table}" AS {query}')
-                self._cached.add(name)
+                self._cached[name] = _sources(sql)
         return table
 
     def keyed(self, table: str, key: str, ids: list[str], columns: str = "* EXCLUDE (_h)", where: str = "") -> list:
