@@ -137,7 +137,7 @@ def tasks_page(db: RunDB, q: TaskQuery) -> dict[str, Any]:
         f"SELECT task_id FROM {source}{where} ORDER BY {order} LIMIT ? OFFSET ?",
         [*params, PAGE_SIZE, (q.page - 1) * PAGE_SIZE],
     )
-    ids = [k["task_id"] for k in keys]
+    ids = list(dict.fromkeys(k["task_id"] for k in keys))  # a task_id written twice is one id, two rows
     rows = db.keyed(
         tasks,
         "task_id",
