@@ -185,6 +185,20 @@ def test_unreadable_and_wrong_schema_files_are_user_errors(run_dir):
         Store(run_dir / "nope")
 
 
+def test_validate_opens_a_shard_again_only_when_it_changed(run_dir, monkeypatch):
+    store = Store(run_dir)
+    store.write("tasks", "import", toy_rows(3))
+    store.validate("tasks")
+    opened = []
+    real_open = store._open
+    monkeypatch.setattr(store, "_open", lambda path, table: opened.append(path) or real_open(path, table))
+    store.write("tasks", "more", toy_rows(2))
+    assert store.validate("tasks") and opened == store.shards("tasks", "more")
+    store.shards("tasks", "import")[0].write_bytes(b"this is not parquet")  # changed in place
+    with pytest.raises(UserError, match="not a readable Parquet file"):
+        store.validate("tasks")
+
+
 def test_duckdb_views_join_annotations_and_survive_absent_tables(run_dir):
     store = Store(run_dir)
     rows = toy_rows(4)

@@ -211,6 +211,7 @@ class Store:
             raise UserError(f"the run directory {self.root} is not writable (read-only file system or permissions)")
         _OPENED.add(os.path.realpath(self.root))
         self.lease: Lease | None = None  # set on the store a stage run writes through (``leased``)
+        self._checked: dict[Path, tuple[int, int]] = {}  # shards ``validate`` found good: (mtime_ns, size)
 
     def leased(self, stage: str, rank: int) -> Store:
         """Take the lease on a stage shard (fencing off any older run of it) and return this run directory
@@ -320,10 +321,19 @@ class Store:
         return all(redact.SHARD_MARK in (pq.read_schema(p).metadata or {}) for p in self.shards(table))
 
     def validate(self, table: str, stage: str | None = None) -> list[Path]:
-        """Open every shard of a table (or of one stage's) and check its schema; returns the shard paths."""
+        """Open every shard of a table (or of one stage's) and check its schema; returns the shard paths.
+        A shard this store checked before is not opened again while its size and modification time hold."""
         paths = self.shards(table, stage)
         for p in paths:
-            self._open(p, table)
+            try:
+                st = p.stat()
+                seen = (st.st_mtime_ns, st.st_size)
+            except OSError:  # vanished: opening it says so
+                seen = None
+            if seen is None or self._checked.get(p) != seen:
+                self._open(p, table)
+                if seen is not None:
+                    self._checked[p] = seen
         return paths
 
     def read(self, table: str, columns: list[str] | None = None, stage: str | None = None) -> pa.Table:
@@ -445,13 +455,21 @@ class Store:
         import duckdb
 
         con = duckdb.connect()
+        self.create_views(con)
+        return con
+
+    def create_views(self, con) -> None:
+        """(Re)create the views on a connection over the shards present now."""
         present = {t: self.validate(t) for t in S.TABLES}
         present = {t: paths for t, paths in present.items() if paths}
-        for name, paths in present.items():
-            con.execute(f'CREATE VIEW "_raw_{name}" AS {self._raw_sql(name, paths)}')
+        for name in S.TABLES:
+            if name in present:
+                con.execute(f'CREATE OR REPLACE VIEW "_raw_{name}" AS {self._raw_sql(name, present[name])}')
         for name, tbl in S.TABLES.items():
-            con.execute(f'CREATE VIEW "{name}" AS {_view_sql(tbl, present)}')
-        return con
+            con.execute(f'CREATE OR REPLACE VIEW "{name}" AS {_view_sql(tbl, present)}')
+        for name in S.TABLES:
+            if name not in present:
+                con.execute(f'DROP VIEW IF EXISTS "_raw_{name}"')
 
     def _by_stage(self, paths: list[Path]) -> list[list[Path]]:
         """Shards grouped by the stage that wrote them, the stage that finished last at the end
@@ -559,9 +577,13 @@ def absent_columns(table: str, paths: list[Path]) -> str:
     tbl = S.table(table)
     if not tbl.added:
         return ""
-    have = {n for p in paths for n in pq.read_schema(p).names}
+    missing = set(tbl.added)
+    for p in paths:  # a run written since the columns were added has them in its first shard
+        missing -= set(pq.read_schema(p).names)
+        if not missing:
+            return ""
     return "".join(
-        f", CAST(NULL AS {_duck_type(tbl.schema.field(c).type)}) AS {_q(c)}" for c in tbl.added if c not in have
+        f", CAST(NULL AS {_duck_type(tbl.schema.field(c).type)}) AS {_q(c)}" for c in tbl.added if c in missing
     )
 
 
