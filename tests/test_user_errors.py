@@ -144,3 +144,153 @@ def test_pipeline_paths_resolve_from_any_directory(tmp_path, monkeypatch):
     plan = load_pipeline(root / "examples" / "demo.yaml", [], {"run": "r", "here": str(root / "examples")})
     harvest = next(cfg for spec, name, cfg in plan if name == "harvest")
     assert Path(harvest.servers) == root / "examples" / "servers.json" and Path(harvest.servers).is_file()
+
+
+# ---------------------------------------------------------------- found by a second hostile pass
+
+
+def test_a_command_line_click_cannot_parse_is_one_line():
+    assert user_error("sql", "SELECT 1", "--limit", "-1").startswith("Invalid value for '--limit'")
+    assert user_error("sql", "SELECT 1", "--limit", "many").endswith("(see trajkit sql --help)")
+    assert user_error("nosuch") == "No such command 'nosuch' (see trajkit --help)"
+    assert user_error("curate", "import", "--bogus") == "No such option: --bogus (see trajkit curate import --help)"
+    assert "Missing argument" in user_error("sql")
+
+
+def test_a_file_system_error_names_the_path(tmp_path, imported):
+    (imported / "_stages").rename(tmp_path / "moved")
+    (imported / "_stages").write_text("a file where a folder belongs")
+    message = user_error("curate", "import", "-r", str(imported), "--preset", "humaneval", "--limit", "3")
+    assert message == f"{imported / '_stages' / 'import'}: Not a directory"
+    assert user_error("sql", "SELECT 1", "-r", str(imported), "-o", "/proc/none.csv").endswith(
+        "No such file or directory"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--world-size", "0"], "--world-size must be at least 1, not 0"),
+        (["--rank", "2", "--world-size", "2"], "--rank 2 is not in 0..1 (--world-size 2)"),
+        (["--budget-tokens", "-5"], "--budget-tokens must be a number >= 0, not -5"),
+        (["--budget-cost", "nan"], "--budget-cost must be a number >= 0, not nan"),
+    ],
+)
+def test_shard_and_budget_options(tmp_path, flags, expected):
+    run = tmp_path / "run"
+    assert user_error("curate", "import", "-r", str(run), "--preset", "humaneval", *flags) == expected
+    assert not run.exists()
+
+
+def test_an_override_without_a_key(tmp_path):
+    base = ["curate", "import", "-r", str(tmp_path / "run"), "--preset", "humaneval"]
+    for bad in ("=3", "a..b=3", "limit"):
+        assert user_error(*base, "--set", bad).startswith(f"override {bad!r} is not KEY=VALUE")
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text("stages:\n  - stage: curate.import\n")
+    assert "is not KEY=VALUE" in user_error("run", str(pipeline), "-r", str(tmp_path / "run"), "--set", "import.limit")
+
+
+def test_user_code_that_cannot_be_imported(tmp_path, monkeypatch):
+    (tmp_path / "broken_source.py").write_text("def records(:\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    base = ["curate", "import", "-r", str(tmp_path / "run"), "--map", "id=id", "--map", "question=q"]
+    assert "SyntaxError" in user_error(*base, "--source-fn", "broken_source:records")
+    assert "relative import" in user_error(*base, "--source-fn", ".relative:records")
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ("{stage: curate.import, config: [1]}", "'config' a mapping"),
+        ("{stage: curate.import, name: [a]}", "'name' must be text"),
+        ("{stage: [curate.import]}", "a 'stage' key naming a stage"),
+    ],
+)
+def test_a_pipeline_entry_of_the_wrong_shape(tmp_path, entry, expected):
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(f"stages:\n  - {entry}\n")
+    assert expected in user_error("run", str(pipeline), "-r", str(tmp_path / "run"))
+
+
+def test_yaml_aliases_that_contain_themselves_or_explode(tmp_path):
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text("a: &a\n  b: *a\nstages:\n  - stage: curate.import\n")
+    assert "contains it" in user_error("run", str(pipeline), "-r", str(tmp_path / "run"))
+    levels = ["l0: &l0 [x, x, x, x, x, x, x, x, x, x]"]
+    levels += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 7)]
+    pipeline.write_text("\n".join(levels) + "\nstages:\n  - stage: curate.import\n")
+    assert "expand to more than" in user_error("run", str(pipeline), "-r", str(tmp_path / "run"))
+    assert "is a directory, not a YAML file" in user_error("run", str(tmp_path), "-r", str(tmp_path / "run"))
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        ("_manifest.json", '{"stage": "import"}', "damaged (no kind, config_hash, finished_at, seconds)"),
+        ("_config.json", "{}", "damaged (no config, config_hash)"),
+    ],
+)
+def test_a_stage_file_missing_its_keys(imported, name, text, expected):
+    (imported / "_stages" / "import" / name).write_text(text)
+    assert expected in user_error("curate", "import", "-r", str(imported), "--preset", "humaneval", "--limit", "3")
+
+
+@pytest.mark.parametrize(
+    ("preset", "record", "expected"),
+    [
+        ("mbpp", '{"task_id": 1, "text": 5, "test_list": []}', "field text must be str, not 5"),
+        ("mbpp", '{"task_id": 1, "text": "t", "test_list": "assert f()"}', "test_list must be list of str"),
+        ("mbpp", '{"task_id": 1, "text": "t", "test_list": [], "test_setup_code": 1}', "test_setup_code must be str"),
+        ("humaneval", '{"task_id": 1, "prompt": "p", "test": 5, "entry_point": "f"}', "field test must be str"),
+    ],
+)
+def test_a_published_format_field_of_the_wrong_type(tmp_path, preset, record, expected):
+    path = tmp_path / "records.jsonl"
+    path.write_text(record + "\n")
+    message = user_error("curate", "import", "-r", str(tmp_path / "run"), "--preset", preset, "--path", str(path))
+    assert "record 1" in message and expected in message
+
+
+def test_an_empty_question(tmp_path):
+    assert "record 2: field question is empty" in user_error(*_generic(tmp_path, '{"id": "b", "question": "  "}'))
+
+
+def test_sql_only_reads(imported, tmp_path):
+    for statement in (
+        f"COPY tasks TO '{tmp_path / 'out.csv'}'",
+        f"ATTACH '{tmp_path / 'x.db'}' AS x",
+        "SELECT 1; CREATE TABLE t AS SELECT 1",
+    ):
+        assert "statements are not run: queries over a run only read it" in user_error(
+            "sql", statement, "-r", str(imported)
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_sql_columns_of_one_name(imported):
+    message = user_error("sql", "SELECT * FROM tasks a JOIN tasks b USING (task_id)", "-r", str(imported))
+    assert "more than one column named" in message and "AS" in message
+
+
+def test_export_where_is_one_condition(imported, tmp_path):
+    for where in ("true) OR (true", "true) UNION ALL (SELECT * FROM trajectories"):
+        message = user_error("export", str(tmp_path / "out.jsonl"), "-r", str(imported), "--where", where)
+        assert message.startswith(f"--where {where!r} is not one SQL condition")
+
+
+def test_show_takes_an_id_not_a_pattern(imported):
+    assert user_error("show", "%", "-r", str(imported)).startswith("no task, trajectory, sample or server with id '%'")
+    assert user_error("show", "", "-r", str(imported)) == "give a row id (or a unique prefix of one)"
+
+
+def test_a_completion_that_is_not_unicode(imported, tmp_path):
+    path = tmp_path / "completions.jsonl"
+    path.write_text('{"task_id": "HumanEval/0", "completion": "x \\ud800"}\n')
+    message = user_error("curate", "verify", "-r", str(imported), "--completions", str(path))
+    assert "record 1: completion is not valid Unicode text" in message
+
+
+def test_pass_at_zero(imported, tmp_path):
+    message = user_error("curate", "verify", "-r", str(imported), "--completions", str(tmp_path), "--ks", "0")
+    assert "every k of pass@k must be at least 1" in message

@@ -435,6 +435,17 @@ def check_config(store: Store, name: str, cfg: StageConfig, fresh: bool) -> tupl
     return chash, previous is None
 
 
+def check_runner_options(rank: int, world_size: int, budget_tokens: int | None, budget_cost: float | None) -> None:
+    """The shard and budgets a stage runs under: at least one shard, a rank among them, budgets that are numbers >= 0."""
+    if world_size < 1:
+        raise UserError(f"--world-size must be at least 1, not {world_size}")
+    if not 0 <= rank < world_size:
+        raise UserError(f"--rank {rank} is not in 0..{world_size - 1} (--world-size {world_size})")
+    for flag, value in (("--budget-tokens", budget_tokens), ("--budget-cost", budget_cost)):
+        if value is not None and not value >= 0:  # NaN fails too
+            raise UserError(f"{flag} must be a number >= 0, not {value}")
+
+
 def run_stage(
     store: Store,
     spec: StageSpec,
@@ -449,8 +460,7 @@ def run_stage(
 ) -> dict[str, Any]:
     """Run (or resume, or skip) one stage and return its manifest."""
     name = name or spec.kind.split(".")[-1]
-    if not 0 <= rank < world_size:
-        raise UserError(f"rank {rank} is not in 0..{world_size - 1}")
+    check_runner_options(rank, world_size, budget_tokens, budget_cost)
     redact.activate(Redactor.for_stage(cfg))  # rows, manifests, log lines and cache entries go through it
     chash, pin = check_config(store, name, cfg, fresh)
     done = store.manifest(name, rank, world_size)

@@ -155,15 +155,23 @@ class ShardWriter:
     close = flush
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    """A manifest or config the store wrote; a damaged one is a user error naming it."""
+MANIFEST_KEYS = ("stage", "kind", "config_hash", "finished_at", "seconds")
+CONFIG_KEYS = ("config", "config_hash")
+
+
+def _read_json(path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
+    """A manifest or config the store wrote, with the ``keys`` every reader relies on; a damaged one
+    is a user error naming it."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, OSError) as e:
-        raise UserError(f"{path}: damaged ({e}); remove it to redo that stage, or rerun with --fresh") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: damaged (not a JSON object); remove it to redo that stage, or rerun with --fresh")
-    return data
+        problem = str(e)
+    else:
+        missing = [k for k in keys if k not in data] if isinstance(data, dict) else None
+        if missing == []:
+            return data
+        problem = "not a JSON object" if missing is None else f"no {', '.join(missing)}"
+    raise UserError(f"{path}: damaged ({problem}); remove it to redo that stage, or rerun with --fresh")
 
 
 _OPENED: set[str] = set()
@@ -324,17 +332,17 @@ class Store:
 
     def manifest(self, stage: str, rank: int = 0, world_size: int = 1) -> dict[str, Any] | None:
         p = self.manifest_path(stage, rank, world_size)
-        return _read_json(p) if p.is_file() else None
+        return _read_json(p, MANIFEST_KEYS) if p.is_file() else None
 
     def manifests(self) -> list[dict[str, Any]]:
         """Every manifest of the run, oldest first."""
         root = self.root / STAGES_DIR
-        found = [_read_json(p) for p in root.glob("*/_manifest*.json")] if root.is_dir() else []
+        found = [_read_json(p, MANIFEST_KEYS) for p in root.glob("*/_manifest*.json")] if root.is_dir() else []
         return sorted(found, key=lambda m: (m.get("finished_at", ""), m.get("stage", "")))
 
     def stage_config(self, stage: str) -> dict[str, Any] | None:
         p = self.stage_dir(stage) / "_config.json"
-        return _read_json(p) if p.is_file() else None
+        return _read_json(p, CONFIG_KEYS) if p.is_file() else None
 
     def clean_temp(self, stage: str, rank: int = 0) -> None:
         """Remove temporary shard files a killed writer of this stage and rank left behind
@@ -442,14 +450,38 @@ class Store:
             raise UserError("the SQL query is empty")
         con = self.duckdb()
         try:
+            writes = [s.type.name for s in con.extract_statements(query) if s.type.name not in READS]
+            if writes:
+                raise UserError(
+                    f"{writes[0]} statements are not run: queries over a run only read it (write a result with --output)"
+                )
             relation = con.sql(query)
             if relation is None:
                 raise UserError("the SQL statement returns no rows: give a query (SELECT, WITH, ...)")
-            return relation.to_arrow_table()
+            result = relation.to_arrow_table()
         except duckdb.Error as e:
             raise UserError(f"SQL error: {str(e).splitlines()[0]}") from None
         finally:
             con.close()
+        twice = sorted({c for c in result.column_names if result.column_names.count(c) > 1})
+        if twice:
+            raise UserError(f"the query returns more than one column named {twice[0]!r}: name them apart with AS")
+        return result
+
+
+def sql_condition(text: str, what: str) -> str:
+    """``(text)`` once DuckDB parses it as a single expression: a condition cannot close its
+    parenthesis and widen the query around it (``1=1) OR (1=1``)."""
+    import duckdb
+
+    try:
+        duckdb.SQLExpression(text)
+    except duckdb.Error as e:
+        raise UserError(f"{what} {text!r} is not one SQL condition ({str(e).splitlines()[0]})") from None
+    return f"({text})"
+
+
+READS = ("SELECT", "EXPLAIN", "PRAGMA", "CALL", "MULTI")  # MULTI: PIVOT, a SELECT DuckDB expands
 
 
 def _view_sql(tbl: S.Table, present: dict[str, list[Path]]) -> str:
