@@ -294,3 +294,17 @@ def test_a_completion_that_is_not_unicode(imported, tmp_path):
 def test_pass_at_zero(imported, tmp_path):
     message = user_error("curate", "verify", "-r", str(imported), "--completions", str(tmp_path), "--ks", "0")
     assert "every k of pass@k must be at least 1" in message
+
+
+def test_model_serve_port_out_of_range():
+    assert "'--port'" in user_error("model", "serve", "--script", "json:dumps", "--port", "70000")
+
+
+def test_model_tiny_never_replaces_what_is_not_a_model(tmp_path, monkeypatch):
+    (tmp_path / "keep.txt").write_text("precious")
+    monkeypatch.chdir(tmp_path)
+    for target in (".", str(tmp_path), "keep.txt"):
+        assert "exists and is not a model directory" in user_error("model", "tiny", target)
+    assert (tmp_path / "keep.txt").read_text() == "precious"
+    assert "not a tokenizer directory" in user_error("model", "tiny", "new", "--tokenizer", str(tmp_path))
+    assert "'--hidden'" in user_error("model", "tiny", "new", "--hidden", "0")
