@@ -308,3 +308,14 @@ def test_model_tiny_never_replaces_what_is_not_a_model(tmp_path, monkeypatch):
     assert (tmp_path / "keep.txt").read_text() == "precious"
     assert "not a tokenizer directory" in user_error("model", "tiny", "new", "--tokenizer", str(tmp_path))
     assert "'--hidden'" in user_error("model", "tiny", "new", "--hidden", "0")
+
+
+def test_ctrl_c_says_how_to_resume(imported, monkeypatch):
+    from trajkit.store import Store
+
+    def interrupted(self, query):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Store, "sql", interrupted)
+    result = CliRunner().invoke(app, ["sql", "SELECT 1", "-r", str(imported)])
+    assert result.exit_code == 130 and result.stderr == "interrupted; rerun the same command to resume\n"

@@ -304,8 +304,12 @@ class TopGroup(TyperGroup):
             return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
-        with _user_errors():
-            return super().invoke(ctx)
+        try:
+            with _user_errors():
+                return super().invoke(ctx)
+        except KeyboardInterrupt:  # typer turns it into exit status 130 without a word
+            typer.echo("interrupted; rerun the same command to resume", err=True)
+            raise
 
 
 # click's UsageError as the installed typer raises it (recent typers carry their own copy of click)
