@@ -319,3 +319,15 @@ def test_ctrl_c_says_how_to_resume(imported, monkeypatch):
     monkeypatch.setattr(Store, "sql", interrupted)
     result = CliRunner().invoke(app, ["sql", "SELECT 1", "-r", str(imported)])
     assert result.exit_code == 130 and result.stderr == "interrupted; rerun the same command to resume\n"
+
+
+def test_filter_bounds_that_reject_everything(tmp_path):
+    message = user_error("curate", "filter", "-r", str(tmp_path), "--min-chars", "100", "--max-chars", "10")
+    assert "min_chars (100) is above max_chars (10)" in message
+
+
+def test_an_eval_set_without_a_path(tmp_path):
+    """``name=`` read the current directory as a datasets folder and named whatever file failed there."""
+    for spec in ("held=", "=evals.jsonl"):
+        message = user_error("curate", "decontaminate", "-r", str(tmp_path), "--eval", spec)
+        assert "give NAME=PATH, both non-empty" in message
