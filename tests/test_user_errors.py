@@ -331,3 +331,13 @@ def test_an_eval_set_without_a_path(tmp_path):
     for spec in ("held=", "=evals.jsonl"):
         message = user_error("curate", "decontaminate", "-r", str(tmp_path), "--eval", spec)
         assert "give NAME=PATH, both non-empty" in message
+
+
+def test_diversity_where_is_one_condition(imported):
+    message = user_error("eval", "diversity", "-r", str(imported), "--where", "true) OR (true")
+    assert message.startswith("where 'true) OR (true' is not one SQL condition")
+
+
+def test_zero_training_processes(imported):
+    args = ["train", "sft", "-r", str(imported), "--model", "m", "--accelerate-config", "ddp", "--num-processes", "0"]
+    assert "'--num-processes'" in user_error(*args)
