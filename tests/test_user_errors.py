@@ -341,3 +341,15 @@ def test_diversity_where_is_one_condition(imported):
 def test_zero_training_processes(imported):
     args = ["train", "sft", "-r", str(imported), "--model", "m", "--accelerate-config", "ddp", "--num-processes", "0"]
     assert "'--num-processes'" in user_error(*args)
+
+
+def test_a_complete_stage_whose_shards_went_or_doubled(imported):
+    import shutil
+
+    args = ("curate", "import", "-r", str(imported), "--preset", "humaneval", "--limit", "3")
+    [shard] = (imported / "tasks").glob("*.parquet")
+    shutil.copy(shard, shard.with_name(shard.name.replace("000000", "000001")))
+    assert "its tasks shards hold 6 rows, not the 3 it wrote; rerun with --fresh" in user_error(*args)
+    shutil.rmtree(imported / "tasks")
+    (imported / "tasks").write_text("a file where the table's folder belongs")
+    assert "its tasks shards hold 0 rows, not the 3 it wrote" in user_error(*args)

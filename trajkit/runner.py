@@ -470,6 +470,12 @@ def run_stage(
                 store.validate(table, stage=name)
             except UserError as e:
                 raise UserError(f"stage {name!r} is complete but {e}; rerun with --fresh to redo it") from None
+        for table, wrote in done.get("outputs", {}).items() if world_size == 1 else ():
+            if (held := store.count(table, stage=name)) != wrote:  # shards lost, or copied in twice
+                raise UserError(
+                    f"stage {name!r} is complete but its {table} shards hold {held} rows, not the {wrote} "
+                    f"it wrote; rerun with --fresh to redo it"
+                )
         if not quiet:
             _console().print(f"[dim]{name}[/]: already complete, skipped ({_summary(done)})", highlight=False)
         return done
