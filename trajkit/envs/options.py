@@ -25,7 +25,9 @@ class EpisodeOptions(StageConfig):
     seed: int = Field(0, description="Seeds each episode (with its task and index).")
     max_turns: int = Field(8, ge=1, description="Model calls per episode.")
     max_context_tokens: int | None = Field(None, ge=1, description="Stop an episode (truncated) past this context.")
-    tool_timeout_s: float = Field(30.0, gt=0, description="Per tool call.")
+    tool_timeout_s: float = Field(
+        30.0, gt=0, description="Per tool call (a server's own timeout in the servers file wins)."
+    )
     max_tool_output_chars: int = Field(4000, ge=1, description="Tool output beyond this is cut, with a note.")
     servers_config: str | None = Field(None, description="The mcpServers file, for env values and cwd of servers.")
 
