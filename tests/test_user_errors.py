@@ -353,3 +353,12 @@ def test_a_complete_stage_whose_shards_went_or_doubled(imported):
     shutil.rmtree(imported / "tasks")
     (imported / "tasks").write_text("a file where the table's folder belongs")
     assert "its tasks shards hold 0 rows, not the 3 it wrote" in user_error(*args)
+
+
+def test_a_key_given_twice_in_a_yaml_file(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "x-base: &base {limit: 3}\nlimit: 3\npreset: humaneval\nlimit: 4\nnested:\n  <<: *base\n  limit: 2\n"
+    )
+    message = user_error("curate", "import", "-r", str(tmp_path / "run"), "-c", str(config))
+    assert message == f"{config}: line 4 is not valid YAML (key 'limit' given twice in one mapping)"

@@ -27,6 +27,23 @@ class StageConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """The safe loader, with a key given twice in one mapping an error (YAML forbids it; PyYAML kept the
+    last). Keys a merge (``<<: *anchor``) brings in may still be overridden."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} given twice in one mapping", key_node.start_mark
+                    )
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping or fail with one line."""
     p = Path(path)
@@ -35,7 +52,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if not p.is_file():
         raise UserError(f"config file not found: {p}")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeys) or {}
     except (UnicodeDecodeError, OSError) as e:
         raise UserError(f"{p}: not a readable UTF-8 text file ({e})") from None
     except yaml.YAMLError as e:
