@@ -281,7 +281,18 @@ def test_export_where_is_one_condition(imported, tmp_path):
 
 def test_show_takes_an_id_not_a_pattern(imported):
     assert user_error("show", "%", "-r", str(imported)).startswith("no task, trajectory, sample or server with id '%'")
-    assert user_error("show", "", "-r", str(imported)) == "give a row id (or a unique prefix of one)"
+    assert user_error("show", "", "-r", str(imported)) == "give a row id (or a unique prefix of one), not ''"
+
+
+def test_arguments_that_are_not_utf8(imported, tmp_path):
+    """Bytes that are not UTF-8 reach Python as lone surrogates; DuckDB failed on them with a traceback."""
+    assert user_error("sql", "SELECT '\udcff'", "-r", str(imported)) == "the SQL query is not valid UTF-8 text"
+    assert "not '\\udcff'" in user_error("show", "\udcff", "-r", str(imported))
+    where = ["--where", "\udcff"]
+    assert (
+        user_error("export", str(tmp_path / "o.jsonl"), "-r", str(imported), *where)
+        == "--where is not valid UTF-8 text"
+    )
 
 
 def test_a_completion_that_is_not_unicode(imported, tmp_path):

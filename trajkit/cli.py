@@ -147,8 +147,8 @@ def show(
     from trajkit.render import print_row
     from trajkit.store import Store
 
-    if not row_id.strip():
-        raise _user("give a row id (or a unique prefix of one)")
+    if not row_id.strip() or not row_id.isprintable():
+        raise _user(f"give a row id (or a unique prefix of one), not {row_id!r}")
     store = Store(run)
     con = store.duckdb()
     for name in ("trajectories", "tasks", "samples", "servers"):

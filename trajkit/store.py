@@ -448,6 +448,8 @@ class Store:
 
         if not query.strip():
             raise UserError("the SQL query is empty")
+        if not query.isascii() and not _utf8(query):
+            raise UserError("the SQL query is not valid UTF-8 text")
         con = self.duckdb()
         try:
             writes = [s.type.name for s in con.extract_statements(query) if s.type.name not in READS]
@@ -469,11 +471,22 @@ class Store:
         return result
 
 
+def _utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (an argument of bytes that are not UTF-8 arrives with lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def sql_condition(text: str, what: str) -> str:
     """``(text)`` once DuckDB parses it as a single expression: a condition cannot close its
     parenthesis and widen the query around it (``1=1) OR (1=1``)."""
     import duckdb
 
+    if not _utf8(text):
+        raise UserError(f"{what} is not valid UTF-8 text")
     try:
         duckdb.SQLExpression(text)
     except duckdb.Error as e:
