@@ -373,3 +373,19 @@ def test_a_key_given_twice_in_a_yaml_file(tmp_path):
     )
     message = user_error("curate", "import", "-r", str(tmp_path / "run"), "-c", str(config))
     assert message == f"{config}: line 4 is not valid YAML (key 'limit' given twice in one mapping)"
+
+
+def test_stage_names_that_share_a_folder(imported, tmp_path):
+    """``a/b`` and ``a_b`` are both stored in ``_stages/a_b``: the second was skipped as complete."""
+    args = ["curate", "import", "-r", str(imported), "--preset", "humaneval", "--limit", "3"]
+    assert CliRunner().invoke(app, [*args, "--name", "x y"]).exit_code == 0
+    message = user_error(*args, "--name", "x_y")
+    assert (
+        message
+        == f"stage names 'x_y' and 'x y' (already in {imported}) share the folder _stages/x_y; give this stage another name"
+    )
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text("stages:\n  - {stage: curate.import, name: a/b}\n  - {stage: curate.import, name: a_b}\n")
+    assert "stage name 'a_b' shares its folder with another stage's" in user_error(
+        "run", str(pipeline), "-r", str(imported)
+    )

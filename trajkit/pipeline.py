@@ -27,7 +27,7 @@ from trajkit.config import build, parse_override, read_yaml
 from trajkit.errors import UserError
 from trajkit.runner import StageSpec, check_runner_options, run_stage
 from trajkit.stages import get_stage
-from trajkit.store import Store
+from trajkit.store import Store, safe_name
 
 
 def load_pipeline(
@@ -62,6 +62,8 @@ def load_pipeline(
         name = entry.get("name") or spec.kind.split(".")[-1]
         if name in names:
             errors.append(f"stages[{i}]: duplicate stage name {name!r}; give it a 'name:'")
+        elif safe_name(name) in {safe_name(n) for n in names}:
+            errors.append(f"stages[{i}]: stage name {name!r} shares its folder with another stage's; rename one")
         names.add(name)
         mine = [
             o.split("=", 1)[0][len(name) + 1 :] + "=" + o.split("=", 1)[1]

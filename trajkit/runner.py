@@ -421,6 +421,11 @@ def check_config(store: Store, name: str, cfg: StageConfig, fresh: bool) -> tupl
     config is to be (re)pinned: a new or fresh stage, or one pinned before a field left the hash."""
     chash = config_hash(cfg)
     previous = store.stage_config(name)
+    if previous is not None and previous.get("stage", name) != name:
+        raise UserError(
+            f"stage names {name!r} and {previous['stage']!r} (already in {store.root}) share the folder "
+            f"{store.stage_dir(name).relative_to(store.root)}; give this stage another name"
+        )
     if fresh:
         store.drop_stage(name)
         return chash, True
