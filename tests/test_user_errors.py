@@ -389,3 +389,11 @@ def test_stage_names_that_share_a_folder(imported, tmp_path):
     assert "stage name 'a_b' shares its folder with another stage's" in user_error(
         "run", str(pipeline), "-r", str(imported)
     )
+
+
+def test_a_server_without_a_name(tmp_path):
+    servers = tmp_path / "servers.json"
+    servers.write_text('{"mcpServers": {" ": {"command": "cat"}}}')
+    assert "' ': a server needs a name" in user_error(
+        "synth", "harvest", "-r", str(tmp_path / "run"), "--servers", str(servers)
+    )
