@@ -397,3 +397,10 @@ def test_a_server_without_a_name(tmp_path):
     assert "' ': a server needs a name" in user_error(
         "synth", "harvest", "-r", str(tmp_path / "run"), "--servers", str(servers)
     )
+
+
+def test_numbers_in_a_config_are_finite(tmp_path):
+    """``inf`` passed every bound (an endless tool timeout) and went into _config.json as non-standard JSON."""
+    base = ["curate", "passk", "-r", str(tmp_path), "--model", "m"]
+    assert "tool_timeout_s: Input should be a finite number" in user_error(*base, "--tool-timeout-s", "inf")
+    assert "temperature: Input should be a finite number" in user_error(*base, "--set", "temperature=.inf")

@@ -19,12 +19,13 @@ C = TypeVar("C", bound=BaseModel)
 class StageConfig(BaseModel):
     """Base of every stage's config: unknown keys are errors, not silently ignored.
 
+    Numbers are finite (an infinite timeout or temperature is a typo, and JSON cannot hold it).
     Fields marked ``json_schema_extra={"hash": False}`` (concurrency, budgets,
     progress) may change between a run and its resume without counting as a
     different config.
     """
 
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 class _UniqueKeys(yaml.SafeLoader):
