@@ -404,3 +404,11 @@ def test_numbers_in_a_config_are_finite(tmp_path):
     base = ["curate", "passk", "-r", str(tmp_path), "--model", "m"]
     assert "tool_timeout_s: Input should be a finite number" in user_error(*base, "--tool-timeout-s", "inf")
     assert "temperature: Input should be a finite number" in user_error(*base, "--set", "temperature=.inf")
+
+
+def test_a_field_mapping_given_twice_or_empty(tmp_path):
+    base = ["curate", "import", "-r", str(tmp_path / "run"), "--path", str(tmp_path / "r.jsonl")]
+    assert user_error(*base, "--map", "question=q", "--map", "question=id") == "--map question given twice ('q', 'id')"
+    assert "every field maps to a column name" in user_error(*base, "--map", "question=q", "--map", "id=")
+    message = user_error(*base, "--map", "question=q", "--source-param", "a=1")
+    assert "source_params are the keyword arguments of a source_fn" in message

@@ -172,10 +172,12 @@ def _pairs(items: list[str] | None, flag: str) -> dict[str, str] | None:
 
     out = {}
     for item in items:
-        key, sep, value = item.partition("=")
+        key, sep, value = (part.strip() for part in item.partition("="))
         if not sep or not key:
             raise UserError(f"{flag} {item!r} is not KEY=VALUE")
-        out[key.strip()] = value.strip()
+        if out.get(key, value) != value:
+            raise UserError(f"{flag} {key} given twice ({out[key]!r}, {value!r})")
+        out[key] = value
     return out
 
 

@@ -72,8 +72,12 @@ class ImportConfig(StageConfig):
             raise ValueError("give either path or source_fn, not both")
         if self.preset != "humaneval" and not (self.path or self.source_fn):
             raise ValueError(f"preset {self.preset!r} needs a path or a source_fn")
+        if self.source_params and not self.source_fn:
+            raise ValueError("source_params are the keyword arguments of a source_fn; give one or drop them")
         if self.preset == "generic" and "question" not in self.fields:
             raise ValueError("a generic import needs fields.question (e.g. --map question=problem)")
+        if any(not column for column in self.fields.values()):
+            raise ValueError("every field maps to a column name (--map KEY=COLUMN, COLUMN not empty)")
         if self.preset != "generic" and (self.fields or self.verifier != "none" or self.metadata):
             raise ValueError(
                 f"preset {self.preset!r} has a fixed field mapping; fields/verifier/metadata are for generic"
