@@ -412,3 +412,9 @@ def test_a_field_mapping_given_twice_or_empty(tmp_path):
     assert "every field maps to a column name" in user_error(*base, "--map", "question=q", "--map", "id=")
     message = user_error(*base, "--map", "question=q", "--source-param", "a=1")
     assert "source_params are the keyword arguments of a source_fn" in message
+
+
+def test_split_null_as_a_flag_says_how(tmp_path):
+    """``--split null`` is the text 'null'; the message said 'or null' without saying how to give it."""
+    message = user_error("eval", "passk", "-r", str(tmp_path), "--model", "m", "--split", "null")
+    assert "or null for every task (--set split=null)" in message
