@@ -418,3 +418,19 @@ def test_split_null_as_a_flag_says_how(tmp_path):
     """``--split null`` is the text 'null'; the message said 'or null' without saying how to give it."""
     message = user_error("eval", "passk", "-r", str(tmp_path), "--model", "m", "--split", "null")
     assert "or null for every task (--set split=null)" in message
+
+
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        ({b"trajkit.schema_version": b"7"}, "written as tasks schema v7 by a newer trajkit (this one reads up to v1)"),
+        ({b"trajkit.table": b"samples"}, "a shard of table 'samples', not 'tasks'"),
+    ],
+)
+def test_a_shard_of_a_newer_trajkit_or_another_table(imported, metadata, expected):
+    import pyarrow.parquet as pq
+
+    [shard] = (imported / "tasks").glob("*.parquet")
+    data = pq.read_table(shard)
+    pq.write_table(data.replace_schema_metadata({**data.schema.metadata, **metadata}), shard)
+    assert expected in user_error("sql", "SELECT count(*) FROM tasks", "-r", str(imported))
