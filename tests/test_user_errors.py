@@ -434,3 +434,14 @@ def test_a_shard_of_a_newer_trajkit_or_another_table(imported, metadata, expecte
     data = pq.read_table(shard)
     pq.write_table(data.replace_schema_metadata({**data.schema.metadata, **metadata}), shard)
     assert expected in user_error("sql", "SELECT count(*) FROM tasks", "-r", str(imported))
+
+
+def test_an_empty_path_is_not_the_current_directory(tmp_path, monkeypatch):
+    """``-r "$RUN"`` with RUN unset wrote a run into the current directory."""
+    monkeypatch.chdir(tmp_path)
+    assert (
+        user_error("curate", "import", "-r", "", "--preset", "humaneval")
+        == "-r is empty: give a path (an unset shell variable?)"
+    )
+    assert user_error("curate", "import", "--run=", "--preset", "humaneval").startswith("--run is empty")
+    assert list(tmp_path.iterdir()) == []

@@ -296,12 +296,25 @@ class StageCommand(TyperCommand):
         return super().parse_args(ctx, args)
 
 
+# options whose value is a path: an empty one would mean the current directory ("-r $RUN" with RUN unset)
+PATH_FLAGS = {"-r", "--run", "-c", "--config", "-o", "--output", "-p", "--path", "-s", "--servers"}
+PATH_FLAGS |= {"--completions", "--output-dir", "--keep-env-state", "--pipeline", "--replay", "--tokenizer"}
+
+
 class TopGroup(TyperGroup):
     """The ``trajkit`` group: a command line click cannot parse (an unknown option, a value of the wrong
     type) and a file-system error on a path the user gave or a run directory holds (a folder where a
     file belongs, a read-only or full disk, a missing parent) are user errors: one line."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        from trajkit.errors import UserError
+
+        for flag, value in zip(args, [*args[1:], None]):
+            if flag == "--":
+                break
+            name, eq, inline = flag.partition("=")
+            if name in PATH_FLAGS and (inline if eq else value) == "":
+                raise UserError(f"{name} is empty: give a path (an unset shell variable?)")
         with _user_errors():
             return super().parse_args(ctx, args)
 
