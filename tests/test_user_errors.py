@@ -445,3 +445,10 @@ def test_an_empty_path_is_not_the_current_directory(tmp_path, monkeypatch):
     )
     assert user_error("curate", "import", "--run=", "--preset", "humaneval").startswith("--run is empty")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_card_front_matter_values_are_one_line(tmp_path):
+    """A title with a line break and ``---`` ended the YAML header: a yaml.ScannerError traceback."""
+    message = user_error("card", "-r", str(tmp_path), "--title", "T\n---\nbody")
+    assert "pretty_name: Value error, 'T\\n---\\nbody' must be one non-empty line" in message
+    assert "must be one non-empty line" in user_error("card", "-r", str(tmp_path), "--tag", "")
