@@ -452,3 +452,12 @@ def test_card_front_matter_values_are_one_line(tmp_path):
     message = user_error("card", "-r", str(tmp_path), "--title", "T\n---\nbody")
     assert "pretty_name: Value error, 'T\\n---\\nbody' must be one non-empty line" in message
     assert "must be one non-empty line" in user_error("card", "-r", str(tmp_path), "--tag", "")
+
+
+def test_json_output_has_no_nan(imported, tmp_path):
+    """Python wrote NaN and Infinity, which JSON has not (jq and most parsers reject the file)."""
+    query = "SELECT 'nan'::DOUBLE AS n, ['inf'::DOUBLE] AS l, {'x': '-inf'::DOUBLE} AS s"
+    result = CliRunner().invoke(app, ["sql", query, "-r", str(imported), "-f", "json"])
+    assert json.loads(result.stdout) == [{"n": None, "l": [None], "s": {"x": None}}]
+    assert CliRunner().invoke(app, ["sql", query, "-r", str(imported), "-o", str(tmp_path / "o.jsonl")]).exit_code == 0
+    assert json.loads((tmp_path / "o.jsonl").read_text()) == {"n": None, "l": [None], "s": {"x": None}}

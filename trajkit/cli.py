@@ -184,6 +184,7 @@ def export(
     from trajkit.accepted import accepted_where
     from trajkit.export import FORMATS, convert
     from trajkit.store import Store, sql_condition
+    from trajkit.tabular import json_safe
 
     if fmt not in FORMATS:
         raise _user(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
@@ -197,7 +198,11 @@ def export(
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         with open(output, "w") as f:
-            f.writelines(json.dumps(rec, ensure_ascii=False, default=str) + "\n" for rec in convert(rows, fmt))
+            lines = (
+                json.dumps(json_safe(rec), ensure_ascii=False, default=str, allow_nan=False)
+                for rec in convert(rows, fmt)
+            )
+            f.writelines(line + "\n" for line in lines)
     except OSError as e:
         raise _user(f"cannot write {output}: {e.strerror or e}") from None
     kind = "trajectories" if all_rows else "accepted trajectories"
