@@ -461,3 +461,12 @@ def test_json_output_has_no_nan(imported, tmp_path):
     assert json.loads(result.stdout) == [{"n": None, "l": [None], "s": {"x": None}}]
     assert CliRunner().invoke(app, ["sql", query, "-r", str(imported), "-o", str(tmp_path / "o.jsonl")]).exit_code == 0
     assert json.loads((tmp_path / "o.jsonl").read_text()) == {"n": None, "l": [None], "s": {"x": None}}
+
+
+def test_a_damaged_call_cache(tmp_path):
+    (tmp_path / "_cache").mkdir()
+    (tmp_path / "_cache" / "calls.sqlite").write_text("not a database")
+    message = user_error("model", "serve", "--replay", str(tmp_path), "--port", "0")
+    assert message.endswith(
+        "calls.sqlite: cannot use this call cache (file is not a database); remove it to start one afresh"
+    )
