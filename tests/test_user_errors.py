@@ -471,3 +471,9 @@ def test_a_damaged_call_cache(tmp_path):
     assert message.endswith(
         "calls.sqlite: cannot use this call cache (file is not a database); remove it to start one afresh"
     )
+
+
+def test_a_judge_threshold_off_the_1_to_5_scale(tmp_path):
+    """``--min-completeness 9`` rejected every judged trajectory without a word."""
+    message = user_error("synth", "filter", "-r", str(tmp_path), "--min-completeness", "9")
+    assert "min_completeness: Input should be less than or equal to 5" in message
