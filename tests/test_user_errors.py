@@ -477,3 +477,11 @@ def test_a_judge_threshold_off_the_1_to_5_scale(tmp_path):
     """``--min-completeness 9`` rejected every judged trajectory without a word."""
     message = user_error("synth", "filter", "-r", str(tmp_path), "--min-completeness", "9")
     assert "min_completeness: Input should be less than or equal to 5" in message
+
+
+def test_model_endpoint_and_limits(tmp_path):
+    base = ["synth", "tasks", "-r", str(tmp_path), "--model", "m", "--backend", "openai"]
+    message = user_error(*base, "--base-url", "localhost:8000")
+    assert "'localhost:8000' is not an http(s) URL, e.g. http://localhost:8000/v1" in message
+    message = user_error(*base, "--base-url", "http://localhost:8000/v1", "--set", "model.max_concurrency=0")
+    assert "model.max_concurrency: Input should be greater than or equal to 1" in message  # ZeroDivisionError before
