@@ -230,6 +230,11 @@ def test_yaml_aliases_that_contain_themselves_or_explode(tmp_path, monkeypatch):
     [
         ("_manifest.json", '{"stage": "import"}', "damaged (no kind, config_hash, finished_at, seconds)"),
         ("_config.json", "{}", "damaged (no config, config_hash)"),
+        (
+            "_manifest.json",
+            '{"stage": "import", "kind": "k", "config_hash": "h", "finished_at": "t", "seconds": "1", "outputs": []}',
+            "damaged (seconds, outputs of the wrong type)",
+        ),
     ],
 )
 def test_a_stage_file_missing_its_keys(imported, name, text, expected):

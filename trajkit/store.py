@@ -155,22 +155,30 @@ class ShardWriter:
     close = flush
 
 
-MANIFEST_KEYS = ("stage", "kind", "config_hash", "finished_at", "seconds")
-CONFIG_KEYS = ("config", "config_hash")
+# what every reader of a manifest or stage config relies on: key -> type (required keys first)
+MANIFEST_KEYS = {"stage": str, "kind": str, "config_hash": str, "finished_at": str, "seconds": (int, float)}
+MANIFEST_OPTIONAL = {"outputs": dict, "usage": dict, "counts": dict, "config": dict, "inputs": dict}
+CONFIG_KEYS = {"config": dict, "config_hash": str}
 
 
-def _read_json(path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
-    """A manifest or config the store wrote, with the ``keys`` every reader relies on; a damaged one
-    is a user error naming it."""
+def _read_json(
+    path: Path, keys: dict[str, type | tuple[type, ...]], optional: dict[str, type] | None = None
+) -> dict[str, Any]:
+    """A manifest or config the store wrote, with the ``keys`` every reader relies on (and the ``optional``
+    ones, where present, of their type); a damaged one is a user error naming it."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, OSError) as e:
         problem = str(e)
     else:
-        missing = [k for k in keys if k not in data] if isinstance(data, dict) else None
-        if missing == []:
+        if not isinstance(data, dict):
+            problem = "not a JSON object"
+        elif missing := [k for k in keys if k not in data]:
+            problem = f"no {', '.join(missing)}"
+        elif wrong := [k for k, t in {**keys, **(optional or {})}.items() if k in data and not isinstance(data[k], t)]:
+            problem = f"{', '.join(wrong)} of the wrong type"
+        else:
             return data
-        problem = "not a JSON object" if missing is None else f"no {', '.join(missing)}"
     raise UserError(f"{path}: damaged ({problem}); remove it to redo that stage, or rerun with --fresh")
 
 
@@ -332,12 +340,16 @@ class Store:
 
     def manifest(self, stage: str, rank: int = 0, world_size: int = 1) -> dict[str, Any] | None:
         p = self.manifest_path(stage, rank, world_size)
-        return _read_json(p, MANIFEST_KEYS) if p.is_file() else None
+        return _read_json(p, MANIFEST_KEYS, MANIFEST_OPTIONAL) if p.is_file() else None
 
     def manifests(self) -> list[dict[str, Any]]:
         """Every manifest of the run, oldest first."""
         root = self.root / STAGES_DIR
-        found = [_read_json(p, MANIFEST_KEYS) for p in root.glob("*/_manifest*.json")] if root.is_dir() else []
+        found = (
+            [_read_json(p, MANIFEST_KEYS, MANIFEST_OPTIONAL) for p in root.glob("*/_manifest*.json")]
+            if root.is_dir()
+            else []
+        )
         return sorted(found, key=lambda m: (m.get("finished_at", ""), m.get("stage", "")))
 
     def stage_config(self, stage: str) -> dict[str, Any] | None:
