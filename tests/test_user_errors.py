@@ -368,8 +368,9 @@ def test_a_complete_stage_whose_shards_went_or_doubled(imported):
     shutil.copy(shard, shard.with_name(shard.name.replace("000000", "000001")))
     assert "its tasks shards hold 6 rows, not the 3 it wrote; rerun with --fresh" in user_error(*args)
     shutil.rmtree(imported / "tasks")
-    (imported / "tasks").write_text("a file where the table's folder belongs")
     assert "its tasks shards hold 0 rows, not the 3 it wrote" in user_error(*args)
+    (imported / "tasks").write_text("a file where the table's folder belongs")
+    assert "tasks: a file where the tasks table's folder belongs" in user_error("sql", "SELECT 1", "-r", str(imported))
 
 
 def test_a_key_given_twice_in_a_yaml_file(tmp_path):

@@ -232,6 +232,8 @@ class Store:
         stage's (and one rank's) only. Parquet files copied in by hand belong to no stage."""
         d = self.table_dir(table)
         if not d.is_dir():
+            if d.exists():
+                raise UserError(f"{d}: a file where the {table} table's folder belongs; move it away")
             return []
         out = []
         for p in d.iterdir():
