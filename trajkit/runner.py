@@ -517,6 +517,8 @@ def run_stage(
         raise
     finally:
         ctx.flush()
+    for table in S.TABLES:  # the stage's many small shards (written as rows finished) merged into few
+        store.compact(table, name, rank)
     ctx.recount()
     manifest = {
         "stage": name,
