@@ -175,15 +175,31 @@ def _compact_groups(small: list[tuple[int, Path]]) -> list[list[tuple[int, Path]
     return groups
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    """A manifest or config the store wrote; a damaged one is a user error naming it."""
+# what every reader of a manifest or stage config relies on: key -> type (required keys first)
+MANIFEST_KEYS = {"stage": str, "kind": str, "config_hash": str, "finished_at": str, "seconds": (int, float)}
+MANIFEST_OPTIONAL = {"outputs": dict, "usage": dict, "counts": dict, "config": dict, "inputs": dict}
+CONFIG_KEYS = {"config": dict, "config_hash": str}
+
+
+def _read_json(
+    path: Path, keys: dict[str, type | tuple[type, ...]], optional: dict[str, type] | None = None
+) -> dict[str, Any]:
+    """A manifest or config the store wrote, with the ``keys`` every reader relies on (and the ``optional``
+    ones, where present, of their type); a damaged one is a user error naming it."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, OSError) as e:
-        raise UserError(f"{path}: damaged ({e}); remove it to redo that stage, or rerun with --fresh") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: damaged (not a JSON object); remove it to redo that stage, or rerun with --fresh")
-    return data
+        problem = str(e)
+    else:
+        if not isinstance(data, dict):
+            problem = "not a JSON object"
+        elif missing := [k for k in keys if k not in data]:
+            problem = f"no {', '.join(missing)}"
+        elif wrong := [k for k, t in {**keys, **(optional or {})}.items() if k in data and not isinstance(data[k], t)]:
+            problem = f"{', '.join(wrong)} of the wrong type"
+        else:
+            return data
+    raise UserError(f"{path}: damaged ({problem}); remove it to redo that stage, or rerun with --fresh")
 
 
 _OPENED: set[str] = set()
@@ -251,6 +267,8 @@ class Store:
         """Every shard file as (stage, rank, seq, last seq if compacted, path), sorted, covered ones too."""
         d = self.table_dir(table)
         if not d.is_dir():
+            if d.exists():
+                raise UserError(f"{d}: a file where the {table} table's folder belongs; move it away")
             return []
         out = []
         for p in d.iterdir():
@@ -396,17 +414,21 @@ class Store:
 
     def manifest(self, stage: str, rank: int = 0, world_size: int = 1) -> dict[str, Any] | None:
         p = self.manifest_path(stage, rank, world_size)
-        return _read_json(p) if p.is_file() else None
+        return _read_json(p, MANIFEST_KEYS, MANIFEST_OPTIONAL) if p.is_file() else None
 
     def manifests(self) -> list[dict[str, Any]]:
         """Every manifest of the run, oldest first."""
         root = self.root / STAGES_DIR
-        found = [_read_json(p) for p in root.glob("*/_manifest*.json")] if root.is_dir() else []
+        found = (
+            [_read_json(p, MANIFEST_KEYS, MANIFEST_OPTIONAL) for p in root.glob("*/_manifest*.json")]
+            if root.is_dir()
+            else []
+        )
         return sorted(found, key=lambda m: (m.get("finished_at", ""), m.get("stage", "")))
 
     def stage_config(self, stage: str) -> dict[str, Any] | None:
         p = self.stage_dir(stage) / "_config.json"
-        return _read_json(p) if p.is_file() else None
+        return _read_json(p, CONFIG_KEYS) if p.is_file() else None
 
     def clean_temp(self, stage: str, rank: int = 0) -> None:
         """Remove temporary shard files a killed writer of this stage and rank left behind
@@ -520,16 +542,53 @@ class Store:
 
         if not query.strip():
             raise UserError("the SQL query is empty")
+        if not query.isascii() and not _utf8(query):
+            raise UserError("the SQL query is not valid UTF-8 text")
         con = self.duckdb()
         try:
+            writes = [s.type.name for s in con.extract_statements(query) if s.type.name not in READS]
+            if writes:
+                raise UserError(
+                    f"{writes[0]} statements are not run: queries over a run only read it (write a result with --output)"
+                )
             relation = con.sql(query)
             if relation is None:
                 raise UserError("the SQL statement returns no rows: give a query (SELECT, WITH, ...)")
-            return relation.to_arrow_table()
+            result = relation.to_arrow_table()
         except duckdb.Error as e:
             raise UserError(f"SQL error: {str(e).splitlines()[0]}") from None
         finally:
             con.close()
+        twice = sorted({c for c in result.column_names if result.column_names.count(c) > 1})
+        if twice:
+            raise UserError(f"the query returns more than one column named {twice[0]!r}: name them apart with AS")
+        return result
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (an argument of bytes that are not UTF-8 arrives with lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def sql_condition(text: str, what: str) -> str:
+    """``(text)`` once DuckDB parses it as a single expression: a condition cannot close its
+    parenthesis and widen the query around it (``1=1) OR (1=1``)."""
+    import duckdb
+
+    if not _utf8(text):
+        raise UserError(f"{what} is not valid UTF-8 text")
+    try:
+        duckdb.SQLExpression(text)
+    except duckdb.Error as e:
+        raise UserError(f"{what} {text!r} is not one SQL condition ({str(e).splitlines()[0]})") from None
+    return f"({text})"
+
+
+READS = ("SELECT", "EXPLAIN", "PRAGMA", "CALL", "MULTI")  # MULTI: PIVOT, a SELECT DuckDB expands
 
 
 def _view_sql(tbl: S.Table, present: dict[str, list[Path]]) -> str:
