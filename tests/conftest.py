@@ -11,7 +11,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-pytest_plugins = ["tests.fixtures.models", "tests.fixtures.envs", "tests.fixtures.verify"]
+pytest_plugins = ["tests.fixtures.models", "tests.fixtures.envs", "tests.fixtures.verify", "tests.fixtures.synth"]
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.synth.conftest import brain, calculator_rows, clean_pipeline, model_server  # noqa: F401
 from tests.test_cli import invoke
 from tests.test_user_errors import user_error
 from trajkit.accepted import accepted_ids, add_review
@@ -19,7 +18,7 @@ from trajkit.store import Store
 
 
 @pytest.fixture(scope="module")
-def carded(clean_pipeline, tmp_path_factory) -> Path:  # noqa: F811
+def carded(clean_pipeline, tmp_path_factory) -> Path:
     """The synth pipeline's run (rollouts with verdicts, judge, filter, extensions) with its card. Read-only."""
     run = tmp_path_factory.mktemp("views") / "run"
     shutil.copytree(clean_pipeline, run)

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.synth.conftest import brain, calculator_rows, clean_pipeline, model_server  # noqa: F401 (shared fixtures)
 from trajkit.envs.config import ServerConfig
 
 RAY = str(Path(sys.executable).with_name("ray"))

@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.curate.test_passk import K, _model, coder
+from tests.fixtures.synth import model, pipeline_configs, stage, with_servers
 from tests.synth.compare import assert_same_output
-from tests.synth.conftest import model, pipeline_configs, stage, with_servers
 from trajkit.clikit import run_command
 from trajkit.errors import UserError
 from trajkit.models.scripted_server import ScriptedServer

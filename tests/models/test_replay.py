@@ -10,8 +10,8 @@ import sys
 import urllib.error
 import urllib.request
 
+from tests.fixtures.synth import pipeline_configs, with_servers
 from tests.synth.compare import OUTPUTS, assert_same_output
-from tests.synth.conftest import pipeline_configs, with_servers
 from tests.test_cli import ROOT
 from trajkit.store import Store
 

@@ -6,9 +6,9 @@ import json
 import shutil
 from collections import Counter
 
+from tests.fixtures.synth import model, pipeline_configs, stage, with_servers
 from tests.synth.brain import Brain
 from tests.synth.compare import assert_same_output, stage_rows
-from tests.synth.conftest import model, pipeline_configs, stage, with_servers
 from trajkit.models.scripted_server import Fault, ScriptedServer
 from trajkit.store import Store
 from trajkit.synth.extend import follow_up

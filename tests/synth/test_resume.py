@@ -21,9 +21,9 @@ from pathlib import Path
 
 import yaml
 
+from tests.fixtures.synth import STAGES, pipeline_configs, stage
 from tests.synth.brain import Brain
 from tests.synth.compare import OUTPUTS, assert_same_output, stage_rows
-from tests.synth.conftest import STAGES, pipeline_configs, stage
 from trajkit.models.scripted_server import ScriptedServer
 from trajkit.store import Store
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
+from tests.fixtures.synth import model, stage, with_servers
 from tests.synth.brain import Brain
-from tests.synth.conftest import model, stage, with_servers
 from trajkit.errors import UserError
 from trajkit.models.scripted_server import ScriptedServer
 from trajkit.store import Store

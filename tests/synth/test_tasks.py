@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.synth import model, stage, with_servers
 from tests.synth.brain import Brain
-from tests.synth.conftest import model, stage, with_servers
 from trajkit.envs.config import ServerConfig
 from trajkit.envs.discovery import discover
 from trajkit.errors import StageStopped, UserError

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.synth import model, stage
 from tests.synth.brain import Brain
-from tests.synth.conftest import brain, calculator_rows, clean_pipeline, model, model_server, stage  # noqa: F401
 from trajkit.models.scripted_server import ScriptedServer
 from trajkit.view.app import create_app
 from trajkit.view.db import RunDB
 
 
 @pytest.fixture(scope="session")
-def viewed_run(tmp_path_factory, clean_pipeline, model_server, tiny_model_dir) -> Path:  # noqa: F811
+def viewed_run(tmp_path_factory, clean_pipeline, model_server, tiny_model_dir) -> Path:
     """A read-only run with every table the viewer shows; copy it before changing it."""
     run = tmp_path_factory.mktemp("viewed") / "run"
     shutil.copytree(clean_pipeline, run)
