@@ -72,6 +72,7 @@ from trajkit.store import Store
 
 TURNS = 3
 SAMPLE_S = 0.25
+AGENTS = ("DashboardAgent", "RuntimeEnvAgent")  # a raylet's children that are not workers
 DONE = re.compile(r"shard (\d+) done on (\w+)")
 
 
@@ -140,25 +141,30 @@ def wait(proc: subprocess.Popen) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def cpu(roots: list[int], seen: dict[tuple[int, float], float]) -> None:
-    """Record in ``seen`` the CPU-seconds of each live process in the trees at ``roots`` (children it
-    waited for included). A raylet does not wait for its workers: their time is read while they live."""
+def cpu(roots: list[int], seen: dict[tuple[int, float], tuple[str, float]]) -> None:
+    """Record in ``seen`` the CPU-seconds of each live process in the trees at ``roots`` (children it waited
+    for included), each labelled ``shard`` (a Ray worker and what it started) or ``ray`` (the node's own
+    processes). A raylet does not wait for its workers: their time is read while they live."""
     for root in roots:
         try:
-            tree = [psutil.Process(root), *psutil.Process(root).children(recursive=True)]
+            top = psutil.Process(root)
+            tree = [(top, "ray")]
+            for child in top.children():
+                label = "ray" if any(a in " ".join(child.cmdline()) for a in AGENTS) else "shard"
+                tree += [(child, label), *((c, label) for c in child.children(recursive=True))]
         except psutil.NoSuchProcess:
             continue
-        for p in tree:
+        for p, label in tree:
             try:
                 t = p.cpu_times()
-                seen[(p.pid, p.create_time())] = t.user + t.system + t.children_user + t.children_system
+                seen[(p.pid, p.create_time())] = (label, t.user + t.system + t.children_user + t.children_system)
             except psutil.Error:
                 continue
 
 
 class Sampler(threading.Thread):
-    """CPU-seconds of process trees, read every ``SAMPLE_S`` until stopped: a process's last reading
-    before it ended stands for it (at most ``SAMPLE_S`` of CPU missed per process)."""
+    """CPU-seconds of each node's process trees, read every ``SAMPLE_S`` until stopped: a process's last
+    reading before it ended stands for it (at most ``SAMPLE_S`` of CPU missed per process)."""
 
     def __init__(self, roots: dict[str, list[int]]):
         super().__init__(daemon=True)
@@ -174,10 +180,16 @@ class Sampler(threading.Thread):
             for name, pids in self.roots.items():
                 cpu(pids, self.seen[name])
 
-    def spent(self) -> dict[str, float]:
+    def spent(self) -> dict[str, dict[str, float]]:
+        """Per node, CPU-seconds since the start by label."""
         self.stop.set()
         self.join()
-        return {n: sum(v - self.before[n].get(k, 0.0) for k, v in self.seen[n].items()) for n in self.roots}
+        out = {}
+        for name in self.roots:
+            out[name] = {"shard": 0.0, "ray": 0.0}
+            for key, (label, seconds) in self.seen[name].items():
+                out[name][label] += seconds - self.before[name].get(key, (label, 0.0))[1]
+        return out
 
 
 def shards(run: Path, world: int) -> list[dict]:
@@ -196,7 +208,7 @@ def run_local(run: Path, cfg: Path, world: int) -> dict:
     seconds = [wait(p) for p in procs]
     wall = time.monotonic() - t0
     manifests = shards(run, world)
-    nodes = {f"rank {r}": (seconds[r], m["counts"]["rows.trajectories"]) for r, m in enumerate(manifests)}
+    nodes = {f"rank {r}": (seconds[r], 0.0, m["counts"]["rows.trajectories"]) for r, m in enumerate(manifests)}
     return {"wall": wall, "manifests": manifests, "nodes": nodes, "head": None}
 
 
@@ -231,8 +243,8 @@ def run_ray(run: Path, cfg: Path, world: int, workers: int) -> dict:
     return {
         "wall": wall,
         "manifests": manifests,
-        "nodes": {name: (used[name], rows[name]) for name in roots},
-        "head": used["head"] + driver,
+        "nodes": {name: (used[name]["shard"], used[name]["ray"], rows[name]) for name in roots},
+        "head": used["head"]["ray"] + driver,
         "start": start,
     }
 
@@ -270,14 +282,14 @@ def main() -> None:
     )
     print(
         f"{'executor':<8} {'traj/s':>7} {'wall s':>7} {'shard s':>8} {'x bound':>8} {'overhead s':>11} "
-        f"{'% of shard':>10} {'start s':>8}  CPU-s per trajectory: per node (head)"
+        f"{'% of shard':>10} {'start s':>8}  CPU-s per trajectory, per node: shard+Ray (head)"
     )
     for name, r in results:
         rows = sum(m["counts"]["rows.trajectories"] for m in r["manifests"])
         assert rows == n, (name, rows)
         slowest = max(m["seconds"] for m in r["manifests"])
         overhead = r["wall"] - slowest
-        per_node = " ".join(f"{c / max(k, 1):.4f}" for c, k in r["nodes"].values())
+        per_node = " ".join(f"{c / max(k, 1):.4f}+{d / max(k, 1):.4f}" for c, d, k in r["nodes"].values())
         head = "" if r["head"] is None else f" ({r['head'] / n:.4f})"
         start = f"{r['start']:.1f}" if "start" in r else "-"
         print(
