@@ -142,9 +142,10 @@ def wait(proc: subprocess.Popen) -> float:
 
 
 def cpu(roots: list[int], seen: dict[tuple[int, float], tuple[str, float]]) -> None:
-    """Record in ``seen`` the CPU-seconds of each live process in the trees at ``roots`` (children it waited
-    for included), each labelled ``shard`` (a Ray worker and what it started) or ``ray`` (the node's own
-    processes). A raylet does not wait for its workers: their time is read while they live."""
+    """Record in ``seen`` the CPU-seconds of each live process in the trees at ``roots``, each labelled
+    ``shard`` (a Ray worker and what it started) or ``ray`` (the node's own processes). Each process's own
+    time only: a parent's time of the children it waited for would count them twice (their last reading
+    is here), and a raylet does not wait for its workers at all (their time is read while they live)."""
     for root in roots:
         try:
             top = psutil.Process(root)
@@ -157,7 +158,7 @@ def cpu(roots: list[int], seen: dict[tuple[int, float], tuple[str, float]]) -> N
         for p, label in tree:
             try:
                 t = p.cpu_times()
-                seen[(p.pid, p.create_time())] = (label, t.user + t.system + t.children_user + t.children_system)
+                seen[(p.pid, p.create_time())] = (label, t.user + t.system)
             except psutil.Error:
                 continue
 
