@@ -78,6 +78,21 @@ def test_accepted_rows_follow_every_rule(store):
     assert A.accepted(store, "trajectories").column("traj_id").to_pylist() == ["ok"]
 
 
+def test_rows_of_a_task_a_stage_rejected_are_not_accepted(store):
+    reject = {"reject_id": "y", "row_id": "A", "table_name": "tasks", "stage": "decontam", "reason": "contaminated"}
+    store.write("rejected", "decontam", [reject])
+    assert "ok" not in A.accepted_ids(store, "trajectories")
+    assert "s4" not in A.accepted_ids(store, "samples")
+
+
+def test_training_reads_the_accepted_rule(store):
+    from trajkit.train.data import DataFilter, task_rows
+
+    A.add_review(store, "B", "task", "reject", reviewer="ann")
+    # D is judged below the floor, B rejected by a human; C (no passing sample) stays for a curriculum
+    assert [t["task_id"] for t in task_rows(store, DataFilter(split=None))] == ["A", "C"]
+
+
 def test_latest_review_wins(store):
     A.add_review(store, "human", "trajectory", "reject", reviewer="ann")
     assert A.latest_reviews(store) == {"human": "reject"}

@@ -293,3 +293,31 @@ def test_a_server_whose_url_held_a_secret_needs_its_servers_file(leaked_run):
     assert vault["url"].endswith(f"?api_key={REDACTED}")
     with pytest.raises(UserError, match="secret in its url or args.*--servers-config"):
         row_config({**vault, "env_names": []})
+
+
+def test_card_views_redact_again_only_shards_not_redacted_when_written(run_dir, monkeypatch):
+    """Shards the store wrote carry the redaction mark and are not redacted twice; a shard copied in by
+    hand (or written before redaction existed) is."""
+    from trajkit import redact
+    from trajkit.data_cards.views import write_views
+
+    secret = "late-secret-9f8e7d6c5b4a"
+    store = Store(run_dir)
+    store.write("tasks", "t", [{"task_id": "a", "question": "q", "mode": "imported"}])
+    said = [{"role": "user", "content": "q"}, {"role": "assistant", "content": f"the key is {secret}"}]
+    store.write("trajectories", "r", [{"traj_id": "x", "task_id": "a", "status": "completed", "messages": said}])
+    assert store.redacted("trajectories") and store.redacted("tasks")
+    monkeypatch.setattr(redact, "_current", Redactor({"LATE_TOKEN": secret}))  # known only when the card is made
+    write_views(store, run_dir / "card")
+    sft = pq.read_table(run_dir / "card" / "data" / "sft" / "train-00000.parquet").to_pylist()
+    assert secret in json.dumps(sft)  # marked shards are taken as written (push scans what leaves)
+
+    copied = store.table_dir("trajectories") / "copied.parquet"
+    pq.write_table(
+        S.to_batch("trajectories", [{"traj_id": "y", "task_id": "a", "status": "completed", "messages": said}]),
+        copied,
+    )
+    assert not store.redacted("trajectories")
+    write_views(store, run_dir / "card")
+    sft = pq.read_table(run_dir / "card" / "data" / "sft" / "train-00000.parquet").to_pylist()
+    assert len(sft) == 2 and secret not in json.dumps(sft) and REDACTED in json.dumps(sft)

@@ -2,8 +2,8 @@
 
 A row is accepted when all of these hold (docs/schema.md, "Accepted rows"):
 
-- no stage rejected it (the ``rejected`` table) and the latest human review of it (or of its
-  task) is not ``reject``;
+- no stage rejected it or its task (the ``rejected`` table) and the latest human review of it
+  (or of its task) is not ``reject``;
 - trajectories: status ``completed``; its ``verdict`` (the task verifier's outcome, written with
   the row) is ``pass`` or null (no verifier); the judge's completeness is at least
   ``min_completeness`` where it was judged;
@@ -58,16 +58,25 @@ def _not_reviewed_out(kind: str, column: str) -> str:
     )
 
 
+def _task_not_rejected() -> str:
+    """A trajectory or sample of a task a stage rejected (decontamination, dedup, ...) is not accepted."""
+    return "task_id NOT IN (SELECT row_id FROM rejected WHERE table_name = 'tasks')"
+
+
 def _at_least(column: str, floor: float | None) -> str:
     return "true" if floor is None else f"({column} IS NULL OR {column} >= {float(floor)!r})"
 
 
-def accepted_where(table: str, thresholds: Thresholds = DEFAULT) -> str:
-    """The SQL condition (over the table's DuckDB view) that keeps accepted rows."""
+def accepted_where(table: str, thresholds: Thresholds = DEFAULT, solved: bool = True) -> str:
+    """The SQL condition (over the table's DuckDB view) that keeps accepted rows.
+
+    ``solved=False`` drops the tasks' "a task with verified samples has one that passed" rule, for
+    GRPO, whose data filter chooses by difficulty (``unsolved`` is a bucket a curriculum may want)."""
     if table == "trajectories":
         parts = [
             "status = 'completed'",
             "reject_reason IS NULL",
+            _task_not_rejected(),
             "(verdict IS NULL OR verdict = 'pass')",
             _at_least("completeness", thresholds.min_completeness),
             _not_reviewed_out("trajectory", "traj_id"),
@@ -77,6 +86,7 @@ def accepted_where(table: str, thresholds: Thresholds = DEFAULT) -> str:
         parts = [
             "verdict = 'pass'",
             "reject_reason IS NULL",
+            _task_not_rejected(),
             _not_reviewed_out("task", "task_id"),
             f"(traj_id IS NULL OR {_not_reviewed_out('trajectory', 'traj_id')})",
         ]
@@ -84,7 +94,9 @@ def accepted_where(table: str, thresholds: Thresholds = DEFAULT) -> str:
         parts = [
             "reject_reason IS NULL",
             _at_least("quality_score", thresholds.min_task_quality),
-            "(task_id NOT IN (SELECT task_id FROM samples) OR task_id IN (SELECT task_id FROM samples WHERE verdict = 'pass'))",
+            "(task_id NOT IN (SELECT task_id FROM samples) OR task_id IN (SELECT task_id FROM samples WHERE verdict = 'pass'))"
+            if solved
+            else "true",
             _not_reviewed_out("task", "task_id"),
         ]
     else:
@@ -102,9 +114,10 @@ def accepted(store: Store, table: str, thresholds: Thresholds = DEFAULT) -> pa.T
     return store.sql(accepted_sql(table, thresholds))
 
 
-def accepted_ids(store: Store, table: str, thresholds: Thresholds = DEFAULT) -> set[str]:
+def accepted_ids(store: Store, table: str, thresholds: Thresholds = DEFAULT, solved: bool = True) -> set[str]:
+    """The keys of a table's accepted rows (``accepted_where``)."""
     key = S.table(table).key
-    q = f"SELECT {key} FROM {table} WHERE {accepted_where(table, thresholds)}"
+    q = f"SELECT {key} FROM {table} WHERE {accepted_where(table, thresholds, solved)}"
     return set(store.sql(q).column(key).to_pylist())
 
 

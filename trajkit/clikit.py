@@ -177,6 +177,14 @@ def _pairs(items: list[str] | None, flag: str) -> dict[str, str] | None:
     return out
 
 
+def _stage_fields_first(config: type[BaseModel]) -> list[tuple[str, Any]]:
+    """The config's fields, those the stage declares itself before those of the shared bases it extends
+    (pydantic lists a base's fields first): ``--help`` opens with what is particular to the stage."""
+    own = [name for name in vars(config).get("__annotations__", {}) if name in config.model_fields]
+    rest = [name for name in config.model_fields if name not in own]
+    return [(name, config.model_fields[name]) for name in own + rest]
+
+
 def _flag(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
 
@@ -195,7 +203,7 @@ def config_options(
 
     params: list[tuple[str, Any]] = []
     readers: dict[str, Callable[[dict[str, Any]], Any]] = {}
-    for field_name, field in config.model_fields.items():
+    for field_name, field in _stage_fields_first(config):
         annotation, _ = _unwrap(field.annotation)
         origin = get_origin(annotation)
         item = get_args(annotation)[0] if origin is list else None

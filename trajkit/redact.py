@@ -54,6 +54,7 @@ def _clean_url_value(value: Any) -> Any:
 
 # ---------------------------------------------------------------- secret values
 REDACTED = "[REDACTED]"
+SHARD_MARK = b"trajkit.redacted"  # Parquet metadata of a shard whose rows went through a Redactor when written
 INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u00ad"  # zero-width characters and the soft hyphen
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS(?:W(?:OR)?D|PHRASE)?(?:_|$)|CREDENTIAL", re.IGNORECASE)
 # a header, flag or query parameter named as a secret: Authorization, Cookie, X-Api-Key, --password, ?token=

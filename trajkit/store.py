@@ -142,6 +142,7 @@ class ShardWriter:
         self._pending = [rest] if len(rest) else []
         self._buffered = len(rest)
         path = self.store.table_dir(self.table) / f"{self.stage}-r{self.rank}-{self._seq:06d}.parquet"
+        shard = shard.replace_schema_metadata({**(shard.schema.metadata or {}), redact.SHARD_MARK: b"1"})
         _write_parquet_atomic(path, shard.combine_chunks(), self.store.lease)
         self._seq += 1
         self.rows_written += len(shard)
@@ -250,6 +251,11 @@ class Store:
         except S.SchemaError as e:
             raise UserError(f"wrong schema: {e}") from None
         return f
+
+    def redacted(self, table: str) -> bool:
+        """Whether every shard of a table was redacted as it was written (not one copied in by hand,
+        or written before ``trajkit.redact`` existed)."""
+        return all(redact.SHARD_MARK in (pq.read_schema(p).metadata or {}) for p in self.shards(table))
 
     def validate(self, table: str, stage: str | None = None) -> list[Path]:
         """Open every shard of a table (or of one stage's) and check its schema; returns the shard paths."""

@@ -140,6 +140,7 @@ def test_cline_keys_and_disabled_servers_are_notes_not_errors(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="trajkit.envs"):
         cfg = load_servers_config(write(tmp_path, cline))
     assert list(cfg) == ["kv", "odd"]
+    assert (cfg["kv"].timeout, cfg["odd"].timeout) == (30, None)  # applied per call (tests/envs/test_session.py)
     notes = [r.getMessage() for r in caplog.records]
     assert any("'off' is disabled: skipped" in n for n in notes)
     assert any("'odd': ignoring unknown key(s) futureKey" in n for n in notes)

@@ -10,11 +10,12 @@ import sys
 
 from tests.envs.test_leaks import children, open_fds
 from tests.fixtures.envs import RAW_SERVER
+from tests.nonroot import NOBODY, nobody_folder, run_as_nobody
 from trajkit.cli import _options
 from trajkit.envs import contain
 from trajkit.envs.config import ServerConfig
 from trajkit.envs.contain import writable_paths
-from trajkit.envs.discovery import discover
+from trajkit.envs.discovery import describe_server, discover
 from trajkit.envs.env import ToolEnv
 from trajkit.envs.session import Connection
 
@@ -156,3 +157,86 @@ async def test_hundreds_of_contained_sessions_leave_no_process_fd_or_mount_behin
     assert children() <= before
     assert open_fds() <= fds
     assert _leftovers() <= leftovers
+
+
+NOBODY_SERVERS = """
+import asyncio, json, os, sys
+from trajkit.envs import contain
+from trajkit.envs.config import ServerConfig
+from trajkit.envs.session import Connection
+
+contain.DISK_MB, contain.MEMORY_MB = 64, 300
+
+
+async def main() -> dict:
+    found = {"missing": contain._missing()}
+    cfg = ServerConfig(command=sys.executable, args=[FILEKV], env={"STATE_FILE": os.path.abspath("data/state.json")})
+    conns = [Connection(f"filekv{i}", cfg) for i in range(2)]
+    try:
+        for i, c in enumerate(conns):
+            found[f"put{i}"] = (await c.call("put", {"key": f"m{i}", "value": "v"})).text
+        found["dumps"] = [json.loads((await c.call("dump", {})).text) for c in conns]
+        found["vandalize"] = (await conns[0].call("vandalize", {"path": os.path.abspath("data/keep.txt")})).text
+        found["fill"] = (await conns[1].call("fill", {"mb": 100})).text
+        found["hog"] = (await conns[1].call("hog", {"mb": 400})).text
+    finally:
+        await asyncio.gather(*(c.aclose() for c in conns))
+    await asyncio.sleep(0.2)
+    me = str(os.getpid())
+    found["left"] = [p for p in os.listdir("/proc") if p.isdigit() and p != me and os.stat(f"/proc/{p}").st_uid == os.getuid()]
+    return found
+
+
+print(json.dumps(asyncio.run(main())))
+"""
+
+
+def test_a_non_root_run_contains_a_file_backed_server_through_a_user_namespace():
+    """As ``nobody``, with a state folder ``nobody`` owns (so only containment stops the writes): each
+    instance sees its own writes only, the host's files stay as they were, disk and memory are capped."""
+    with nobody_folder() as folder:
+        data = folder / "data"
+        data.mkdir()
+        (data / "state.json").write_text('{"host": "1"}')
+        (data / "keep.txt").write_text("mine")
+        for path in (data, data / "state.json", data / "keep.txt"):
+            os.chown(path, NOBODY.pw_uid, NOBODY.pw_gid)
+        done = run_as_nobody(f"FILEKV = {FILEKV!r}\n{NOBODY_SERVERS}", folder)
+        assert done.returncode == 0, done.stderr
+        found = json.loads(done.stdout.splitlines()[-1])
+        assert found["missing"] is None and found["put0"] == found["put1"] == "ok"
+        assert found["dumps"] == [{"host": "1", "m0": "v"}, {"host": "1", "m1": "v"}]  # each its own writes
+        assert found["vandalize"] == "done" and found["fill"] == "error: No space left on device"
+        assert found["hog"].startswith("failed") and found["left"] == []
+        assert (data / "state.json").read_text() == '{"host": "1"}' and (data / "keep.txt").read_text() == "mine"
+        assert sorted(os.listdir(data)) == ["keep.txt", "state.json"]
+
+
+def test_a_non_root_run_where_proc_is_masked_refuses_containment_in_one_line():
+    script = (
+        "from trajkit.envs import contain\nfrom trajkit.verify.isolation import ProtectionMissing\n"
+        "try:\n    contain.enabled()\nexcept ProtectionMissing as exc:\n    print(exc)\n"
+    )
+    with nobody_folder() as folder:
+        done = run_as_nobody(script, folder, mask_proc=True)
+    assert done.stdout.startswith("sandbox: this machine cannot give per-trajectory server containment (a user")
+    assert "may not mount its own /proc here" in done.stdout and done.stdout.count("\n") == 1
+
+
+async def test_harvest_warms_the_package_caches_once_for_every_later_instance(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))  # the servers' home: its ~/.npm is the package cache
+    server = os.path.join(os.path.dirname(__file__), "servers", "pkgcache.py")
+    cfg = ServerConfig(command=sys.executable, args=[server])
+    row = await describe_server("pkgcache", cfg)  # harvest's start downloads, through to the host's cache
+    assert row["status"] == "ok" and (home / ".npm" / "pkgcache.tgz").read_text() == "package"
+    for _ in range(1):  # a later instance starts from it, and what they write stays their own
+        conn = Connection("pkgcache", cfg)
+        try:
+            await conn.open()
+            assert (await conn.call("start", {})).text == "cached"
+            assert (await conn.call("scribble", {"name": "mine.txt"})).text == "written"
+        finally:
+            await conn.aclose()
+    assert sorted(p.name for p in (home / ".npm").iterdir()) == ["pkgcache.tgz"]

@@ -35,6 +35,18 @@ async def test_results_errors_and_faults_of_one_connection(raw_server):
         await conn.aclose()
 
 
+async def test_a_servers_own_timeout_replaces_the_callers(raw_server):
+    """Cline's per-server ``timeout`` (seconds): shorter or longer than the stage's tool timeout, it wins."""
+    short = Connection("short", raw_server().model_copy(update={"timeout": 0.3}))
+    long = Connection("long", raw_server().model_copy(update={"timeout": 5}))
+    try:
+        with pytest.raises(ServerFault, match="hang timed out after 0.3s"):
+            await short.call("hang", {}, timeout_s=30)
+        assert not (await long.call("sleep", {"seconds": 0.5}, timeout_s=0.1)).is_error
+    finally:
+        await asyncio.gather(short.aclose(), long.aclose())
+
+
 async def test_a_missing_variable_is_the_users_error_not_a_server_fault(raw_server, monkeypatch):
     monkeypatch.delenv("TRAJKIT_UNSET_VAR", raising=False)
     cfg = raw_server().model_copy(update={"env": {"TOKEN": "${TRAJKIT_UNSET_VAR}"}})

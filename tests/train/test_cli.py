@@ -154,7 +154,8 @@ def test_shipped_accelerate_configs_parse_and_launch_relaunches(tmp_path, monkey
     assert env[launch.LAUNCHED] == "1"
 
 
-def test_train_reads_runs_without_polars_or_duckdb(run_dir):
+def test_train_reads_runs_without_polars(run_dir):
+    """The GPU image has no polars (duckdb travels in `make gpu-bundle`)."""
     helpers.write_curated(run_dir, [helpers.even_task(0)], {"even-00": "broad"})
     code = (
         "import sys\n"
@@ -166,8 +167,7 @@ def test_train_reads_runs_without_polars_or_duckdb(run_dir):
         "rows = grpo_rows(task_rows(store, DataFilter(stage='broad')))\n"
         "assert [r['task_id'] for r in rows] == ['even-00'] and rows[0]['difficulty'] == 'medium', rows\n"
         "sft_rows(store)\n"
-        "bad = [m for m in ('polars', 'duckdb') if m in sys.modules]\n"
-        "assert not bad, bad\n"
+        "assert 'polars' not in sys.modules\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], check=False, capture_output=True, text=True, cwd=ROOT, timeout=300

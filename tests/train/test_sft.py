@@ -6,6 +6,7 @@ import torch
 from typer.testing import CliRunner
 
 from tests.train.conftest import KV_QUESTION, kv_conversation
+from trajkit.accepted import add_review
 from trajkit.cli import app
 from trajkit.store import Store
 from trajkit.train.data import sft_rows
@@ -48,8 +49,11 @@ def _write_trajectories(run_dir, server_rows, tokenizer_dir):
             {"traj_id": "failed", "task_id": "kv", "status": "failed", "messages": messages},
             {"traj_id": "rejected", "task_id": "kv", "status": "completed", "messages": messages},
             {"traj_id": "bad-task", "task_id": "bad", "status": "completed", "messages": messages},
+            {"traj_id": "wrong", "task_id": "kv", "status": "completed", "messages": messages, "verdict": "fail"},
+            {"traj_id": "reviewed-out", "task_id": "kv", "status": "completed", "messages": messages},
         ],
     )
+    add_review(store, "reviewed-out", "trajectory", "reject", reviewer="tester")
     store.write(
         "rejected",
         "filter",
@@ -67,7 +71,7 @@ def _write_trajectories(run_dir, server_rows, tokenizer_dir):
     return store, tok, prompt, completion
 
 
-def test_sft_rows_pick_tokens_where_stored_and_skip_rejected(run_dir, server_rows, tiny_model_dir):
+def test_sft_rows_pick_tokens_where_stored_and_keep_only_accepted(run_dir, server_rows, tiny_model_dir):
     store, _, prompt, completion = _write_trajectories(run_dir, server_rows, tiny_model_dir)
     rows = {r["traj_id"]: r for r in sft_rows(store)}
     assert set(rows) == {"msgs", "toks", "drift", "flagged"}

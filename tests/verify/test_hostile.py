@@ -168,6 +168,32 @@ def test_no_user_namespaces_no_host_cgroups_no_checkout(hostile_pool):
     assert hostile_pool.protections["seccomp"]
 
 
+def test_the_callers_keyrings_are_out_of_reach():
+    """A key in the caller's session keyring (programs inherit it: keyrings are not namespaced) cannot be
+    found or read, and no key can be added (seccomp refuses the keyring calls)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    key = libc.syscall(248, b"user", b"trajkit-test-key", SECRET.encode(), len(SECRET), -3)  # add_key, session
+    assert key > 0, os.strerror(ctypes.get_errno())
+    program = (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "for ring in (-3, -4, -5):  # session, user, user-session\n"
+        "    found = libc.syscall(250, 10, ring, b'user', b'trajkit-test-key', 0)  # keyctl search\n"
+        "    buffer = ctypes.create_string_buffer(256)\n"
+        "    print(found, ctypes.get_errno(), libc.syscall(250, 11, found, buffer, 256), buffer.value)\n"
+        "print(libc.syscall(248, b'user', b'mine', b'x', 1, -3), ctypes.get_errno())\n"
+    )
+    try:
+        with Sandbox(workers=1) as sandbox:  # started after the key was added
+            r = sandbox.run(program)
+    finally:
+        libc.syscall(250, 3, key)  # keyctl revoke
+    assert r.verdict == "pass" and SECRET not in r.stdout
+    assert r.stdout.splitlines() == ["-1 1 -1 b''"] * 3 + ["-1 1"]  # EPERM
+
+
 def test_run_directories_this_process_opened_are_hidden(tmp_path):
     """A run directory outside the working directory (here under /var/tmp) is still empty for programs."""
     import shutil

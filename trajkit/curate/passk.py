@@ -31,32 +31,24 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from trajkit.config import StageConfig
 from trajkit.curate.pool import active_tasks
 from trajkit.curate.samples import Thresholds, sample_row, thresholds_field, write_passk
+from trajkit.envs.options import EpisodeOptions
 from trajkit.models.base import ModelSpec
 from trajkit.runner import StageContext, StageSpec
 from trajkit.schema import content_id
 from trajkit.verify.backends import SANDBOX_HELP, SandboxKind
 
 
-class PassKConfig(StageConfig):
+class PassKConfig(EpisodeOptions):
     model: ModelSpec = Field(description="The model sampled: local directory, Hub id or served name, and its backend.")
     k: int = Field(16, ge=1, description="Samples per task.")
     ks: list[int] | None = Field(None, description="k values of pass@k (default: powers of 2 up to k, and k).")
     thresholds: Thresholds | None = thresholds_field
-    temperature: float = Field(1.0, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    max_tokens: int = Field(1024, ge=1)
     seed: int = Field(0, description="Base seed; each sample's seed derives from it, the task and the index.")
     system_prompt: str | None = Field(None, description="System message of every attempt.")
     sources: list[str] | None = Field(None, description="Only tasks from these sources.")
     limit: int | None = Field(None, ge=1, description="Only the first N tasks (in task id order).")
-    max_turns: int = Field(8, ge=1, description="Tool tasks: model calls per episode.")
-    max_context_tokens: int | None = Field(None, ge=1, description="Tool tasks: stop an episode past this context.")
-    tool_timeout_s: float = Field(30.0, gt=0, description="Tool tasks: seconds per tool call.")
-    max_tool_output_chars: int = Field(4000, ge=1, description="Tool tasks: tool output shown to the model.")
-    servers_config: str | None = Field(None, description="mcpServers JSON (env values, cwd) for the run's servers.")
     rollout: str | None = Field(None, description="Custom rollout function pkg.mod:fn for tool tasks (see envs.agent).")
     sandbox: SandboxKind = Field("local", json_schema_extra={"hash": False}, description=SANDBOX_HELP)
     concurrency: int = Field(16, ge=1, json_schema_extra={"hash": False}, description="Attempts in flight.")
@@ -145,7 +137,17 @@ async def _sample_all(ctx: StageContext, cfg: PassKConfig, work: list[tuple[str,
     from trajkit.envs.solve import Solver
 
     written = ctx.done("trajectories")
-    solver = Solver.for_stage(ctx, cfg, [cfg.model], [task for _, task, _, _ in work])
+    tasks = [task for _, task, _, _ in work]
+    solver = Solver.for_stage(
+        ctx,
+        cfg,
+        [cfg.model],
+        tasks,
+        system_prompt=cfg.system_prompt,
+        sandbox=cfg.sandbox,
+        workers=cfg.workers,
+        rollout=cfg.rollout,
+    )
 
     async def one(item: tuple[str, dict, int, int]) -> Any:
         _, task, index, _ = item

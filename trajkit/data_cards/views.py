@@ -29,6 +29,7 @@ from trajkit.accepted import accepted, accepted_where
 from trajkit.store import Store
 
 VIEWS = ("sft", "rl")
+VIEW_TABLES = {"sft": ("trajectories",), "rl": ("tasks", "servers", "splits", "curriculum", "passk")}  # their text
 DATA = "data"
 BATCH_ROWS = 16_384  # trajectories written at a time: the sft view streams, whatever the run's size
 TOOLS = pa.list_(pa.json_())
@@ -159,12 +160,18 @@ def write_views(store: Store, card_dir: Path, memory_limit: str = "1GB") -> dict
     """Write each view that has rows as ``card_dir/data/<view>/train-00000.parquet`` (atomically;
     an earlier rendering's files go); rows per view."""
     return {
-        "sft": _write(card_dir / DATA / "sft", "sft", sft_batches(store, memory_limit)),
-        "rl": _write(card_dir / DATA / "rl", "rl", iter([_table("rl", rl_rows(store))])),
+        "sft": _write(card_dir / DATA / "sft", "sft", sft_batches(store, memory_limit), _needs_redaction(store, "sft")),
+        "rl": _write(card_dir / DATA / "rl", "rl", iter([_table("rl", rl_rows(store))]), _needs_redaction(store, "rl")),
     }
 
 
-def _write(folder: Path, view: str, batches: Iterator[pa.Table]) -> int:
+def _needs_redaction(store: Store, view: str) -> bool:
+    """Whether a view's rows go through the redactor again: not when every shard it reads from was redacted
+    as it was written (``push`` scans what leaves either way)."""
+    return not all(store.redacted(table) for table in VIEW_TABLES[view])
+
+
+def _write(folder: Path, view: str, batches: Iterator[pa.Table], redacting: bool) -> int:
     """Stream tables into one Parquet file, renamed into place once complete; rows written."""
     for old in folder.glob("*.parquet"):
         old.unlink()
@@ -174,7 +181,7 @@ def _write(folder: Path, view: str, batches: Iterator[pa.Table]) -> int:
     try:
         with pq.ParquetWriter(tmp, SCHEMAS[view], compression="zstd") as writer:
             for table in batches:
-                writer.write_table(redact.current().table(table))
+                writer.write_table(redact.current().table(table) if redacting else table)
                 n += len(table)
         if n:
             os.replace(tmp, final)

@@ -2,8 +2,9 @@
 
 Accepted files: Claude Desktop and Cursor ``{"mcpServers": {NAME: ENTRY}}``, VS Code's
 ``mcp.json`` ``{"servers": {NAME: ENTRY}, "inputs": [...]}``, Cline's entries (its
-``autoApprove``/``alwaysAllow``/``timeout``/``transportType`` keys are accepted and not
-used: trajkit calls every tool itself), or the bare mapping. An entry is a stdio server::
+``autoApprove``/``alwaysAllow``/``transportType`` keys are accepted and not used: trajkit
+calls every tool itself; its ``timeout``, in seconds, is that server's tool-call timeout in
+place of the stage's ``tool_timeout_s``), or the bare mapping. An entry is a stdio server::
 
     {"command": "uvx", "args": ["mcp-server-time==2026.10.19"], "env": {"TZ": "UTC"}, "cwd": "..."}
 
@@ -93,6 +94,7 @@ class ServerConfig(BaseModel):
     disabled: bool = False
     network: bool = True  # false: a contained stdio server runs without network
     state: Literal["stateless", "stateful"] | None = None  # None: inferred at harvest (server_state)
+    timeout: float | None = Field(None, gt=0)  # Cline's: seconds per tool call, over the caller's timeout
 
     @model_validator(mode="after")
     def _one_transport(self) -> ServerConfig:
@@ -153,7 +155,7 @@ class ServerConfig(BaseModel):
 
 
 SESSION_DIR = "${SESSION_DIR}"
-IGNORED_KEYS = {"autoApprove", "alwaysAllow", "timeout", "transportType"}  # other clients' UI settings
+IGNORED_KEYS = {"autoApprove", "alwaysAllow", "transportType"}  # other clients' UI settings
 _INPUT = re.compile(r"\$\{input:([^}]+)\}")
 log = logging.getLogger("trajkit.envs")
 _noted: set[str] = set()

@@ -19,7 +19,10 @@ large virtual ranges, such as V8 or the JVM, may then fail to start below a few 
 ``spec["readonly"]`` (a stateless server shared by trajectories) the only overlays are over the
 package caches (``~/.cache``, ``~/.npm``, ``~/.local``: uvx and npx write there to start) and every other write
 but to its private /dev/shm fails, so a server wrongly declared stateless cannot carry state
-between trajectories through the user's files.
+between trajectories through the user's files. Run as a non-root user, the namespaces are made
+inside a user namespace of the launcher's own (``isolation.enter_namespaces``), the overlays
+keep their bookkeeping in ``user.`` extended attributes, each writable folder gets an overlay of
+its own, and the server runs with every capability dropped (docs/sandbox.md).
 """
 
 from __future__ import annotations
@@ -52,8 +55,13 @@ MS_RDONLY_REMOUNT = iso.MS_REMOUNT | iso.MS_BIND | iso.MS_RDONLY
 SKIP_RO = ("/proc", "/sys", "/dev")
 
 
-def writable_paths(args: list[str], env: dict[str, str], cwd: str | None, home: str | None) -> list[str]:
-    """The folders a server may write: absolute paths in args/env/cwd (a file's folder), home and /tmp."""
+def writable_paths(
+    args: list[str], env: dict[str, str], cwd: str | None, home: str | None, nested: bool = False
+) -> list[str]:
+    """The folders a server may write: absolute paths in args/env/cwd (a file's folder), home and /tmp,
+    outermost first. A folder inside another is left to the outer one's overlay unless ``nested`` (in a
+    user namespace an overlay cannot copy up a folder whose owner is not mapped there, root's /tmp, say,
+    so each named folder gets an overlay of its own)."""
     found = ["/tmp"]
     for value in [*args, *env.values(), cwd or "", home or ""]:
         for part in value.split(os.pathsep) if value.startswith("/") else []:
@@ -63,8 +71,11 @@ def writable_paths(args: list[str], env: dict[str, str], cwd: str | None, home: 
                 folder = os.path.dirname(folder)
             if folder != "/" and not folder.startswith(SKIP_RO):
                 found.append(folder)
+    ordered = sorted(set(found), key=lambda p: (len(p), p))
+    if nested:
+        return ordered
     outer = []
-    for path in sorted(set(found), key=lambda p: (len(p), p)):
+    for path in ordered:
         if not any(path == o or path.startswith(o + "/") for o in outer):
             outer.append(path)
     return outer
@@ -76,12 +87,26 @@ def _missing() -> str | None:
     pid = os.fork()
     if pid == 0:
         try:
-            iso.unshare(iso.CLONE_NEWNS | iso.CLONE_NEWPID)
-            os._exit(0)
+            userns = iso.enter_namespaces(iso.CLONE_NEWNS | iso.CLONE_NEWPID)
         except OSError:
             os._exit(1)
+        try:
+            if userns:  # overlayfs in a user namespace needs Linux >= 5.11
+                iso.mount(None, "/", None, iso.MS_REC | iso.MS_PRIVATE)
+                _mount_layer_tmpfs(1)
+                os.mkdir(f"{LAYERS}/probe")
+                _overlay(f"{LAYERS}/probe", f"{LAYERS}/0", userns)
+            os._exit(0)
+        except OSError:
+            os._exit(2)
     _, status = os.waitpid(pid, 0)
-    return None if status == 0 else "mount and pid namespaces cannot be created here"
+    if status == 0 and os.geteuid() != 0 and iso.own_proc_refused():
+        return iso.OWN_PROC_REFUSED
+    return {
+        0: None,
+        1: "mount and pid namespaces cannot be created here",
+        2: "overlayfs cannot be mounted in a user namespace here (Linux >= 5.11 can)",
+    }.get(os.waitstatus_to_exitcode(status), "the namespace probe failed")
 
 
 def enabled() -> bool:
@@ -94,14 +119,23 @@ def enabled() -> bool:
     return missing is None
 
 
+# the folders package runners download a server into (npx, uvx and uv, bunx): written through by the
+# one start that warms them (harvest's), read by every other instance as part of the read-only host
+PACKAGE_CACHES = (".npm", ".cache/uv", ".local/share/uv", ".bun/install/cache")
+
+
 def _caches(home: str) -> list[str]:
     """The package caches uvx/npx write to while starting a server: private layers even for a read-only one."""
     return [p for p in (os.path.join(home, d) for d in (".cache", ".npm", ".local")) if os.path.isdir(p)]
 
 
-def wrap(name: str, cfg: ServerConfig, command: str, args: list[str], readonly: bool = False) -> list[str]:
+def wrap(
+    name: str, cfg: ServerConfig, command: str, args: list[str], readonly: bool = False, warm_caches: bool = False
+) -> list[str]:
     """The launcher's arguments (after ``python``) that run ``command args`` contained; ``readonly``:
-    the server sees the whole filesystem read-only (a stateless server shared by trajectories)."""
+    the server sees the whole filesystem read-only (a stateless server shared by trajectories);
+    ``warm_caches``: the package caches (``PACKAGE_CACHES``) are written through to the host, so what
+    this start downloads is there for every later instance (harvest's start, which serves no trajectory)."""
     from trajkit.envs.config import child_environment
 
     if shutil.which(command) is None:  # as a bare spawn would fail, before any namespace is made
@@ -112,22 +146,47 @@ def wrap(name: str, cfg: ServerConfig, command: str, args: list[str], readonly: 
     if keep:
         keep = tempfile.mkdtemp(prefix=f"{name}-", dir=keep)
     spec = {
-        "writable": _caches(home) if readonly else writable_paths(args, env, cfg.cwd, home),
+        "writable": _caches(home) if readonly else writable_paths(args, env, cfg.cwd, home, nested=os.geteuid() != 0),
         "network": cfg.network,
         "disk_mb": DISK_MB,
         "memory_mb": MEMORY_MB,
         "keep": keep,
+        "through": _package_caches(home) if warm_caches else [],
     }
     return ["-I", "-S", os.path.abspath(__file__), json.dumps(spec), "--", command, *args]
 
 
-def _contain(spec: dict) -> None:
+def _package_caches(home: str) -> list[str]:
+    """``PACKAGE_CACHES`` under ``home``, made where missing (as the package runner would make them)."""
+    paths = [os.path.join(home, d) for d in PACKAGE_CACHES]
+    for path in paths:
+        os.makedirs(path, exist_ok=True)
+    return paths
+
+
+def _mount_layer_tmpfs(size_mb: int) -> None:
+    """A tmpfs over /dev/shm holding the layers' folder: nothing is made on the host (nothing is left there
+    if the launcher is killed), and no overlay covers it."""
+    iso.mount("tmpfs", "/dev/shm", "tmpfs", iso.MS_NOSUID | iso.MS_NODEV, f"size={size_mb}m,mode=1777")
+    os.mkdir(LAYERS, 0o700)
+
+
+def _overlay(path: str, layer: str, userns: bool) -> None:
+    """A copy-on-write overlay over ``path`` whose writes land in ``layer``; in a user namespace its own
+    bookkeeping goes in ``user.`` extended attributes (``trusted.`` ones need root)."""
+    upper, work = f"{layer}/upper", f"{layer}/work"
+    os.makedirs(upper, exist_ok=True)
+    os.makedirs(work, exist_ok=True)
+    options = f"lowerdir={path},upperdir={upper},workdir={work}" + (",userxattr" if userns else "")
+    iso.mount("overlay", path, "overlay", 0, options)
+
+
+def _contain(spec: dict, userns: bool) -> None:
     """In the new mount namespace: host read-only, an overlay over each writable path."""
     iso.mount(None, "/", None, iso.MS_REC | iso.MS_PRIVATE)
-    # nothing is made on the host (nothing is left there if the launcher is killed), and no overlay covers it
-    iso.mount("tmpfs", "/dev/shm", "tmpfs", iso.MS_NOSUID | iso.MS_NODEV, f"size={spec['disk_mb']}m,mode=1777")
+    through = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in spec.get("through", [])}  # the host's
+    _mount_layer_tmpfs(spec["disk_mb"])
     layers = LAYERS
-    os.mkdir(layers, 0o700)
     if spec["keep"]:  # the layers land in the kept folder instead
         iso.mount(spec["keep"], layers, None, iso.MS_BIND)
     for point, flags in iso.mounts():
@@ -139,10 +198,12 @@ def _contain(spec: dict) -> None:
             if e.errno not in (2, 13, 22):
                 raise
     for i, path in enumerate(spec["writable"]):
-        upper, work = f"{layers}/{i}/upper", f"{layers}/{i}/work"
-        os.makedirs(upper, exist_ok=True)
-        os.makedirs(work, exist_ok=True)
-        iso.mount("overlay", path, "overlay", 0, f"lowerdir={path},upperdir={upper},workdir={work}")
+        _overlay(path, f"{layers}/{i}", userns)
+    for path, fd in through.items():  # the host's own folder over any layer, then writable again
+        iso.mount(f"/proc/self/fd/{fd}", path, None, iso.MS_BIND)
+        flags = dict(iso.mounts()).get(path, 0)  # nosuid, nodev, ... kept (a user namespace may not drop them)
+        iso.mount(None, path, None, iso.MS_REMOUNT | iso.MS_BIND | flags)
+        os.close(fd)
 
 
 def main(argv: list[str]) -> int:
@@ -178,15 +239,15 @@ def run(spec: dict, command: list[str] | Callable[[], object]) -> int:
     flags = iso.CLONE_NEWNS | iso.CLONE_NEWPID | (0 if spec.get("network", True) else iso.CLONE_NEWNET)
     cgroup = _cgroup(spec["memory_mb"]) if spec.get("memory_mb") else None
     try:
-        iso.unshare(flags)
-        _contain(spec)
-        return _serve(spec, command, cgroup)
+        userns = iso.enter_namespaces(flags)  # not root: inside a user namespace of the caller's own
+        _contain(spec, userns)
+        return _serve(spec, command, cgroup, userns)
     finally:
         if cgroup is not None:
             cgroup.remove()
 
 
-def _serve(spec: dict, command: list[str] | Callable[[], object], cgroup: iso.Cgroup | None) -> int:
+def _serve(spec: dict, command: list[str] | Callable[[], object], cgroup: iso.Cgroup | None, userns: bool) -> int:
     pid = os.fork()  # the child is pid 1 of the new pid namespace
     if pid == 0:
         iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)  # and us: the namespace ends with its pid 1
@@ -200,6 +261,8 @@ def _serve(spec: dict, command: list[str] | Callable[[], object], cgroup: iso.Cg
             resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
         server = os.fork()
         if server == 0:
+            if userns:  # the namespaces' capabilities would let it remount the host writable
+                iso.drop_capabilities()
             if callable(command):
                 command()
                 os._exit(0)

@@ -104,7 +104,8 @@ async def describe_server(
     """Start one server, initialize, list everything it declares (all pages), shut it down; a ``servers`` row."""
     declared = {"tools": None, "num_tools": None, "resources": None, "resource_templates": None, "prompts": None}
     row = base_row(name, cfg) | {"server_info": None, **declared, "state": server_state(cfg, None), "notes": None}
-    conn = Connection(name, cfg, startup_timeout_s=startup_timeout_s)
+    # the one start that serves no trajectory warms the package caches every later instance reads
+    conn = Connection(name, cfg, startup_timeout_s=startup_timeout_s, warm_caches=True)
     try:
         await conn.open()
         info = conn.init_result

@@ -122,10 +122,12 @@ class Connection:
         startup_timeout_s: float = 60.0,
         max_concurrency: int = 8,
         shared: bool = False,
+        warm_caches: bool = False,
     ):
         self.name = name
         self.cfg = cfg
         self.shared = shared
+        self.warm_caches = warm_caches  # contained: package caches written through (contain.wrap)
         self.startup_timeout_s = startup_timeout_s
         self.init_result: Any = None
         self.session: Any = None
@@ -198,7 +200,7 @@ class Connection:
             cfg = self.cfg.resolved(session_dir=workdir)
             command, args = resolve_command(cfg.command), list(cfg.args)
             if contain.enabled():
-                args = contain.wrap(self.name, cfg, command, args, readonly=self.shared)
+                args = contain.wrap(self.name, cfg, command, args, readonly=self.shared, warm_caches=self.warm_caches)
                 command = sys.executable
             params = StdioServerParameters(
                 command=command,
@@ -277,7 +279,9 @@ class Connection:
     async def call(
         self, tool: str, arguments: dict[str, Any], timeout_s: float = 30.0, max_chars: int | None = None
     ) -> ToolOutput:
-        """Call a tool; its own errors come back as ``is_error`` output, server faults raise ServerFault."""
+        """Call a tool; its own errors come back as ``is_error`` output, server faults raise ServerFault.
+        The server's own ``timeout`` (Cline's key), where its config has one, replaces ``timeout_s``."""
+        timeout_s = self.cfg.timeout or timeout_s
         self.load += 1
         try:
             await self.open()

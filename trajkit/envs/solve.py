@@ -22,6 +22,7 @@ from typing import Any, Self
 
 from trajkit.envs.agent import MODEL_ERROR, AgentLimits, RolloutFn, episode_seed, is_transient, run_episode
 from trajkit.envs.env import ToolEnv
+from trajkit.envs.options import EpisodeOptions
 from trajkit.errors import StageStopped, UserError
 from trajkit.models.base import Backend, Message, SamplingParams
 from trajkit.schema import content_id
@@ -231,32 +232,34 @@ class Solver:
         self._stack = contextlib.AsyncExitStack()
 
     @classmethod
-    def for_stage(cls, ctx: Any, cfg: Any, models: list[Any], tasks: list[dict[str, Any]]) -> Solver:
-        """The solver of a pass@k stage (``curate passk``, ``eval passk``): sampling, limits, servers and sandbox
-        from the stage's config fields of those names, episode ids scoped to the stage."""
-        from trajkit.models.base import SamplingParams
-
+    def for_stage(
+        cls,
+        ctx: Any,
+        cfg: EpisodeOptions,
+        models: list[Any],
+        tasks: list[dict[str, Any]],
+        *,
+        system_prompt: str | None,
+        sandbox: str,
+        workers: int | None,
+        rollout: str | None = None,
+    ) -> Solver:
+        """The solver of a pass@k stage (``curate passk``, ``eval passk``): sampling, limits and servers from
+        the stage's ``EpisodeOptions``, episode ids scoped to the stage."""
         return cls(
             models,
             tasks,
             ctx.store.rows("servers"),
-            params=SamplingParams(
-                n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed
-            ),
-            limits=AgentLimits(
-                max_turns=cfg.max_turns,
-                max_context_tokens=getattr(cfg, "max_context_tokens", None),
-                tool_timeout_s=cfg.tool_timeout_s,
-                max_tool_output_chars=cfg.max_tool_output_chars,
-            ),
+            params=cfg.sampling(),
+            limits=cfg.limits(),
             seed=cfg.seed,
             usage=ctx.usage,
             cache_dir=ctx.store.root / "_cache",
             servers_config=cfg.servers_config,
-            system_prompt=cfg.system_prompt,
-            rollout=getattr(cfg, "rollout", None),
-            sandbox=cfg.sandbox,
-            workers=cfg.workers,
+            system_prompt=system_prompt,
+            rollout=rollout,
+            sandbox=sandbox,
+            workers=workers,
             scope=ctx.name,
         )
 

@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from trajkit import schema as S
-from trajkit.config import StageConfig
+from trajkit.envs.options import EpisodeOptions
 from trajkit.errors import UserError
 from trajkit.eval.report import passk_report
 from trajkit.models.base import ModelSpec
@@ -33,20 +33,14 @@ from trajkit.store import Store
 from trajkit.verify.backends import SANDBOX_HELP, SandboxKind
 
 
-class EvalPasskConfig(StageConfig):
+class EvalPasskConfig(EpisodeOptions):
     models: list[ModelSpec] = Field(min_length=1, description="One model, or several compared side by side.")
     split: str | None = Field("held_out", description="Tasks of this split (splits table); null for all tasks.")
     n: int = Field(10, ge=1, description="Attempts per task.")
     ks: list[int] = Field(default_factory=lambda: [1, 5, 10], description="Report pass@k at these k (each <= n).")
-    temperature: float = 0.8
-    top_p: float = 1.0
-    max_tokens: int = 1024
+    temperature: float = Field(0.8, ge=0, description="Sampling temperature.")
     seed: int = Field(0, description="Base seed; attempt i at a task derives its seed from it, the task, model and i.")
     system_prompt: str | None = None
-    max_turns: int = Field(8, description="Tool tasks: model calls per episode.")
-    tool_timeout_s: float = Field(30.0, description="Tool tasks: per tool call.")
-    max_tool_output_chars: int = 4000
-    servers_config: str | None = Field(None, description="mcpServers file with env values for the run's servers.")
     limit: int | None = Field(None, ge=1, description="Evaluate only the first N tasks (by task id).")
     concurrency: int = Field(16, ge=1, json_schema_extra={"hash": False}, description="Attempts in flight.")
     sandbox: SandboxKind = Field("local", json_schema_extra={"hash": False}, description=SANDBOX_HELP)
@@ -152,7 +146,10 @@ def summarize(ctx: StageContext, cfg: EvalPasskConfig) -> dict[str, Any]:
 async def _evaluate(ctx: StageContext, cfg: EvalPasskConfig, todo: list[tuple[ModelSpec, dict[str, Any]]]) -> None:
     from trajkit.envs.solve import Solver
 
-    solver = Solver.for_stage(ctx, cfg, cfg.models, [task for _, task in todo])
+    tasks = [task for _, task in todo]
+    solver = Solver.for_stage(
+        ctx, cfg, cfg.models, tasks, system_prompt=cfg.system_prompt, sandbox=cfg.sandbox, workers=cfg.workers
+    )
     gate = asyncio.Semaphore(cfg.concurrency)  # attempts in flight, across the units in flight
 
     async def unit(item: tuple[ModelSpec, dict[str, Any]]) -> dict[str, Any]:

@@ -26,8 +26,8 @@ from typing import Any
 from pydantic import Field
 
 from trajkit import schema as S
-from trajkit.config import StageConfig
 from trajkit.envs.agent import episode_head
+from trajkit.envs.options import ServerPoolOptions
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec, SamplingParams
 from trajkit.runner import StageContext, StageSpec
@@ -40,41 +40,20 @@ SIMULATOR_FAILED = "user simulator request failed"  # the reason of a follow-up 
 DEFAULT_WHERE = "status = 'completed' AND reject_reason IS NULL"
 
 
-class ExtendConfig(StageConfig):
+class ExtendConfig(ServerPoolOptions):
     """Config of ``synth.extend``."""
 
     model: ModelSpec = Field(description="The agent model that continues the conversation.")
     user_model: ModelSpec | None = Field(None, description="The user-simulator model (default: the agent model).")
     rounds: int = Field(1, ge=1, description="Follow-ups per conversation; round r extends round r-1's rows.")
     where: str = Field(DEFAULT_WHERE, description="SQL condition on the trajectories view choosing the parents.")
-    temperature: float = Field(1.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
     max_tokens: int = Field(1024, ge=1, description="Per agent model call.")
     user_temperature: float = Field(1.0, ge=0)
     user_max_tokens: int = Field(512, ge=1)
-    seed: int = 0
     max_turns: int = Field(8, ge=1, description="Agent model calls in the continuation.")
-    max_context_tokens: int | None = Field(None, ge=1)
-    tool_timeout_s: float = Field(30.0, gt=0)
-    max_tool_output_chars: int = Field(4000, ge=1)
     max_conversation_chars: int = Field(12_000, ge=500, description="What the user simulator reads, cut in the middle.")
     prompts_dir: str | None = Field(None, description="A directory whose prompt files replace examples/prompts/.")
     rollout_fn: str | None = Field(None, description="Dotted path to a custom rollout function (see synth.rollouts).")
-    servers_config: str | None = Field(None, description="The mcpServers file, for env values and cwd of servers.")
-    concurrency: int = Field(8, ge=1, json_schema_extra={"hash": False})
-    max_processes: int | None = Field(
-        None,
-        ge=1,
-        json_schema_extra={"hash": False},
-        description="Live server processes (default: 16 per CPU the shard has).",
-    )
-    pool_size: int | None = Field(
-        None,
-        ge=1,
-        json_schema_extra={"hash": False},
-        description="Processes per stateless server, started as load needs them (default: one per CPU the shard has).",
-    )
-    flush_rows: int = Field(64, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
 
 
 def follow_up(text: str | None) -> tuple[str | None, str | None]:
@@ -161,7 +140,6 @@ async def _extend(
     prompt: str,
     roots: list[dict[str, Any]],
 ) -> int:
-    from trajkit.envs.agent import AgentLimits, ToolEnv
     from trajkit.envs.tools import select_servers, tool_routes
     from trajkit.models import make_backend
 
@@ -169,16 +147,9 @@ async def _extend(
     cache = ctx.store.root / "_cache"
     agent = make_backend(cfg.model, usage=ctx.usage, cache_dir=cache)
     user = make_backend(cfg.user_model or cfg.model, usage=ctx.usage, cache_dir=cache)
-    params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens)
-    limits = AgentLimits(cfg.max_turns, cfg.max_context_tokens, cfg.tool_timeout_s, cfg.max_tool_output_chars)
+    params, limits = cfg.sampling(), cfg.limits()  # each conversation is seeded by its own seed
     ctx.writer("trajectories", rows_per_shard=cfg.flush_rows)
-    env = ToolEnv(
-        servers,
-        config=cfg.servers_config,
-        max_processes=cfg.max_processes,
-        pool_size=cfg.pool_size,
-        warm=cfg.concurrency,  # fresh instances started ahead of demand: one per trajectory in flight
-    )
+    env = cfg.tool_env(servers)
 
     async def one(item: tuple[dict[str, Any], int]) -> dict[str, Any]:
         parent, round_ = item

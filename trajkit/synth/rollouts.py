@@ -28,8 +28,8 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from trajkit import schema as S
-from trajkit.config import StageConfig
 from trajkit.envs.agent import episode_head, episode_seed
+from trajkit.envs.options import ServerPoolOptions
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec, SamplingParams
 from trajkit.runner import StageContext, StageSpec
@@ -38,7 +38,7 @@ from trajkit.synth import rules
 ABORTED_REASON = "target reached"
 
 
-class RolloutsConfig(StageConfig):
+class RolloutsConfig(ServerPoolOptions):
     """Config of ``synth.rollouts``."""
 
     model: ModelSpec = Field(description="The agent model.")
@@ -49,36 +49,13 @@ class RolloutsConfig(StageConfig):
     )
     where: str | None = Field(None, description='SQL condition on the tasks view, e.g. "quality_score >= 3".')
     include_rejected_tasks: bool = Field(False, description="Also roll out tasks some stage rejected.")
-    temperature: float = Field(1.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    max_tokens: int = Field(1024, ge=1, description="Per model call.")
-    seed: int = Field(0, description="Seeds each episode (with its task and rollout index).")
-    max_turns: int = Field(8, ge=1, description="Model calls per episode.")
-    max_context_tokens: int | None = Field(None, ge=1, description="Stop an episode (truncated) past this context.")
-    tool_timeout_s: float = Field(30.0, gt=0, description="Per tool call.")
-    max_tool_output_chars: int = Field(4000, ge=1, description="Tool output beyond this is cut, with a note.")
     system_prompt: str | None = Field(None, description="System message of every episode.")
     rollout_fn: str | None = Field(
         None,
         description="Dotted path to `async def rollout(task, backend, env, params, limits, **kw) -> dict` "
         "(a trajectories row); default: envs.agent.run_episode.",
     )
-    servers_config: str | None = Field(None, description="The mcpServers file, for env values and cwd of servers.")
     policy_version: int | None = Field(None, description="Stored on every row (for off-policy corrections).")
-    concurrency: int = Field(8, ge=1, json_schema_extra={"hash": False}, description="Episodes in flight.")
-    max_processes: int | None = Field(
-        None,
-        ge=1,
-        json_schema_extra={"hash": False},
-        description="Live server processes (default: 16 per CPU the shard has).",
-    )
-    pool_size: int | None = Field(
-        None,
-        ge=1,
-        json_schema_extra={"hash": False},
-        description="Processes per stateless server, started as load needs them (default: one per CPU the shard has).",
-    )
-    flush_rows: int = Field(64, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
 
     @field_validator("accept_rules")
     @classmethod
@@ -180,21 +157,13 @@ async def _run(
 ) -> None:
     """Run the episodes; ``retry`` are aborted ones being run again: those the target leaves
     unstarted are recorded as aborted again, so no aborted row is lost."""
-    from trajkit.envs.agent import AgentLimits, ToolEnv
     from trajkit.envs.solve import trajectory_verdict
     from trajkit.models import make_backend
 
     backend = make_backend(cfg.model, usage=ctx.usage, cache_dir=ctx.store.root / "_cache")
-    params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed)
-    limits = AgentLimits(cfg.max_turns, cfg.max_context_tokens, cfg.tool_timeout_s, cfg.max_tool_output_chars)
+    params, limits = cfg.sampling(), cfg.limits()
     ctx.writer("trajectories", rows_per_shard=cfg.flush_rows)
-    env = ToolEnv(
-        servers,
-        config=cfg.servers_config,
-        max_processes=cfg.max_processes,
-        pool_size=cfg.pool_size,
-        warm=cfg.concurrency,  # fresh instances started ahead of demand: one per trajectory in flight
-    )
+    env = cfg.tool_env(servers)
 
     def aborted(task_id: str, i: int) -> dict[str, Any]:
         return aborted_row(task_id, i, backend, params, episode_seed(cfg.seed, task_id, i))

@@ -1,9 +1,10 @@
-"""Training rows from a run's curated tables, read with pyarrow (train imports no polars or duckdb).
+"""Training rows from a run's curated tables, read with pyarrow; which rows are accepted is
+asked of ``trajkit.accepted`` (the run's DuckDB views), the one definition export and the card use.
 
 ``task_rows`` joins ``tasks`` with its annotations (``passk``, ``splits``,
 ``curriculum``; for an annotation written by several stages the row of the stage
-that finished last wins: ``Store.latest``, as in the store's SQL views), drops
-rejected tasks and applies a stage's data filter. ``grpo_rows`` turns tasks into
+that finished last wins: ``Store.latest``, as in the store's SQL views), keeps
+accepted tasks and applies a stage's data filter. ``grpo_rows`` turns tasks into
 the rows of the GRPO dataset: a conversational ``prompt`` plus the columns the
 rewards read. ``sft_rows`` turns accepted trajectories into SFT examples.
 """
@@ -15,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from trajkit import schema as S
+from trajkit.accepted import accepted_ids
 from trajkit.config import StageConfig
 from trajkit.envs.agent import TOKEN_TRACE
 from trajkit.envs.solve import is_tool_task, task_prompt
@@ -47,10 +49,14 @@ def latest(store: Store, table: str) -> dict[str, dict[str, Any]]:
 
 
 def task_rows(store: Store, data: DataFilter) -> list[dict[str, Any]]:
-    """Tasks with ``difficulty``, ``split``, ``stage`` and ``rollouts_per_prompt`` joined on, filtered."""
+    """Accepted tasks with ``difficulty``, ``split``, ``stage`` and ``rollouts_per_prompt`` joined on, filtered.
+
+    Accepted as ``trajkit.accepted`` says, but for the rule that a task with verified samples has one
+    that passed: which difficulties to train on (``unsolved`` included) is the data filter's choice.
+    """
     if not store.count("tasks"):
         raise UserError(f"no tasks in {store.root}: run synth or curate.import first")
-    rejected = store.rejected("tasks")
+    keep = accepted_ids(store, "tasks", solved=False)
     passk, splits, curriculum = latest(store, "passk"), latest(store, "splits"), latest(store, "curriculum")
     if data.split is not None and not splits:
         raise UserError(f"data filter split={data.split!r} but {store.root} has no splits table (run curate.split)")
@@ -59,7 +65,7 @@ def task_rows(store: Store, data: DataFilter) -> list[dict[str, Any]]:
     out = []
     for task in sorted(latest(store, "tasks").values(), key=lambda r: r["task_id"]):
         tid = task["task_id"]
-        if tid in rejected:
+        if tid not in keep:
             continue
         row = dict(task)
         row["difficulty"] = (passk.get(tid) or {}).get("difficulty")
@@ -121,8 +127,8 @@ def grpo_rows(tasks: list[dict[str, Any]], system_prompt: str | None = None) -> 
     return rows
 
 
-def sft_rows(store: Store, statuses: tuple[str, ...] = ("completed",), use_tokens: bool = True) -> list[dict[str, Any]]:
-    """Accepted trajectories as SFT examples, by trajectory id.
+def sft_rows(store: Store, use_tokens: bool = True) -> list[dict[str, Any]]:
+    """Accepted trajectories (``trajkit.accepted``) as SFT examples, by trajectory id.
 
     Each has ``messages`` (shaped for the chat template as synthesis rendered
     them) and ``tools`` (OpenAI schemas), for assistant-only loss. With
@@ -130,14 +136,13 @@ def sft_rows(store: Store, statuses: tuple[str, ...] = ("completed",), use_token
     ``loss_mask`` were stored also has ``input_ids`` and ``assistant_masks``:
     the exact generated tokens, tool output masked — unless its trace is known
     not to match (a ``token trace: ...`` reason), which sets
-    ``trace_mismatch`` (the SFT stage then trains on its messages). Rejected
-    trajectories and trajectories of rejected tasks are skipped.
+    ``trace_mismatch`` (the SFT stage then trains on its messages).
     """
-    rejected, rejected_tasks = store.rejected("trajectories"), store.rejected("tasks")
-    columns = ["traj_id", "task_id", "status", "reason", "messages", "tools", "token_ids", "loss_mask"]
+    keep = accepted_ids(store, "trajectories")
+    columns = ["traj_id", "task_id", "reason", "messages", "tools", "token_ids", "loss_mask"]
     out = []
     for row in sorted(store.rows("trajectories", columns), key=_content_order):
-        if row["status"] not in statuses or row["traj_id"] in rejected or row["task_id"] in rejected_tasks:
+        if row["traj_id"] not in keep:
             continue
         example: dict[str, Any] = {
             "traj_id": row["traj_id"],

@@ -40,7 +40,6 @@ class SFTStageConfig(StageConfig):
     source: Literal["auto", "tokens", "messages"] = Field(
         "auto", description="auto: token_ids/loss_mask where stored, messages otherwise; or force one."
     )
-    statuses: list[str] = Field(default_factory=lambda: ["completed"], description="Trajectory statuses to train on.")
     limit: int | None = Field(None, ge=1, description="Train on at most this many trajectories.")
     sft: dict[str, Any] = Field(default_factory=dict, description="Passed straight to trl.SFTConfig.")
     dtype: str | None = Field(None, description="Weights dtype when loading (default float32).")
@@ -118,10 +117,10 @@ def render_messages(tokenizer: Any, rows: list[dict[str, Any]]) -> list[dict[str
 
 def run_sft(ctx: StageContext, cfg: SFTStageConfig) -> dict[str, Any]:
     """Train, save full safetensors weights and the tokenizer, write per-step metrics."""
-    rows = sft_rows(ctx.store, tuple(cfg.statuses), use_tokens=cfg.source != "messages")
+    rows = sft_rows(ctx.store, use_tokens=cfg.source != "messages")
     if not rows:
         raise UserError(
-            f"stage {ctx.name!r}: no accepted trajectories with statuses {cfg.statuses} (source {cfg.source})"
+            f'stage {ctx.name!r}: no accepted trajectories (docs/schema.md, "Accepted rows") in {ctx.store.root}'
         )
 
     from datasets import Dataset

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import re
 import signal
@@ -20,6 +21,7 @@ CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
 NAMESPACES = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWNET
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
@@ -36,6 +38,10 @@ _OPTION_FLAGS = {
     "strictatime": MS_STRICTATIME,
 }
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 4, 36, 38
+PR_CAPBSET_DROP, PR_SET_SECUREBITS = 24, 28
+# securebits: root gains no capabilities on execve, uid changes never touch them, ambient ones cannot be raised;
+# each locked (KEEP_CAPS off and locked)
+_SECUREBITS = 0b11101111
 
 # Kernel file systems left as they are: their writable files belong to root, and
 # remounting /sys would also freeze the cgroup files the worker writes to.
@@ -76,7 +82,8 @@ def require(protection: str, missing: str | None, allow_weaker: bool | None = No
     allowed = weaker_allowed() if allow_weaker is None else allow_weaker
     if missing is not None and not allowed:
         raise ProtectionMissing(
-            f"sandbox: this machine cannot give {protection} ({missing}); pass {ALLOW_WEAKER_FLAG} to run without it"
+            f"sandbox: this machine cannot give {protection} ({missing}); "
+            f"pass {ALLOW_WEAKER_FLAG} to run without {'them' if ', ' in protection else 'it'}"
         )
 
 
@@ -86,6 +93,73 @@ def _b(value: str | None) -> bytes | None:
 
 def unshare(flags: int) -> None:
     _check(_libc.unshare(flags), "unshare")
+
+
+def enter_namespaces(flags: int) -> bool:
+    """Enter new ``flags`` namespaces; returns whether a user namespace was made for them.
+
+    Root enters them as they are. Any other user cannot (they need CAP_SYS_ADMIN), so it first
+    gets a user namespace of its own that owns the others, and maps its uid and gid there to
+    themselves (user_namespaces(7): ``setgroups`` denied before the gid map). The process then
+    holds every capability, but only over those namespaces (mounts, hostname), and only until
+    ``drop_capabilities`` or an ``execve`` (its uid is not 0 there); files keep their owners.
+    """
+    if os.geteuid() == 0:
+        unshare(flags)
+        return False
+    uid, gid = os.geteuid(), os.getegid()
+    unshare(CLONE_NEWUSER | flags)
+    for name, line in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        _write(f"/proc/self/{name}", line)
+    return True
+
+
+def own_proc_refused() -> bool:
+    """Whether new mount and PID namespaces (a user namespace's when not root) are refused a /proc of their
+    own, tried in a child. The kernel refuses a user namespace where parts of the host's /proc are masked
+    (a container's), and the host's would show the host's processes."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            enter_namespaces(CLONE_NEWNS | CLONE_NEWPID)
+            mount(None, "/", None, MS_REC | MS_PRIVATE)
+            init = os.fork()  # PID 1 of the new namespace
+            if init == 0:
+                try:
+                    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+                    os._exit(0)
+                except OSError:
+                    os._exit(1)
+            os._exit(os.waitstatus_to_exitcode(os.waitpid(init, 0)[1]))
+        except OSError:
+            os._exit(0)  # no namespaces at all: the caller finds out (and says why) when it enters them
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0
+
+
+OWN_PROC_REFUSED = (
+    "a user namespace may not mount its own /proc here (parts of the host's are masked, as in a container)"
+)
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_capabilities() -> None:
+    """Give up every capability for good: the bounding set emptied, securebits locked so that no
+    ``execve`` grants any back, the sets cleared, and no new privileges."""
+    for cap in range(64):
+        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            if ctypes.get_errno() == errno.EINVAL:  # past the kernel's last capability
+                break
+            _check(-1, f"drop capability {cap}")
+    prctl(PR_SET_SECUREBITS, _SECUREBITS)
+    _check(_libc.capset(ctypes.byref(_CapHeader(0x20080522, 0)), (_CapData * 2)()), "capset")
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
 
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
@@ -200,7 +274,7 @@ def mount_private_tmpfs(target: str, uid: int | None, size_mb: int) -> None:
     """
     if target in _own_tmpfs:
         st = os.stat(target)
-        if st.st_mode == 0o40700 and st.st_uid == (uid or 0) and not os.listdir(target):
+        if st.st_mode == 0o40700 and st.st_uid == (os.geteuid() if uid is None else uid) and not os.listdir(target):
             return
         umount(target)
     owner = f",uid={uid},gid={uid}" if uid is not None else ""
@@ -418,8 +492,13 @@ def _make_v2_dir(name: str) -> str:
 
 
 # seccomp: programs may not create user namespaces (inside one, an unprivileged process gets mount and
-# network namespaces of its own). The filter is inherited by every process forked after it is installed.
-_SECCOMP_ARCH = {"x86_64": (0xC000003E, 272, 56), "aarch64": (0xC00000B7, 97, 220)}  # arch, unshare, clone
+# network namespaces of its own), nor use the kernel's keyrings (not namespaced: a process inherits its
+# caller's session keyring, and keys there hold credentials). The filter is inherited by every process
+# forked after it is installed.
+_SECCOMP_ARCH = {  # arch, unshare, clone, (add_key, request_key, keyctl)
+    "x86_64": (0xC000003E, 272, 56, (248, 249, 250)),
+    "aarch64": (0xC00000B7, 97, 220, (217, 218, 219)),
+}
 _SYS_CLONE3, _CLONE_NEWUSER, _X32_BIT = 435, 0x10000000, 0x40000000
 _LD, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 _ALLOW, _KILL, _ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
@@ -435,13 +514,14 @@ class _SockFprog(ctypes.Structure):
 
 
 def forbid_user_namespaces() -> None:
-    """Install a seccomp filter: ``unshare``/``clone`` with CLONE_NEWUSER fail with EPERM, ``clone3`` with
-    ENOSYS (the C library then falls back to ``clone``), other ABIs' system calls are refused."""
+    """Install a seccomp filter: ``unshare``/``clone`` with CLONE_NEWUSER and the keyring calls fail with
+    EPERM, ``clone3`` with ENOSYS (the C library then falls back to ``clone``), other ABIs' system calls
+    are refused."""
     import platform
 
     if platform.machine() not in _SECCOMP_ARCH:
         raise OSError(f"no seccomp filter for {platform.machine()}")
-    arch, unshare_nr, clone_nr = _SECCOMP_ARCH[platform.machine()]
+    arch, unshare_nr, clone_nr, (add_key, request_key, keyctl) = _SECCOMP_ARCH[platform.machine()]
     program = [
         (_LD, 0, 0, 4),  # the architecture
         (_JEQ, 1, 0, arch),
@@ -450,6 +530,10 @@ def forbid_user_namespaces() -> None:
         (_JGE, 1, 0, _X32_BIT),
         (_JEQ, 0, 1, _SYS_CLONE3),
         (_RET, 0, 0, _ERRNO | 38),  # ENOSYS
+        (_JEQ, 2, 0, add_key),
+        (_JEQ, 1, 0, request_key),
+        (_JEQ, 0, 1, keyctl),
+        (_RET, 0, 0, _ERRNO | 1),  # EPERM
         (_JEQ, 1, 0, unshare_nr),
         (_JEQ, 0, 3, clone_nr),
         (_LD, 0, 0, 16),  # the low half of the first argument: the flags

@@ -50,13 +50,15 @@ DEFAULT_PRELOAD = (
 
 # What a program can do when a protection is missing (logged when the pool starts).
 EFFECT_IF_MISSING = {
-    "uid": "programs run as the caller's user: they can signal and write whatever it can, "
-    "and the process limit does not bind root",
+    "uid": "programs run as the caller's user: they can read every file it can read outside the hidden directories "
+    "and connect to its Unix sockets there; without the mount and PID namespaces also write its files and signal "
+    "its processes (and, as root, the process limit does not bind)",
     "pid_namespace": "programs can see the host's processes and signal those of their own user",
     "net_namespace": "programs can open network connections, including to services on loopback",
     "mount_namespace": "the filesystem is not read-only for programs and /tmp is shared: only file permissions stop writes",
     "cgroup": "memory and process limits are per process (rlimits), not per program",
-    "seccomp": "programs can create user namespaces, and inside them mount and network namespaces of their own",
+    "seccomp": "programs can create user namespaces, and inside them mount and network namespaces of their own, "
+    "and read the keys of the caller's session keyring",
 }
 
 
@@ -152,9 +154,10 @@ class Sandbox:
                 self._shutdown()
                 raise SandboxUnavailable(", ".join(f"{p}: {self.missing[p]}" for p in lacking))
             turned_off = {p for option, wanted in self.options.items() if wanted is False for p in _PROVIDES[option]}
-            try:
-                for protection in sorted(set(self.missing) - turned_off):
-                    isolation.require(protection, self.missing[protection], self.allow_weaker)
+            absent = sorted(set(self.missing) - turned_off)
+            try:  # one line naming them all
+                why = "; ".join(f"{p}: {self.missing[p]}" for p in absent) if absent else None
+                isolation.require(", ".join(absent), why, self.allow_weaker)
             except isolation.ProtectionMissing as exc:
                 self._shutdown()
                 raise SandboxUnavailable(str(exc)) from None

@@ -6,13 +6,14 @@ caller — and talks to it over stdin/stdout with length-prefixed JSON
 messages. Standard library only. Three processes per slot:
 
 - the *supervisor* (root where available) makes the slot's cgroup, enters new
-  mount, network, PID, IPC and UTS namespaces, forks the zygote, and removes
+  mount, network, PID, IPC and UTS namespaces (not root: inside a new user
+  namespace that owns them), forks the zygote, and removes
   the cgroup (and the fallback's private directory) once the zygote is gone;
 - the *zygote*, PID 1 of the new PID namespace and a member of the cgroup,
   remounts the filesystem read-only, mounts a private /tmp, pre-imports
   modules, then serves requests until the caller closes the pipe;
 - per program, a *child* forked from the zygote: it sets rlimits, drops to
-  the slot's uid with no capabilities and no new privileges, and runs the
+  the slot's uid (not root: keeps the caller's) with no capabilities and no new privileges, and runs the
   program through ``harness.execute``.
 
 The zygote enforces the wall-time limit and the output cap, then kills every
@@ -51,15 +52,12 @@ def supervise(config: dict) -> None:
     The zygote ends when the caller closes its pipe or dies (end of file on
     stdin); this process then removes the cgroup. SIGTERM kills the zygote first.
     """
-    root = os.geteuid() == 0
     missing: dict[str, str] = {}
     cgroup = None
     if config.get("cgroups") is False:
         missing["cgroup"] = "disabled"
-    elif not root:
-        missing["cgroup"] = "not root"
     else:
-        try:
+        try:  # not root: works only where the caller's cgroup subtree is delegated to it
             cgroup = isolation.Cgroup(config["name"])
         except OSError as exc:
             missing["cgroup"] = str(exc)
@@ -67,8 +65,10 @@ def supervise(config: dict) -> None:
     if config.get("namespaces") is False:
         missing.update({k: "disabled" for k in ("pid_namespace", "net_namespace", "mount_namespace")})
     else:
-        try:
-            isolation.unshare(isolation.NAMESPACES)
+        try:  # not root: inside a user namespace of the caller's own, whose capabilities programs never hold
+            if os.geteuid() != 0 and isolation.own_proc_refused():
+                raise OSError(isolation.OWN_PROC_REFUSED)
+            config["user_namespace"] = isolation.enter_namespaces(isolation.NAMESPACES)
             namespaces = True
         except OSError as exc:
             missing.update({k: str(exc) for k in ("pid_namespace", "net_namespace", "mount_namespace")})

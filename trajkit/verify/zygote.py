@@ -51,6 +51,8 @@ class Zygote:
             _oom_score_adj(-1000)  # under memory pressure, the program dies, never the zygote
         if self.namespaces:
             hidden = [*self.config.get("hide", []), "/sys/fs/cgroup"]  # the host's cgroups, ours included
+            if self.config.get("user_namespace"):  # programs keep the caller's uid: its session's sockets too
+                hidden.append(f"/run/user/{os.getuid()}")
             if self.tmp != "/tmp":  # the interpreter lives in /tmp or /dev/shm: empty both but for it
                 hidden += ["/tmp", "/dev/shm"]
             needed = [sys.prefix, sys.base_prefix, *(p for p in sys.path if os.path.realpath(p) not in hidden)]
@@ -74,7 +76,12 @@ class Zygote:
         gc.freeze()
         os.chdir("/")
         if self.uid is None and "uid" not in self.missing:
-            self.missing["uid"] = "disabled" if self.config.get("drop_privileges") is False else "not root"
+            userns = " (in a user namespace, with no capabilities)" if self.config.get("user_namespace") else ""
+            self.missing["uid"] = (
+                "disabled"
+                if self.config.get("drop_privileges") is False
+                else f"not root: programs keep the caller's uid{userns}"
+            )
         return {"missing": self.missing, "uid": self.uid, "tmp": self.tmp, "cgroup": self.cgroup is not None}
 
     def _fresh_tmp(self) -> None:
@@ -206,9 +213,11 @@ class Zygote:
             os.chdir(self.tmp)
             if self.uid is not None:
                 isolation.drop_privileges(self.uid)
+            elif self.config.get("user_namespace"):  # else it could remount the read-only host writable
+                isolation.drop_capabilities()
             else:
                 isolation.prctl(isolation.PR_SET_NO_NEW_PRIVS, 1)
-            if trusted:
+            if trusted or self.config.get("user_namespace"):  # as root runs' uid change does by default
                 isolation.prctl(isolation.PR_SET_DUMPABLE, 0)
             isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
             for name in WORKER_MODULES:
