@@ -31,14 +31,17 @@ Reported per run:
   inside the shard from its start to its last write) over the critical-path bound,
   trajectories per shard x turns x delay / concurrency;
 * the executor's overhead: the command's wall time minus the slowest shard's own
-  time (process start, imports, connecting to the cluster, the version check,
-  scheduling the tasks, returning the manifests), in seconds and as a share of the
-  shard's time; ``local`` pays the process start and imports too;
-* CPU-seconds per trajectory on each node: every process of the node (for a Ray
-  worker node: its raylet, agents, workers and the servers they started; for
-  ``local``: each rank's process and its servers) over the trajectories its shards
-  wrote; the head's CPU (cluster services and the driver) apart, per trajectory of
-  the stage.
+  time (the driver's start and imports, connecting to the cluster, scheduling the
+  tasks, the workers' start and imports, returning the manifests, disconnecting),
+  in seconds and as a share of the shard's time; ``local`` pays its processes'
+  start and imports too;
+* CPU-seconds per trajectory on each node, over the trajectories its shards wrote:
+  for ``local``, each rank's process and the servers it started (``wait4``); for a
+  Ray worker node, its workers and the servers they started ("shard"), plus its
+  raylet and agents ("Ray"), each process's own time read every ``SAMPLE_S``;
+  the head's (cluster services and the driver) apart, per trajectory of the stage.
+  The model endpoints' processes are not counted: on a cluster the model runs
+  elsewhere.
 
 Goal: Ray's overhead under 5% of a shard's time at 1,000 trajectories per shard, and
 the same CPU-seconds per trajectory on either executor.
