@@ -135,12 +135,15 @@ def command(run: Path, cfg: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "trajkit.cli", "synth", "rollouts", "--run", str(run), "--config", str(cfg), *extra]
 
 
-def wait(proc: subprocess.Popen) -> float:
-    """Wait for a child; its CPU-seconds and those of the children it waited for."""
+def wait(proc: subprocess.Popen, stderr: str | None = None) -> float:
+    """Wait for a child; its CPU-seconds and those of the children it waited for. ``stderr``: what was
+    already read of its standard error."""
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(proc.args[:6])} ... exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
+        raise SystemExit(
+            f"{' '.join(proc.args[:6])} ... exited {proc.returncode}: {(stderr or proc.stderr.read())[-2000:]}"
+        )
     return usage.ru_utime + usage.ru_stime
 
 
@@ -234,7 +237,7 @@ def run_ray(run: Path, cfg: Path, world: int, workers: int) -> dict:
             text=True,
         )
         out = list(proc.stderr)  # the driver's lines name each shard's node
-        driver = wait(proc)
+        driver = wait(proc, "".join(out))
         wall = time.monotonic() - t0
         used = sampler.spent()
     finally:
