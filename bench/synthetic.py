@@ -100,7 +100,8 @@ def make_batch(n: int, seed: int, offset: int = 0, n_tasks: int | None = None, t
     tool_call_id = pa.array(np.where(role_idx == 2, np.char.add("call_", (pos - 1).astype(str)), None))
     msg_name = pa.array(np.where(role_idx == 2, np.array(TOOLS)[np.roll(tool_of_msg, 1)], None))  # the call it answers
     messages_struct = pa.StructArray.from_arrays(
-        [roles, content, null_str, tool_calls, tool_call_id, msg_name], fields=list(S.MESSAGE)
+        [roles, content, null_str, tool_calls, tool_call_id, msg_name, pa.nulls(total, pa.list_(S.MEDIA_PART))],
+        fields=list(S.MESSAGE),
     )
     msg_offsets = pa.array(np.concatenate([[0], np.cumsum(n_msgs)]).astype(np.int32))
     messages = pa.ListArray.from_arrays(msg_offsets, messages_struct)

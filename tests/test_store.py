@@ -185,6 +185,20 @@ def test_unreadable_and_wrong_schema_files_are_user_errors(run_dir):
         Store(run_dir / "nope")
 
 
+def test_validate_opens_a_shard_again_only_when_it_changed(run_dir, monkeypatch):
+    store = Store(run_dir)
+    store.write("tasks", "import", toy_rows(3))
+    store.validate("tasks")
+    opened = []
+    real_open = store._open
+    monkeypatch.setattr(store, "_open", lambda path, table: opened.append(path) or real_open(path, table))
+    store.write("tasks", "more", toy_rows(2))
+    assert store.validate("tasks") and opened == store.shards("tasks", "more")
+    store.shards("tasks", "import")[0].write_bytes(b"this is not parquet")  # changed in place
+    with pytest.raises(UserError, match="not a readable Parquet file"):
+        store.validate("tasks")
+
+
 def test_duckdb_views_join_annotations_and_survive_absent_tables(run_dir):
     store = Store(run_dir)
     rows = toy_rows(4)
@@ -228,3 +242,44 @@ def test_duckdb_polars_and_datasets_read_identical_rows(run_dir):
     norm = lambda rows: json.loads(json.dumps(rows, sort_keys=True))  # float32 -> same python floats
     assert norm(via_duckdb) == norm(via_polars) == norm(via_datasets)
     assert via_duckdb[0]["messages"][1]["tool_calls"][0]["name"] in ("add", "mul")
+
+
+def test_compaction_merges_a_stages_shards_keeping_rows_and_order_and_survives_a_kill(run_dir, monkeypatch):
+    from trajkit import store as store_module
+
+    store = Store(run_dir)
+    w = store.writer("tasks", "gen", rows_per_shard=2)
+    w.write([{"task_id": f"t{i}", "question": f"q{i}", "mode": "imported"} for i in range(7)])
+    w.close()
+    store.write("tasks", "other", [{"task_id": "o", "question": "q", "mode": "imported"}])
+    before = store.read("tasks").to_pylist()
+    assert len(store.shards("tasks", "gen")) == 4
+    monkeypatch.setattr(store_module, "COMPACT_ROWS", 4)  # two compacted shards: t0-t3, t4-t6
+    real_unlink = Path.unlink
+
+    def killed(self, missing_ok=False):  # the compaction dies after its first rename
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "unlink", killed)
+    with pytest.raises(KeyboardInterrupt):
+        store.compact("tasks", "gen")
+    monkeypatch.setattr(Path, "unlink", real_unlink)
+    assert [p.name for p in store.shards("tasks", "gen")] == [
+        "gen-r0-000000-000001.parquet",
+        "gen-r0-000002.parquet",
+        "gen-r0-000003.parquet",
+    ]
+    assert store.read("tasks").to_pylist() == before  # the covered shards are not read twice
+    assert store.compact("tasks", "gen") == 4  # two merged, two covered leftovers removed
+    assert [p.name for p in store.shards("tasks", "gen")] == [
+        "gen-r0-000000-000001.parquet",
+        "gen-r0-000002-000003.parquet",
+    ]
+    assert len(list((run_dir / "tasks").glob("gen-*"))) == 2
+    assert (
+        store.read("tasks").to_pylist() == before and store.sql("SELECT count(*) AS n FROM tasks")["n"][0].as_py() == 8
+    )
+    store.write("tasks", "gen", [{"task_id": "t7", "question": "q7", "mode": "imported"}])  # after the last merged
+    assert store.shards("tasks", "gen")[-1].name == "gen-r0-000004.parquet"
+    store.drop_stage("gen")
+    assert [r["task_id"] for r in store.read("tasks").to_pylist()] == ["o"]

@@ -144,3 +144,350 @@ def test_pipeline_paths_resolve_from_any_directory(tmp_path, monkeypatch):
     plan = load_pipeline(root / "examples" / "demo.yaml", [], {"run": "r", "here": str(root / "examples")})
     harvest = next(cfg for spec, name, cfg in plan if name == "harvest")
     assert Path(harvest.servers) == root / "examples" / "servers.json" and Path(harvest.servers).is_file()
+
+
+# ---------------------------------------------------------------- found by a second hostile pass
+
+
+def test_a_command_line_click_cannot_parse_is_one_line():
+    assert user_error("sql", "SELECT 1", "--limit", "-1").startswith("Invalid value for '--limit'")
+    assert user_error("sql", "SELECT 1", "--limit", "many").endswith("(see trajkit sql --help)")
+    assert user_error("nosuch") == "No such command 'nosuch' (see trajkit --help)"
+    assert user_error("curate", "import", "--bogus") == "No such option: --bogus (see trajkit curate import --help)"
+    assert "Missing argument" in user_error("sql")
+
+
+def test_a_file_system_error_names_the_path(tmp_path, imported):
+    (imported / "_stages").rename(tmp_path / "moved")
+    (imported / "_stages").write_text("a file where a folder belongs")
+    message = user_error("curate", "import", "-r", str(imported), "--preset", "humaneval", "--limit", "3")
+    assert message == f"{imported / '_stages' / 'import'}: Not a directory"
+    assert user_error("sql", "SELECT 1", "-r", str(imported), "-o", "/proc/none.csv").endswith(
+        "No such file or directory"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--world-size", "0"], "--world-size must be at least 1, not 0"),
+        (["--rank", "2", "--world-size", "2"], "--rank 2 is not in 0..1 (--world-size 2)"),
+        (["--budget-tokens", "-5"], "--budget-tokens must be a number >= 0, not -5"),
+        (["--budget-cost", "nan"], "--budget-cost must be a number >= 0, not nan"),
+    ],
+)
+def test_shard_and_budget_options(tmp_path, flags, expected):
+    run = tmp_path / "run"
+    assert user_error("curate", "import", "-r", str(run), "--preset", "humaneval", *flags) == expected
+    assert not run.exists()
+
+
+def test_an_override_without_a_key(tmp_path):
+    base = ["curate", "import", "-r", str(tmp_path / "run"), "--preset", "humaneval"]
+    for bad in ("=3", "a..b=3", "limit"):
+        assert user_error(*base, "--set", bad).startswith(f"override {bad!r} is not KEY=VALUE")
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text("stages:\n  - stage: curate.import\n")
+    assert "is not KEY=VALUE" in user_error("run", str(pipeline), "-r", str(tmp_path / "run"), "--set", "import.limit")
+
+
+def test_user_code_that_cannot_be_imported(tmp_path, monkeypatch):
+    (tmp_path / "broken_source.py").write_text("def records(:\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    base = ["curate", "import", "-r", str(tmp_path / "run"), "--map", "id=id", "--map", "question=q"]
+    assert "SyntaxError" in user_error(*base, "--source-fn", "broken_source:records")
+    assert "relative import" in user_error(*base, "--source-fn", ".relative:records")
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ("{stage: curate.import, config: [1]}", "'config' a mapping"),
+        ("{stage: curate.import, name: [a]}", "'name' must be text"),
+        ("{stage: [curate.import]}", "a 'stage' key naming a stage"),
+    ],
+)
+def test_a_pipeline_entry_of_the_wrong_shape(tmp_path, entry, expected):
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(f"stages:\n  - {entry}\n")
+    assert expected in user_error("run", str(pipeline), "-r", str(tmp_path / "run"))
+
+
+def test_yaml_aliases_that_contain_themselves_or_explode(tmp_path, monkeypatch):
+    monkeypatch.setattr("trajkit.config.MAX_EXPANDED_VALUES", 1000)  # the same walk as at a million, faster
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text("a: &a\n  b: *a\nstages:\n  - stage: curate.import\n")
+    assert "contains it" in user_error("run", str(pipeline), "-r", str(tmp_path / "run"))
+    levels = ["l0: &l0 [x, x, x, x, x, x, x, x, x, x]"]
+    levels += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 4)]
+    pipeline.write_text("\n".join(levels) + "\nstages:\n  - stage: curate.import\n")
+    assert "expand to more than" in user_error("run", str(pipeline), "-r", str(tmp_path / "run"))
+    assert "is a directory, not a YAML file" in user_error("run", str(tmp_path), "-r", str(tmp_path / "run"))
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        ("_manifest.json", '{"stage": "import"}', "damaged (no kind, config_hash, finished_at, seconds)"),
+        ("_config.json", "{}", "damaged (no config, config_hash)"),
+        (
+            "_manifest.json",
+            '{"stage": "import", "kind": "k", "config_hash": "h", "finished_at": "t", "seconds": "1", "outputs": []}',
+            "damaged (seconds, outputs of the wrong type)",
+        ),
+    ],
+)
+def test_a_stage_file_missing_its_keys(imported, name, text, expected):
+    (imported / "_stages" / "import" / name).write_text(text)
+    assert expected in user_error("curate", "import", "-r", str(imported), "--preset", "humaneval", "--limit", "3")
+
+
+@pytest.mark.parametrize(
+    ("preset", "record", "expected"),
+    [
+        ("mbpp", '{"task_id": 1, "text": 5, "test_list": []}', "field text must be str, not 5"),
+        ("mbpp", '{"task_id": 1, "text": "t", "test_list": "assert f()"}', "test_list must be list of str"),
+        ("mbpp", '{"task_id": 1, "text": "t", "test_list": [], "test_setup_code": 1}', "test_setup_code must be str"),
+        ("humaneval", '{"task_id": 1, "prompt": "p", "test": 5, "entry_point": "f"}', "field test must be str"),
+    ],
+)
+def test_a_published_format_field_of_the_wrong_type(tmp_path, preset, record, expected):
+    path = tmp_path / "records.jsonl"
+    path.write_text(record + "\n")
+    message = user_error("curate", "import", "-r", str(tmp_path / "run"), "--preset", preset, "--path", str(path))
+    assert "record 1" in message and expected in message
+
+
+def test_an_empty_question(tmp_path):
+    assert "record 2: field question is empty" in user_error(*_generic(tmp_path, '{"id": "b", "question": "  "}'))
+
+
+def test_sql_only_reads(imported, tmp_path):
+    for statement in (
+        f"COPY tasks TO '{tmp_path / 'out.csv'}'",
+        f"ATTACH '{tmp_path / 'x.db'}' AS x",
+        "SELECT 1; CREATE TABLE t AS SELECT 1",
+    ):
+        assert "statements are not run: queries over a run only read it" in user_error(
+            "sql", statement, "-r", str(imported)
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_sql_columns_of_one_name(imported):
+    message = user_error("sql", "SELECT * FROM tasks a JOIN tasks b USING (task_id)", "-r", str(imported))
+    assert "more than one column named" in message and "AS" in message
+
+
+def test_export_where_is_one_condition(imported, tmp_path):
+    for where in ("true) OR (true", "true) UNION ALL (SELECT * FROM trajectories"):
+        message = user_error("export", str(tmp_path / "out.jsonl"), "-r", str(imported), "--where", where)
+        assert message.startswith(f"--where {where!r} is not one SQL condition")
+
+
+def test_show_takes_an_id_not_a_pattern(imported):
+    assert user_error("show", "%", "-r", str(imported)).startswith("no task, trajectory, sample or server with id '%'")
+    assert user_error("show", "", "-r", str(imported)) == "give a row id (or a unique prefix of one), not ''"
+
+
+def test_arguments_that_are_not_utf8(imported, tmp_path):
+    """Bytes that are not UTF-8 reach Python as lone surrogates; DuckDB failed on them with a traceback."""
+    assert user_error("sql", "SELECT '\udcff'", "-r", str(imported)) == "the SQL query is not valid UTF-8 text"
+    assert "not '\\udcff'" in user_error("show", "\udcff", "-r", str(imported))
+    where = ["--where", "\udcff"]
+    assert (
+        user_error("export", str(tmp_path / "o.jsonl"), "-r", str(imported), *where)
+        == "--where is not valid UTF-8 text"
+    )
+
+
+def test_a_completion_that_is_not_unicode(imported, tmp_path):
+    path = tmp_path / "completions.jsonl"
+    path.write_text('{"task_id": "HumanEval/0", "completion": "x \\ud800"}\n')
+    message = user_error("curate", "verify", "-r", str(imported), "--completions", str(path))
+    assert "record 1: completion is not valid Unicode text" in message
+
+
+def test_pass_at_zero(imported, tmp_path):
+    message = user_error("curate", "verify", "-r", str(imported), "--completions", str(tmp_path), "--ks", "0")
+    assert "every k of pass@k must be at least 1" in message
+
+
+def test_model_serve_port_out_of_range():
+    assert "'--port'" in user_error("model", "serve", "--script", "json:dumps", "--port", "70000")
+
+
+def test_model_tiny_never_replaces_what_is_not_a_model(tmp_path, monkeypatch):
+    (tmp_path / "keep.txt").write_text("precious")
+    monkeypatch.chdir(tmp_path)
+    for target in (".", str(tmp_path), "keep.txt"):
+        assert "exists and is not a model directory" in user_error("model", "tiny", target)
+    assert (tmp_path / "keep.txt").read_text() == "precious"
+    assert "not a tokenizer directory" in user_error("model", "tiny", "new", "--tokenizer", str(tmp_path))
+    assert "'--hidden'" in user_error("model", "tiny", "new", "--hidden", "0")
+
+
+def test_ctrl_c_says_how_to_resume(imported, monkeypatch):
+    from trajkit.store import Store
+
+    def interrupted(self, query):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Store, "sql", interrupted)
+    result = CliRunner().invoke(app, ["sql", "SELECT 1", "-r", str(imported)])
+    assert result.exit_code == 130 and result.stderr == "interrupted; rerun the same command to resume\n"
+
+
+def test_filter_bounds_that_reject_everything(tmp_path):
+    message = user_error("curate", "filter", "-r", str(tmp_path), "--min-chars", "100", "--max-chars", "10")
+    assert "min_chars (100) is above max_chars (10)" in message
+
+
+def test_an_eval_set_without_a_path(tmp_path):
+    """``name=`` read the current directory as a datasets folder and named whatever file failed there."""
+    for spec in ("held=", "=evals.jsonl"):
+        message = user_error("curate", "decontaminate", "-r", str(tmp_path), "--eval", spec)
+        assert "give NAME=PATH, both non-empty" in message
+
+
+def test_diversity_where_is_one_condition(imported):
+    message = user_error("eval", "diversity", "-r", str(imported), "--where", "true) OR (true")
+    assert message.startswith("where 'true) OR (true' is not one SQL condition")
+
+
+def test_zero_training_processes(imported):
+    args = ["train", "sft", "-r", str(imported), "--model", "m", "--accelerate-config", "ddp", "--num-processes", "0"]
+    assert "'--num-processes'" in user_error(*args)
+
+
+def test_a_complete_stage_whose_shards_went_or_doubled(imported):
+    import shutil
+
+    args = ("curate", "import", "-r", str(imported), "--preset", "humaneval", "--limit", "3")
+    [shard] = (imported / "tasks").glob("*.parquet")
+    shutil.copy(shard, shard.with_name(shard.name.replace("000000", "000001")))
+    assert "its tasks shards hold 6 rows, not the 3 it wrote; rerun with --fresh" in user_error(*args)
+    shutil.rmtree(imported / "tasks")
+    assert "its tasks shards hold 0 rows, not the 3 it wrote" in user_error(*args)
+    (imported / "tasks").write_text("a file where the table's folder belongs")
+    assert "tasks: a file where the tasks table's folder belongs" in user_error("sql", "SELECT 1", "-r", str(imported))
+
+
+def test_a_key_given_twice_in_a_yaml_file(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "x-base: &base {limit: 3}\nlimit: 3\npreset: humaneval\nlimit: 4\nnested:\n  <<: *base\n  limit: 2\n"
+    )
+    message = user_error("curate", "import", "-r", str(tmp_path / "run"), "-c", str(config))
+    assert message == f"{config}: line 4 is not valid YAML (key 'limit' given twice in one mapping)"
+
+
+def test_stage_names_that_share_a_folder(imported, tmp_path):
+    """``a/b`` and ``a_b`` are both stored in ``_stages/a_b``: the second was skipped as complete."""
+    args = ["curate", "import", "-r", str(imported), "--preset", "humaneval", "--limit", "3"]
+    assert CliRunner().invoke(app, [*args, "--name", "x y"]).exit_code == 0
+    message = user_error(*args, "--name", "x_y")
+    assert (
+        message
+        == f"stage names 'x_y' and 'x y' (already in {imported}) share the folder _stages/x_y; give this stage another name"
+    )
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text("stages:\n  - {stage: curate.import, name: a/b}\n  - {stage: curate.import, name: a_b}\n")
+    assert "stage name 'a_b' shares its folder with another stage's" in user_error(
+        "run", str(pipeline), "-r", str(imported)
+    )
+
+
+def test_a_server_without_a_name(tmp_path):
+    servers = tmp_path / "servers.json"
+    servers.write_text('{"mcpServers": {" ": {"command": "cat"}}}')
+    assert "' ': a server needs a name" in user_error(
+        "synth", "harvest", "-r", str(tmp_path / "run"), "--servers", str(servers)
+    )
+
+
+def test_numbers_in_a_config_are_finite(tmp_path):
+    """``inf`` passed every bound (an endless tool timeout) and went into _config.json as non-standard JSON."""
+    base = ["curate", "passk", "-r", str(tmp_path), "--model", "m"]
+    assert "tool_timeout_s: Input should be a finite number" in user_error(*base, "--tool-timeout-s", "inf")
+    assert "temperature: Input should be a finite number" in user_error(*base, "--set", "temperature=.inf")
+
+
+def test_a_field_mapping_given_twice_or_empty(tmp_path):
+    base = ["curate", "import", "-r", str(tmp_path / "run"), "--path", str(tmp_path / "r.jsonl")]
+    assert user_error(*base, "--map", "question=q", "--map", "question=id") == "--map question given twice ('q', 'id')"
+    assert "every field maps to a column name" in user_error(*base, "--map", "question=q", "--map", "id=")
+    message = user_error(*base, "--map", "question=q", "--source-param", "a=1")
+    assert "source_params are the keyword arguments of a source_fn" in message
+
+
+def test_split_null_as_a_flag_says_how(tmp_path):
+    """``--split null`` is the text 'null'; the message said 'or null' without saying how to give it."""
+    message = user_error("eval", "passk", "-r", str(tmp_path), "--model", "m", "--split", "null")
+    assert "or null for every task (--set split=null)" in message
+
+
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        ({b"trajkit.schema_version": b"7"}, "written as tasks schema v7 by a newer trajkit (this one reads up to v1)"),
+        ({b"trajkit.table": b"samples"}, "a shard of table 'samples', not 'tasks'"),
+    ],
+)
+def test_a_shard_of_a_newer_trajkit_or_another_table(imported, metadata, expected):
+    import pyarrow.parquet as pq
+
+    [shard] = (imported / "tasks").glob("*.parquet")
+    data = pq.read_table(shard)
+    pq.write_table(data.replace_schema_metadata({**data.schema.metadata, **metadata}), shard)
+    assert expected in user_error("sql", "SELECT count(*) FROM tasks", "-r", str(imported))
+
+
+def test_an_empty_path_is_not_the_current_directory(tmp_path, monkeypatch):
+    """``-r "$RUN"`` with RUN unset wrote a run into the current directory."""
+    monkeypatch.chdir(tmp_path)
+    assert (
+        user_error("curate", "import", "-r", "", "--preset", "humaneval")
+        == "-r is empty: give a path (an unset shell variable?)"
+    )
+    assert user_error("curate", "import", "--run=", "--preset", "humaneval").startswith("--run is empty")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_card_front_matter_values_are_one_line(tmp_path):
+    """A title with a line break and ``---`` ended the YAML header: a yaml.ScannerError traceback."""
+    message = user_error("card", "-r", str(tmp_path), "--title", "T\n---\nbody")
+    assert "pretty_name: Value error, 'T\\n---\\nbody' must be one non-empty line" in message
+    assert "must be one non-empty line" in user_error("card", "-r", str(tmp_path), "--tag", "")
+
+
+def test_json_output_has_no_nan(imported, tmp_path):
+    """Python wrote NaN and Infinity, which JSON has not (jq and most parsers reject the file)."""
+    query = "SELECT 'nan'::DOUBLE AS n, ['inf'::DOUBLE] AS l, {'x': '-inf'::DOUBLE} AS s"
+    result = CliRunner().invoke(app, ["sql", query, "-r", str(imported), "-f", "json"])
+    assert json.loads(result.stdout) == [{"n": None, "l": [None], "s": {"x": None}}]
+    assert CliRunner().invoke(app, ["sql", query, "-r", str(imported), "-o", str(tmp_path / "o.jsonl")]).exit_code == 0
+    assert json.loads((tmp_path / "o.jsonl").read_text()) == {"n": None, "l": [None], "s": {"x": None}}
+
+
+def test_a_damaged_call_cache(tmp_path):
+    (tmp_path / "_cache").mkdir()
+    (tmp_path / "_cache" / "calls.sqlite").write_text("not a database")
+    message = user_error("model", "serve", "--replay", str(tmp_path), "--port", "0")
+    assert message.endswith(
+        "calls.sqlite: cannot use this call cache (file is not a database); remove it to start one afresh"
+    )
+
+
+def test_a_judge_threshold_off_the_1_to_5_scale(tmp_path):
+    """``--min-completeness 9`` rejected every judged trajectory without a word."""
+    message = user_error("synth", "filter", "-r", str(tmp_path), "--min-completeness", "9")
+    assert "min_completeness: Input should be less than or equal to 5" in message
+
+
+def test_model_endpoint_and_limits(tmp_path):
+    base = ["synth", "tasks", "-r", str(tmp_path), "--model", "m", "--backend", "openai"]
+    message = user_error(*base, "--base-url", "localhost:8000")
+    assert "'localhost:8000' is not an http(s) URL, e.g. http://localhost:8000/v1" in message
+    message = user_error(*base, "--base-url", "http://localhost:8000/v1", "--set", "model.max_concurrency=0")
+    assert "model.max_concurrency: Input should be greater than or equal to 1" in message  # ZeroDivisionError before

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from trajkit.clikit import Address, Executor, Overrides, RunDir, WorldSize
+from trajkit.clikit import Address, Executor, Overrides, RunDir, TopGroup, WorldSize
 from trajkit.curate.cli import app as curate_app
 from trajkit.data_cards import cli as cards_cli
 from trajkit.eval.cli import app as eval_app
@@ -29,6 +29,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    cls=TopGroup,
 )
 
 
@@ -84,7 +85,7 @@ def sql(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write to a .csv, .json, .jsonl or .parquet file.")
     ] = None,
-    limit: Annotated[int, typer.Option(help="Rows shown in table format.")] = 50,
+    limit: Annotated[int, typer.Option(min=0, help="Rows shown in table format.")] = 50,
 ) -> None:
     """Query a run with DuckDB SQL, e.g. ``SELECT difficulty, count(*) FROM tasks GROUP BY 1``."""
     from trajkit.store import Store
@@ -146,12 +147,14 @@ def show(
     from trajkit.render import print_row
     from trajkit.store import Store
 
+    if not row_id.strip() or not row_id.isprintable():
+        raise _user(f"give a row id (or a unique prefix of one), not {row_id!r}")
     store = Store(run)
     con = store.duckdb()
     for name in ("trajectories", "tasks", "samples", "servers"):
         key = S.table(name).key
         rows = (
-            con.sql(f'SELECT * FROM "{name}" WHERE {key} LIKE ? LIMIT 2', params=[row_id + "%"])
+            con.sql(f'SELECT * FROM "{name}" WHERE starts_with({key}, ?) LIMIT 2', params=[row_id])
             .to_arrow_table()
             .to_pylist()
         )
@@ -180,19 +183,26 @@ def export(
     """Write accepted trajectories (docs/schema.md, "Accepted rows") as JSON lines for other tools."""
     from trajkit.accepted import accepted_where
     from trajkit.export import FORMATS, convert
-    from trajkit.store import Store
+    from trajkit.store import Store, sql_condition
+    from trajkit.tabular import json_safe
 
     if fmt not in FORMATS:
         raise _user(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     if output.is_dir():
         raise _user(f"{output} is a directory: give the path of a .jsonl file")
-    conds = ([] if all_rows else [accepted_where("trajectories")]) + ([f"({where})"] if where else [])
+    conds = ([] if all_rows else [accepted_where("trajectories")]) + (
+        [sql_condition(where, "--where")] if where else []
+    )
     query = "SELECT * FROM trajectories" + (" WHERE " + " AND ".join(conds) if conds else "") + " ORDER BY traj_id"
     rows = Store(run).sql(query).to_pylist()
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         with open(output, "w") as f:
-            f.writelines(json.dumps(rec, ensure_ascii=False, default=str) + "\n" for rec in convert(rows, fmt))
+            lines = (
+                json.dumps(json_safe(rec), ensure_ascii=False, default=str, allow_nan=False)
+                for rec in convert(rows, fmt)
+            )
+            f.writelines(line + "\n" for line in lines)
     except OSError as e:
         raise _user(f"cannot write {output}: {e.strerror or e}") from None
     kind = "trajectories" if all_rows else "accepted trajectories"

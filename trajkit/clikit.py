@@ -7,9 +7,10 @@ runner's own options (``--run``, ``--fresh``, ``--rank``, ...) come after.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import UnionType
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union, get_args, get_origin
@@ -72,7 +73,7 @@ def run_command(
     (returns their manifests as ``shards`` and a reporting stage's ``summary`` over all of them)."""
     from trajkit.config import build, read_yaml
     from trajkit.errors import UserError
-    from trajkit.runner import run_stage
+    from trajkit.runner import check_runner_options, run_stage
     from trajkit.stages import get_stage
     from trajkit.store import Store
 
@@ -81,9 +82,10 @@ def run_command(
     cfg = build(spec.config, from_file, options, overrides=overrides or [], where=kind)
     if executor not in ("local", "ray"):
         raise UserError(f"--executor must be local or ray, not {executor!r}")
+    if executor == "ray" and rank:
+        raise UserError("--rank is for the local executor; --executor ray runs every shard")
+    check_runner_options(rank, world_size, budget_tokens, budget_cost)
     if executor == "ray":
-        if rank:
-            raise UserError("--rank is for the local executor; --executor ray runs every shard")
         from trajkit.executors.ray import run_on_ray
 
         name = name or spec.kind.split(".")[-1]
@@ -170,10 +172,12 @@ def _pairs(items: list[str] | None, flag: str) -> dict[str, str] | None:
 
     out = {}
     for item in items:
-        key, sep, value = item.partition("=")
+        key, sep, value = (part.strip() for part in item.partition("="))
         if not sep or not key:
             raise UserError(f"{flag} {item!r} is not KEY=VALUE")
-        out[key.strip()] = value.strip()
+        if out.get(key, value) != value:
+            raise UserError(f"{flag} {key} given twice ({out[key]!r}, {value!r})")
+        out[key] = value
     return out
 
 
@@ -292,6 +296,58 @@ class StageCommand(TyperCommand):
         return super().parse_args(ctx, args)
 
 
+# options whose value is a path: an empty one would mean the current directory ("-r $RUN" with RUN unset)
+PATH_FLAGS = {"-r", "--run", "-c", "--config", "-o", "--output", "-p", "--path", "-s", "--servers"}
+PATH_FLAGS |= {"--completions", "--output-dir", "--keep-env-state", "--pipeline", "--replay", "--tokenizer"}
+
+
+class TopGroup(TyperGroup):
+    """The ``trajkit`` group: a command line click cannot parse (an unknown option, a value of the wrong
+    type) and a file-system error on a path the user gave or a run directory holds (a folder where a
+    file belongs, a read-only or full disk, a missing parent) are user errors: one line."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        from trajkit.errors import UserError
+
+        for flag, value in zip(args, [*args[1:], None]):
+            if flag == "--":
+                break
+            name, eq, inline = flag.partition("=")
+            if name in PATH_FLAGS and (inline if eq else value) == "":
+                raise UserError(f"{name} is empty: give a path (an unset shell variable?)")
+        with _user_errors():
+            return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            with _user_errors():
+                return super().invoke(ctx)
+        except KeyboardInterrupt:  # typer turns it into exit status 130 without a word
+            typer.echo("interrupted; rerun the same command to resume", err=True)
+            raise
+
+
+# click's UsageError as the installed typer raises it (recent typers carry their own copy of click)
+USAGE_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+
+@contextlib.contextmanager
+def _user_errors() -> Iterator[None]:
+    from trajkit.errors import UserError
+
+    try:
+        yield
+    except USAGE_ERROR as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # a group called bare shows its help
+            raise
+        where = f" (see {e.ctx.command_path} --help)" if e.ctx is not None else ""
+        raise UserError(" ".join(e.format_message().split()).rstrip(".") + where) from None
+    except OSError as e:
+        if e.filename is None or e.strerror is None:
+            raise
+        raise UserError(f"{e.filename}: {e.strerror}") from None
+
+
 class StageGroup(TyperGroup):
     """A group whose stage commands are built from their configs when first asked for,
     so ``trajkit --help`` and the other commands import no stage module."""
@@ -339,7 +395,7 @@ def stage_command(
 
     @functools.cache
     def build() -> click.Command:
-        single = typer.Typer()
+        single = typer.Typer(add_completion=False)
         cls = type(f"{kind}Command", (StageCommand,), {"renamed": renamed or {}})
         single.command(name, cls=cls)(_stage_main(kind, help, aliases or {}, default_name, report))
         return typer.main.get_command(single)

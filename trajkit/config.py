@@ -19,21 +19,41 @@ C = TypeVar("C", bound=BaseModel)
 class StageConfig(BaseModel):
     """Base of every stage's config: unknown keys are errors, not silently ignored.
 
+    Numbers are finite (an infinite timeout or temperature is a typo, and JSON cannot hold it).
     Fields marked ``json_schema_extra={"hash": False}`` (concurrency, budgets,
     progress) may change between a run and its resume without counting as a
     different config.
     """
 
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    model_config = ConfigDict(extra="forbid", validate_default=True, allow_inf_nan=False)
+
+
+class _UniqueKeys(yaml.SafeLoader):
+    """The safe loader, with a key given twice in one mapping an error (YAML forbids it; PyYAML kept the
+    last). Keys a merge (``<<: *anchor``) brings in may still be overridden."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} given twice in one mapping", key_node.start_mark
+                    )
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping or fail with one line."""
     p = Path(path)
+    if p.is_dir():
+        raise UserError(f"{p} is a directory, not a YAML file")
     if not p.is_file():
         raise UserError(f"config file not found: {p}")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeys) or {}
     except (UnicodeDecodeError, OSError) as e:
         raise UserError(f"{p}: not a readable UTF-8 text file ({e})") from None
     except yaml.YAMLError as e:
@@ -42,19 +62,41 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise UserError(f"{p}:{where} is not valid YAML ({getattr(e, 'problem', e)})") from None
     if not isinstance(data, dict):
         raise UserError(f"{p}: expected a mapping at the top level, got {type(data).__name__}")
+    _check_aliases(data, p)
     return data
+
+
+MAX_EXPANDED_VALUES = 1_000_000
+
+
+def _check_aliases(data: Any, path: Path) -> None:
+    """Refuse what YAML aliases can build but no config needs: a value that contains itself, or one
+    that expands to more than ``MAX_EXPANDED_VALUES`` values (every later walk over it would hang)."""
+    seen, stack = 0, [(data, frozenset())]
+    while stack:
+        value, above = stack.pop()
+        seen += 1
+        if seen > MAX_EXPANDED_VALUES:
+            raise UserError(f"{path}: its aliases expand to more than {MAX_EXPANDED_VALUES:,} values")
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        for child in children:
+            if isinstance(child, dict | list):
+                if id(child) in above or child is value:
+                    raise UserError(f"{path}: a YAML alias refers to a value that contains it")
+                stack.append((child, above | {id(value)}))
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
     """``a.b=value`` -> (["a", "b"], value), the value parsed as YAML (so 3, true, [1,2] work)."""
-    if "=" not in item:
-        raise UserError(f"override {item!r} is not KEY=VALUE")
-    key, raw = item.split("=", 1)
+    key, _, raw = item.partition("=")
+    keys = key.strip().split(".")
+    if "=" not in item or not all(k.strip() for k in keys):
+        raise UserError(f"override {item!r} is not KEY=VALUE (KEY a name, or dotted names)")
     try:
         value = yaml.safe_load(raw) if raw != "" else ""
     except yaml.YAMLError:
         value = raw
-    return key.strip().split("."), value
+    return [k.strip() for k in keys], value
 
 
 def merge(base: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]:
@@ -152,8 +194,8 @@ def load_object(path: str, what: str = "object") -> Any:
         raise UserError(f"{what} {path!r} is not a dotted path like package.module:name")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise UserError(f"cannot import {what} {path!r}: {e}") from None
+    except Exception as e:  # noqa: BLE001 - any failure importing user code (a syntax error, a relative name) is a user error
+        raise UserError(f"cannot import {what} {path!r}: {type(e).__name__}: {e}") from None
     try:
         return getattr(module, attr)
     except AttributeError:

@@ -23,11 +23,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trajkit.config import build, read_yaml
+from trajkit.config import build, parse_override, read_yaml
 from trajkit.errors import UserError
-from trajkit.runner import StageSpec, run_stage
+from trajkit.runner import StageSpec, check_runner_options, run_stage
 from trajkit.stages import get_stage
-from trajkit.store import Store
+from trajkit.store import Store, safe_name
 
 
 def load_pipeline(
@@ -37,18 +37,23 @@ def load_pipeline(
 
     ``overrides`` are ``NAME.key=value`` for the stage named NAME.
     """
+    for o in overrides:
+        parse_override(o)  # each is KEY=VALUE, or one line saying it is not
     data = substitute(read_yaml(path), variables or {})
     entries = data.get("stages")
     if not isinstance(entries, list) or not entries:
         raise UserError(f"{path}: expected a non-empty 'stages:' list")
     plan, errors, names = [], [], set()
     for i, entry in enumerate(entries):
-        if not isinstance(entry, dict) or "stage" not in entry:
-            errors.append(f"stages[{i}]: expected a mapping with a 'stage' key")
+        if not isinstance(entry, dict) or not isinstance(entry.get("stage"), str):
+            errors.append(f"stages[{i}]: expected a mapping with a 'stage' key naming a stage")
             continue
         unknown = set(entry) - {"stage", "name", "config"}
         if unknown:
-            errors.append(f"stages[{i}]: unknown key(s) {', '.join(sorted(unknown))}")
+            errors.append(f"stages[{i}]: unknown key(s) {', '.join(sorted(map(str, unknown)))}")
+        if not isinstance(entry.get("name", ""), str) or not isinstance(entry.get("config") or {}, dict):
+            errors.append(f"stages[{i}]: 'name' must be text and 'config' a mapping")
+            continue
         try:
             spec = get_stage(entry["stage"])
         except UserError as e:
@@ -57,6 +62,8 @@ def load_pipeline(
         name = entry.get("name") or spec.kind.split(".")[-1]
         if name in names:
             errors.append(f"stages[{i}]: duplicate stage name {name!r}; give it a 'name:'")
+        elif safe_name(name) in {safe_name(n) for n in names}:
+            errors.append(f"stages[{i}]: stage name {name!r} shares its folder with another stage's; rename one")
         names.add(name)
         mine = [
             o.split("=", 1)[0][len(name) + 1 :] + "=" + o.split("=", 1)[1]
@@ -92,6 +99,7 @@ def run_pipeline(
 ) -> list[dict]:
     """Run every stage of a pipeline file in order, each resumable; returns the manifests (with
     ``executor="ray"``, each stage's ``world_size`` shards on one Ray cluster, all their manifests)."""
+    check_runner_options(0, world_size, None, None)
     plan = load_pipeline(path, overrides, {"run": str(run_dir), "here": str(Path(path).resolve().parent)})
     if executor == "ray":
         from trajkit.executors.ray import cluster, run_on_ray
@@ -102,8 +110,10 @@ def run_pipeline(
                 for spec, name, cfg in plan
                 for m in run_on_ray(Path(run_dir), spec, cfg, name, fresh, world_size)["shards"]
             ]
-    if executor != "local" or world_size != 1:
-        raise UserError("trajkit run takes --world-size only with --executor ray (executors: local, ray)")
+    if executor not in ("local", "ray"):
+        raise UserError(f"--executor must be local or ray, not {executor!r}")
+    if world_size != 1:
+        raise UserError("trajkit run takes --world-size only with --executor ray")
     store = Store(run_dir, create=True)
     return [run_stage(store, spec, cfg, name=name, fresh=fresh) for spec, name, cfg in plan]
 

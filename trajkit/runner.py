@@ -421,6 +421,11 @@ def check_config(store: Store, name: str, cfg: StageConfig, fresh: bool) -> tupl
     config is to be (re)pinned: a new or fresh stage, or one pinned before a field left the hash."""
     chash = config_hash(cfg)
     previous = store.stage_config(name)
+    if previous is not None and previous.get("stage", name) != name:
+        raise UserError(
+            f"stage names {name!r} and {previous['stage']!r} (already in {store.root}) share the folder "
+            f"{store.stage_dir(name).relative_to(store.root)}; give this stage another name"
+        )
     if fresh:
         store.drop_stage(name)
         return chash, True
@@ -433,6 +438,17 @@ def check_config(store: Store, name: str, cfg: StageConfig, fresh: bool) -> tupl
             )
         return chash, True  # made before a field left the hash: same data, so re-pin under today's hash
     return chash, previous is None
+
+
+def check_runner_options(rank: int, world_size: int, budget_tokens: int | None, budget_cost: float | None) -> None:
+    """The shard and budgets a stage runs under: at least one shard, a rank among them, budgets that are numbers >= 0."""
+    if world_size < 1:
+        raise UserError(f"--world-size must be at least 1, not {world_size}")
+    if not 0 <= rank < world_size:
+        raise UserError(f"--rank {rank} is not in 0..{world_size - 1} (--world-size {world_size})")
+    for flag, value in (("--budget-tokens", budget_tokens), ("--budget-cost", budget_cost)):
+        if value is not None and not value >= 0:  # NaN fails too
+            raise UserError(f"{flag} must be a number >= 0, not {value}")
 
 
 def run_stage(
@@ -449,8 +465,7 @@ def run_stage(
 ) -> dict[str, Any]:
     """Run (or resume, or skip) one stage and return its manifest."""
     name = name or spec.kind.split(".")[-1]
-    if not 0 <= rank < world_size:
-        raise UserError(f"rank {rank} is not in 0..{world_size - 1}")
+    check_runner_options(rank, world_size, budget_tokens, budget_cost)
     redact.activate(Redactor.for_stage(cfg))  # rows, manifests, log lines and cache entries go through it
     chash, pin = check_config(store, name, cfg, fresh)
     done = store.manifest(name, rank, world_size)
@@ -460,6 +475,12 @@ def run_stage(
                 store.validate(table, stage=name)
             except UserError as e:
                 raise UserError(f"stage {name!r} is complete but {e}; rerun with --fresh to redo it") from None
+        for table, wrote in done.get("outputs", {}).items() if world_size == 1 else ():
+            if (held := store.count(table, stage=name)) != wrote:  # shards lost, or copied in twice
+                raise UserError(
+                    f"stage {name!r} is complete but its {table} shards hold {held} rows, not the {wrote} "
+                    f"it wrote; rerun with --fresh to redo it"
+                )
         if not quiet:
             _console().print(f"[dim]{name}[/]: already complete, skipped ({_summary(done)})", highlight=False)
         return done
@@ -496,6 +517,8 @@ def run_stage(
         raise
     finally:
         ctx.flush()
+    for table in S.TABLES:  # the stage's many small shards (written as rows finished) merged into few
+        store.compact(table, name, rank)
     ctx.recount()
     manifest = {
         "stage": name,

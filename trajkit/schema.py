@@ -616,6 +616,15 @@ def check_schema(name: str, schema: pa.Schema, where: str = "") -> None:
     """Raise SchemaError unless a file's schema matches the table's schema (an older file may
     lack the table's ``added`` columns)."""
     tbl = table(name)
+    meta = schema.metadata or {}
+    owner, version = meta.get(TABLE_KEY, name.encode()).decode(errors="replace"), meta.get(VERSION_KEY, b"1")
+    if owner != name:
+        raise SchemaError(f"{where or name}: a shard of table {owner!r}, not {name!r}")
+    if not version.isdigit() or int(version) > tbl.version:
+        raise SchemaError(
+            f"{where or name}: written as {name} schema v{version.decode(errors='replace')} by a newer trajkit "
+            f"(this one reads up to v{tbl.version}); upgrade trajkit to read it"
+        )
     expected = tbl.schema
     got = pa.schema(list(schema)).remove_metadata()
     if got.equals(expected):

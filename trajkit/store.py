@@ -38,7 +38,11 @@ from trajkit.errors import Fenced, UserError
 
 STAGES_DIR = "_stages"
 TMP_PREFIX = ".tmp-"
-SHARD_RE = re.compile(r"^(?P<stage>.+)-r(?P<rank>\d+)-(?P<seq>\d{6})\.parquet$")
+# a stage's shard: ``stage-r<rank>-<seq>.parquet``, or ``stage-r<rank>-<seq>-<last>.parquet`` for the shard
+# that compacted shards seq..last when the stage completed (``Store.compact``); stage names hold no "-"
+SHARD_RE = re.compile(r"^(?P<stage>.+)-r(?P<rank>\d+)-(?P<seq>\d{6})(?:-(?P<last>\d{6}))?\.parquet$")
+COMPACT_ROWS = 16_384  # rows per compacted shard (at most; fewer where rows are large: read whole to merge)
+COMPACT_BYTES = 64 << 20  # bytes of the shards merged into one (at most, past the first)
 
 
 def safe_name(stage: str) -> str:
@@ -155,15 +159,47 @@ class ShardWriter:
     close = flush
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    """A manifest or config the store wrote; a damaged one is a user error naming it."""
+def _compact_groups(small: list[tuple[int, Path]]) -> list[list[tuple[int, Path]]]:
+    """Consecutive shards of one schema, grouped up to ``COMPACT_ROWS`` rows or ``COMPACT_BYTES`` bytes each."""
+    groups: list[list[tuple[int, Path]]] = []
+    rows = size = 0
+    schema = None
+    for seq, p in small:
+        meta = pq.read_metadata(p)
+        n, b, this = meta.num_rows, p.stat().st_size, meta.schema.to_arrow_schema().remove_metadata()
+        if not groups or rows + n > COMPACT_ROWS or size + b > COMPACT_BYTES or this != schema:
+            groups.append([])
+            rows = size = 0
+        groups[-1].append((seq, p))
+        rows, size, schema = rows + n, size + b, this
+    return groups
+
+
+# what every reader of a manifest or stage config relies on: key -> type (required keys first)
+MANIFEST_KEYS = {"stage": str, "kind": str, "config_hash": str, "finished_at": str, "seconds": (int, float)}
+MANIFEST_OPTIONAL = {"outputs": dict, "usage": dict, "counts": dict, "config": dict, "inputs": dict}
+CONFIG_KEYS = {"config": dict, "config_hash": str}
+
+
+def _read_json(
+    path: Path, keys: dict[str, type | tuple[type, ...]], optional: dict[str, type] | None = None
+) -> dict[str, Any]:
+    """A manifest or config the store wrote, with the ``keys`` every reader relies on (and the ``optional``
+    ones, where present, of their type); a damaged one is a user error naming it."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, OSError) as e:
-        raise UserError(f"{path}: damaged ({e}); remove it to redo that stage, or rerun with --fresh") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: damaged (not a JSON object); remove it to redo that stage, or rerun with --fresh")
-    return data
+        problem = str(e)
+    else:
+        if not isinstance(data, dict):
+            problem = "not a JSON object"
+        elif missing := [k for k in keys if k not in data]:
+            problem = f"no {', '.join(missing)}"
+        elif wrong := [k for k, t in {**keys, **(optional or {})}.items() if k in data and not isinstance(data[k], t)]:
+            problem = f"{', '.join(wrong)} of the wrong type"
+        else:
+            return data
+    raise UserError(f"{path}: damaged ({problem}); remove it to redo that stage, or rerun with --fresh")
 
 
 _OPENED: set[str] = set()
@@ -191,6 +227,7 @@ class Store:
             raise UserError(f"the run directory {self.root} is not writable (read-only file system or permissions)")
         _OPENED.add(os.path.realpath(self.root))
         self.lease: Lease | None = None  # set on the store a stage run writes through (``leased``)
+        self._checked: dict[Path, tuple[int, int]] = {}  # shards ``validate`` found good: (mtime_ns, size)
 
     def leased(self, stage: str, rank: int) -> Store:
         """Take the lease on a stage shard (fencing off any older run of it) and return this run directory
@@ -213,22 +250,66 @@ class Store:
 
     def shards(self, table: str, stage: str | None = None, rank: int | None = None) -> list[Path]:
         """A table's shard files in a stable order (stage, rank, sequence); optionally one
-        stage's (and one rank's) only. Parquet files copied in by hand belong to no stage."""
+        stage's (and one rank's) only. Parquet files copied in by hand belong to no stage. A shard
+        that a compacted one covers (left behind by a compaction that was killed) is not listed."""
+        entries = self._entries(table, stage, rank)
+        covers = {(st, rk): [] for st, rk, *_ in entries}
+        for st, rk, seq, last, _ in entries:
+            if last is not None:
+                covers[st, rk].append((seq, last))
+        return [
+            p
+            for st, rk, seq, last, p in entries
+            if last is not None or not any(a <= seq <= b for a, b in covers[st, rk])
+        ]
+
+    def _entries(self, table: str, stage: str | None, rank: int | None) -> list[tuple[str, int, int, int | None, Path]]:
+        """Every shard file as (stage, rank, seq, last seq if compacted, path), sorted, covered ones too."""
         d = self.table_dir(table)
         if not d.is_dir():
+            if d.exists():
+                raise UserError(f"{d}: a file where the {table} table's folder belongs; move it away")
             return []
         out = []
         for p in d.iterdir():
             m = SHARD_RE.match(p.name)
             if m and (stage is None or m["stage"] == safe_name(stage)) and (rank is None or int(m["rank"]) == rank):
-                out.append((m["stage"], int(m["rank"]), int(m["seq"]), p))
+                last = int(m["last"]) if m["last"] else None
+                out.append((m["stage"], int(m["rank"]), int(m["seq"]), last, p))
             elif not m and stage is None and not p.name.startswith(TMP_PREFIX) and p.suffix == ".parquet":
-                out.append(("", 0, 0, p))
-        return [p for *_, p in sorted(out)]
+                out.append(("", 0, 0, None, p))
+        return sorted(out, key=lambda e: e[:3])
 
     def _next_seq(self, table: str, stage: str, rank: int) -> int:
-        seqs = [int(SHARD_RE.match(p.name)["seq"]) for p in self.shards(table, stage, rank)]
-        return max(seqs, default=-1) + 1
+        return max((last or seq for _, _, seq, last, _ in self._entries(table, stage, rank)), default=-1) + 1
+
+    def compact(self, table: str, stage: str, rank: int = 0) -> int:
+        """Merge a stage's small shards of one rank into shards of up to ``COMPACT_ROWS`` rows, keeping
+        their rows and order; returns the number of shard files removed. Crash-safe: a compacted shard
+        is renamed into place whole, and covers the shards it merged from then on (``shards``); they are
+        deleted after it. Run when the stage completes (a resumed stage keeps writing small shards)."""
+        listed, removed = set(self.shards(table, stage, rank)), 0
+        small = []
+        for _, _, seq, last, p in self._entries(table, stage, rank):
+            if p not in listed:  # covered by a compacted shard: a killed compaction's leftover
+                p.unlink(missing_ok=True)
+                removed += 1
+            elif last is None:
+                small.append((seq, p))
+        for group in _compact_groups(small):
+            if len(group) < 2:
+                continue
+            first, last = group[0][0], group[-1][0]
+            path = self.table_dir(table) / f"{safe_name(stage)}-r{rank}-{first:06d}-{last:06d}.parquet"
+            parts = [pq.read_table(p) for _, p in group]
+            marked = all(redact.SHARD_MARK in (t.schema.metadata or {}) for t in parts)
+            data = pa.concat_tables(parts).combine_chunks()
+            meta = {k: v for k, v in (data.schema.metadata or {}).items() if marked or k != redact.SHARD_MARK}
+            _write_parquet_atomic(path, data.replace_schema_metadata(meta), self.lease)
+            for _, p in group:
+                p.unlink(missing_ok=True)
+                removed += 1
+        return removed
 
     def writer(self, table: str, stage: str, rank: int = 0, rows_per_shard: int = 10_000) -> ShardWriter:
         return ShardWriter(self, table, stage, rank, rows_per_shard)
@@ -258,10 +339,19 @@ class Store:
         return all(redact.SHARD_MARK in (pq.read_schema(p).metadata or {}) for p in self.shards(table))
 
     def validate(self, table: str, stage: str | None = None) -> list[Path]:
-        """Open every shard of a table (or of one stage's) and check its schema; returns the shard paths."""
+        """Open every shard of a table (or of one stage's) and check its schema; returns the shard paths.
+        A shard this store checked before is not opened again while its size and modification time hold."""
         paths = self.shards(table, stage)
         for p in paths:
-            self._open(p, table)
+            try:
+                st = p.stat()
+                seen = (st.st_mtime_ns, st.st_size)
+            except OSError:  # vanished: opening it says so
+                seen = None
+            if seen is None or self._checked.get(p) != seen:
+                self._open(p, table)
+                if seen is not None:
+                    self._checked[p] = seen
         return paths
 
     def read(self, table: str, columns: list[str] | None = None, stage: str | None = None) -> pa.Table:
@@ -324,17 +414,21 @@ class Store:
 
     def manifest(self, stage: str, rank: int = 0, world_size: int = 1) -> dict[str, Any] | None:
         p = self.manifest_path(stage, rank, world_size)
-        return _read_json(p) if p.is_file() else None
+        return _read_json(p, MANIFEST_KEYS, MANIFEST_OPTIONAL) if p.is_file() else None
 
     def manifests(self) -> list[dict[str, Any]]:
         """Every manifest of the run, oldest first."""
         root = self.root / STAGES_DIR
-        found = [_read_json(p) for p in root.glob("*/_manifest*.json")] if root.is_dir() else []
+        found = (
+            [_read_json(p, MANIFEST_KEYS, MANIFEST_OPTIONAL) for p in root.glob("*/_manifest*.json")]
+            if root.is_dir()
+            else []
+        )
         return sorted(found, key=lambda m: (m.get("finished_at", ""), m.get("stage", "")))
 
     def stage_config(self, stage: str) -> dict[str, Any] | None:
         p = self.stage_dir(stage) / "_config.json"
-        return _read_json(p) if p.is_file() else None
+        return _read_json(p, CONFIG_KEYS) if p.is_file() else None
 
     def clean_temp(self, stage: str, rank: int = 0) -> None:
         """Remove temporary shard files a killed writer of this stage and rank left behind
@@ -346,7 +440,7 @@ class Store:
     def drop_stage(self, stage: str) -> None:
         """Delete a stage's own shards and bookkeeping (``--fresh``)."""
         for t in S.TABLES:
-            for p in self.shards(t, stage):
+            for *_, p in self._entries(t, stage, None):
                 p.unlink()
         shutil.rmtree(self.stage_dir(stage), ignore_errors=True)
 
@@ -383,13 +477,21 @@ class Store:
         import duckdb
 
         con = duckdb.connect()
+        self.create_views(con)
+        return con
+
+    def create_views(self, con) -> None:
+        """(Re)create the views on a connection over the shards present now."""
         present = {t: self.validate(t) for t in S.TABLES}
         present = {t: paths for t, paths in present.items() if paths}
-        for name, paths in present.items():
-            con.execute(f'CREATE VIEW "_raw_{name}" AS {self._raw_sql(name, paths)}')
+        for name in S.TABLES:
+            if name in present:
+                con.execute(f'CREATE OR REPLACE VIEW "_raw_{name}" AS {self._raw_sql(name, present[name])}')
         for name, tbl in S.TABLES.items():
-            con.execute(f'CREATE VIEW "{name}" AS {_view_sql(tbl, present)}')
-        return con
+            con.execute(f'CREATE OR REPLACE VIEW "{name}" AS {_view_sql(tbl, present)}')
+        for name in S.TABLES:
+            if name not in present:
+                con.execute(f'DROP VIEW IF EXISTS "_raw_{name}"')
 
     def _by_stage(self, paths: list[Path]) -> list[list[Path]]:
         """Shards grouped by the stage that wrote them, the stage that finished last at the end
@@ -440,16 +542,53 @@ class Store:
 
         if not query.strip():
             raise UserError("the SQL query is empty")
+        if not query.isascii() and not _utf8(query):
+            raise UserError("the SQL query is not valid UTF-8 text")
         con = self.duckdb()
         try:
+            writes = [s.type.name for s in con.extract_statements(query) if s.type.name not in READS]
+            if writes:
+                raise UserError(
+                    f"{writes[0]} statements are not run: queries over a run only read it (write a result with --output)"
+                )
             relation = con.sql(query)
             if relation is None:
                 raise UserError("the SQL statement returns no rows: give a query (SELECT, WITH, ...)")
-            return relation.to_arrow_table()
+            result = relation.to_arrow_table()
         except duckdb.Error as e:
             raise UserError(f"SQL error: {str(e).splitlines()[0]}") from None
         finally:
             con.close()
+        twice = sorted({c for c in result.column_names if result.column_names.count(c) > 1})
+        if twice:
+            raise UserError(f"the query returns more than one column named {twice[0]!r}: name them apart with AS")
+        return result
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (an argument of bytes that are not UTF-8 arrives with lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def sql_condition(text: str, what: str) -> str:
+    """``(text)`` once DuckDB parses it as a single expression: a condition cannot close its
+    parenthesis and widen the query around it (``1=1) OR (1=1``)."""
+    import duckdb
+
+    if not _utf8(text):
+        raise UserError(f"{what} is not valid UTF-8 text")
+    try:
+        duckdb.SQLExpression(text)
+    except duckdb.Error as e:
+        raise UserError(f"{what} {text!r} is not one SQL condition ({str(e).splitlines()[0]})") from None
+    return f"({text})"
+
+
+READS = ("SELECT", "EXPLAIN", "PRAGMA", "CALL", "MULTI")  # MULTI: PIVOT, a SELECT DuckDB expands
 
 
 def _view_sql(tbl: S.Table, present: dict[str, list[Path]]) -> str:
@@ -497,9 +636,13 @@ def absent_columns(table: str, paths: list[Path]) -> str:
     tbl = S.table(table)
     if not tbl.added:
         return ""
-    have = {n for p in paths for n in pq.read_schema(p).names}
+    missing = set(tbl.added)
+    for p in paths:  # a run written since the columns were added has them in its first shard
+        missing -= set(pq.read_schema(p).names)
+        if not missing:
+            return ""
     return "".join(
-        f", CAST(NULL AS {_duck_type(tbl.schema.field(c).type)}) AS {_q(c)}" for c in tbl.added if c not in have
+        f", CAST(NULL AS {_duck_type(tbl.schema.field(c).type)}) AS {_q(c)}" for c in tbl.added if c in missing
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from decimal import Decimal
 from pathlib import Path
 from typing import IO
@@ -17,6 +18,18 @@ def _plain(value: object) -> object:
     if isinstance(value, Decimal):
         return int(value) if value == value.to_integral_value() else float(value)
     return str(value)
+
+
+def json_safe(value: object) -> object:
+    """JSON has no NaN or infinity: they become null, as JavaScript writes them (Python wrote ``NaN``,
+    which jq and most parsers reject)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def _value(value: object) -> object:
@@ -73,7 +86,7 @@ def write_table(data: pa.Table, dest: Path | IO[str], fmt: str | None = None) ->
             )
     elif fmt == "jsonl":
         for row in data.to_pylist():
-            dest.write(json.dumps(row, ensure_ascii=False, default=_plain) + "\n")
+            dest.write(json.dumps(json_safe(row), ensure_ascii=False, default=_plain, allow_nan=False) + "\n")
     else:
-        json.dump(data.to_pylist(), dest, ensure_ascii=False, default=_plain)
+        json.dump(json_safe(data.to_pylist()), dest, ensure_ascii=False, default=_plain, allow_nan=False)
         dest.write("\n")

@@ -180,6 +180,14 @@ def test_a_malformed_response_is_a_failed_completion_not_a_crash(body, error):
     assert [(c.finish_reason, c.error) for c in out] == [("error", error)] * 2
 
 
+def test_lone_surrogates_in_a_response_are_replaced_before_the_cache_and_the_rows(tmp_path):
+    """JSON can escape a lone surrogate; UTF-8 cannot hold one, so the call cache (and then the stage) crashed."""
+    with ScriptedServer(lambda m, t, b: "x \ud800 y") as server:
+        (c,) = run(generate(spec_for(server), cache_dir=tmp_path))
+    assert c.error is None and c.text == "x \ufffd y"
+    c.text.encode("utf-8")
+
+
 def test_client_errors_are_not_retried():
     with ScriptedServer(lambda m, t, b: "x", faults={0: Fault.error(400)}) as server:
         (c,) = run(generate(spec_for(server)))

@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from trajkit.verify import Sandbox, verify_many
+from trajkit.verify import Sandbox, plain, verify_many
 
 MARKER = f"tk-test-marker-{uuid.uuid4().hex}"
 PROMPT = 'def helper(x):\n    return x * 2\n\n\ndef double_sum(xs):\n    """The sum of helper(x) for x in xs."""\n'
@@ -145,6 +145,10 @@ HACKS = {
         "                and libc.ptrace(16, int(p), 0, 0) == 0]\n"
         "    print('ATTACHED', attached)\n    return 0\n"
     ),
+    "the entry point is a class whose instances always agree": (
+        "    pass\n\n\nclass double_sum:\n    __eq__ = lambda self, other: True\n    __hash__ = lambda self: 0\n"
+        "    __sub__ = lambda self, other: 0\n    def __init__(self, xs):\n        pass\n"
+    ),
     "hardcoded answers wrong elsewhere": "    return {3: 6, 0: 0}.get(sum(xs), 0) if xs != [0.25] else 1\n",
 }
 RIGHT = {
@@ -186,12 +190,21 @@ def test_reward_hacks_fail_and_right_solutions_pass(strict_pool):
 
 
 def test_values_cross_as_exact_built_in_types(strict_pool):
-    """Every built-in kind a solution returns arrives as that exact type and value."""
-    value = "[1, -2**200, 0.1, float('inf'), 1+2j, b'x\\x00', 'é\\ud800', None, True, (1, (2,)), {1, 2}, frozenset({3}), {'k': [1.5]}]"
-    test = f"assert f() == {value}\nassert [type(v) for v in f()] == [type(v) for v in {value}]\n"
+    """Every built-in or standard library kind a solution returns arrives as that exact type and value."""
+    value = (
+        "[1, -2**200, 0.1, float('inf'), 1+2j, b'x\\x00', 'é\\ud800', None, True, (1, (2,)), {1, 2}, frozenset({3}),"
+        " {'k': [1.5]}, F(-1, 3), D('-0.10'), D('sNaN'), bytearray(b'a'), Q([1], maxlen=2), {2: 1, 1: 2}.items(),"
+        " {(1, 2), (3, 4)}, T.date(2020, 2, 29), T.timedelta(-1, 5), T.datetime(2020, 1, 1, 12, tzinfo=T.timezone.utc),"
+        " T.time(1, 2, fold=1), -0.0, float('nan')]"
+    )
+    imports = (
+        "from fractions import Fraction as F\nfrom decimal import Decimal as D\nfrom collections import deque as Q\n"
+        "import datetime as T\n"
+    )
+    test = imports + f"V = {value}\nassert repr(f()) == repr(V) and [type(v) for v in f()] == [type(v) for v in V]\n"
     spec = json.dumps({"test": test, "timeout_s": 10})
     good = verify_many(
-        [({"kind": "unit_tests", "spec": spec}, f"def f():\n    return {value}\n", None)], sandbox=strict_pool
+        [({"kind": "unit_tests", "spec": spec}, f"{imports}def f():\n    return {value}\n", None)], sandbox=strict_pool
     )
     assert good[0].verdict == "pass", good[0]
 
@@ -301,6 +314,112 @@ Point = collections.namedtuple("Point", "x y")
 
 def point():
     return Point(1, 2)
+
+def norm(p):
+    return p.x * p.x + p.y * p.y if isinstance(p, Point) else sum(p)
+
+def first(view):
+    return next(iter(view)) if type(view).__name__.startswith("dict_") else None
+
+def cons(n):
+    x = None
+    for i in range(n):
+        x = (i, x)
+    return x
+
+def ordered_wrong():
+    return collections.OrderedDict([("b", 2), ("a", 1)])
+
+from fractions import Fraction
+from decimal import Decimal
+import enum
+
+def half():
+    return Fraction(1, 2)
+
+def price():
+    return Decimal("1.10")
+
+def keys():
+    return {3: 4, 1: 2}.keys()
+
+def items():
+    return {3: 4, 1: 2}.items()
+
+def values():
+    return {3: 4, 1: 2}.values()
+
+class Animal:
+    legs = 4
+    def __init__(self, name):
+        self.name = name
+
+class Dog(Animal):
+    pass
+
+class Puppy(Dog):
+    pass
+
+def pet(young):
+    return Puppy("Rex") if young else Dog("Rex")
+
+class Worse(Invalid):
+    pass
+
+def worse():
+    raise Worse("much")
+
+class Color(enum.Enum):
+    RED = 1
+    BLUE = 2
+
+def color():
+    return Color.RED
+
+def grid():
+    import numpy as np
+    return np.array([[1, 2], [3, 4]])
+
+def flags():
+    import numpy as np
+    return np.array([True, False])
+
+def words():
+    import numpy as np
+    return np.array(["a", "bc"])
+
+def buf():
+    return bytearray(b"ab")
+
+def window():
+    return collections.deque([1, 2, 3], maxlen=2)
+
+class Stop(StopIteration):
+    pass
+
+def stops_own(x):
+    raise Stop
+
+class FractionLiar(Fraction):
+    __eq__ = lambda self, other: True
+    __hash__ = Fraction.__hash__
+
+def fraction_liar():
+    return FractionLiar(7)
+
+class DecimalLiar(Decimal):
+    __eq__ = lambda self, other: True
+    __hash__ = Decimal.__hash__
+
+def decimal_liar():
+    return DecimalLiar(7)
+
+class Key:
+    __eq__ = lambda self, other: True
+    __hash__ = lambda self: 1
+
+def liar_keys():
+    return {Key(): 0}.keys()
 """
 OBJECT_TESTS = {
     "an instance passed back to the solution": "assert max_chain_length([Pair(5, 24), Pair(15, 25), Pair(27, 40), Pair(50, 60)], 4) == 3",
@@ -328,8 +447,47 @@ OBJECT_TESTS = {
         "try:\n    checked(-1)\nexcept ValueError as e:\n    assert str(e) == 'negative'\nelse:\n    raise AssertionError"
     ),
     "standard library dicts and named tuples": (
+        "from collections import Counter, OrderedDict\n"
         "assert counts('aab') == {'a': 2, 'b': 1} and ordered() == {'a': 1} and defaults() == {1: 2}\n"
-        "assert point() == (1, 2) and type(point()) is tuple and type(counts('a')) is dict"
+        "assert counts('aab').most_common(1) == [('a', 2)] and type(counts('a')) is Counter\n"
+        "assert type(ordered()) is OrderedDict and defaults()[7] == 0\n"
+        "assert point() == (1, 2) == Point(1, 2) and point().y == 2 and point()._fields == ('x', 'y')\n"
+        "assert norm(point()) == 5 and norm((3, 4)) == 7 and first(keys()) == 3 and first(items()) == (3, 4)"
+    ),
+    "exact fractions and decimals": (
+        "from fractions import Fraction\nfrom decimal import Decimal\nimport math\n"
+        "assert half() == 0.5 and half() == Fraction(1, 2) and type(half()) is Fraction\n"
+        "assert math.isclose(half(), 0.5) and abs(half() - 0.5) < 1e-9\n"
+        "assert price() == Decimal('1.1') and float(price()) == 1.1 and str(price()) == '1.10'"
+    ),
+    "dict views": (
+        "assert keys() == {1, 3} and list(keys()) == [3, 1] and keys() - {1} == {3}\n"
+        "assert items() == {(1, 2), (3, 4)} and list(items()) == [(3, 4), (1, 2)]\n"
+        "assert sorted(values()) == [2, 4] and 4 in values() and values() != [4, 2]"
+    ),
+    "the solution's classes in isinstance, type() and except": (
+        "assert isinstance(pet(True), Dog) and isinstance(pet(True), Animal) and type(pet(False)) is Dog\n"
+        "assert type(pet(True)) is not Dog and not isinstance(Pair(1, 2), Animal) and issubclass(Dog, Animal)\n"
+        "assert pet(True).name == 'Rex' and Dog.legs == 4 and isinstance(Dog('a'), Animal)\n"
+        "try:\n    worse()\nexcept Invalid as e:\n"
+        "    assert type(e) is not Invalid and isinstance(e, ValueError) and str(e) == 'much'\n"
+        "else:\n    raise AssertionError\n"
+        "try:\n    checked(-1)\nexcept Invalid:\n    pass\nelse:\n    raise AssertionError"
+    ),
+    "an enum": (
+        "assert color() == Color.RED and color() is Color.RED and Color(1) is Color.RED and color() != Color.BLUE\n"
+        "assert list(Color) == [Color.RED, Color.BLUE] and Color.RED.value == 1 and isinstance(color(), Color)"
+    ),
+    "numpy arrays": (
+        "import numpy as np\n"
+        "assert (grid() == [[1, 2], [3, 4]]).all() and np.array_equal(grid(), [[1, 2], [3, 4]])\n"
+        "assert grid().shape == (2, 2) and (grid() * 2).sum() == 20 and type(grid()) is np.ndarray\n"
+        "assert flags().dtype == bool and list(flags()) == [True, False] and (words() == ['a', 'bc']).all()"
+    ),
+    "a list of pairs nested 300 deep": "x = None\nfor i in range(300):\n    x = (i, x)\nassert cons(300) == x",
+    "bytearray and deque": (
+        "from collections import deque\n"
+        "assert buf() == b'ab' and type(buf()) is bytearray and window() == deque([2, 3]) and window().maxlen == 2"
     ),
 }
 WRONG_OBJECT_TESTS = {
@@ -343,6 +501,17 @@ WRONG_OBJECT_TESTS = {
     "in decided by the solution's __contains__": "assert 'needle' in everything()",
     "a StopIteration ends the test's map early": "assert all(map(lambda p: stops(p[0]) == p[1], [(1, 2), (2, 4)]))",
     "an exception merely named StopIteration": "assert all(map(lambda p: fake_stop(p[0]) == p[1], [(1, 2)]))",
+    "a StopIteration subclass of the solution's ends the test's map early": (
+        "assert all(map(lambda p: stops_own(p[0]) == p[1], [(1, 2), (2, 4)]))"
+    ),
+    "an OrderedDict in another order": (
+        "from collections import OrderedDict\nassert ordered_wrong() == OrderedDict([('a', 1), ('b', 2)])"
+    ),
+    "a Fraction subclass that always agrees": "from fractions import Fraction\nassert fraction_liar() == Fraction(1, 3)",
+    "a Decimal subclass that always agrees": "from decimal import Decimal\nassert decimal_liar() == Decimal('0.5')",
+    "dict keys that always agree": "assert liar_keys() == {1}",
+    "of the solution's class, but not the value": "assert isinstance(pet(False), Animal) and pet(False) == 'Rex'",
+    "an instance of another class of the solution": "assert isinstance(Pair(1, 2), Animal)",
 }
 
 
@@ -357,3 +526,80 @@ def test_objects_cross_as_handles(strict_pool):
         **{name: "fail" for name in WRONG_OBJECT_TESTS},
     }, results
     assert "no truth value" in results["an object is not true"].details["reason"]
+
+
+# The solution's process is the adversary's: it may rewrite what it sends. Each forger fails all the same.
+_CROSSING = "import sys\ncrossing = sys._getframe(1).f_globals['crossing']  # harness.serve's\n"
+FORGED = {
+    "a garbled Decimal raises decimal's own exception for the tests": (
+        _CROSSING + "crossing.to_plain = lambda value, handle: {'D': 'not a number'}\ndef parse(s):\n    return 0\n",
+        "import decimal\ntry:\n    parse('x')\nexcept decimal.InvalidOperation:\n    pass\nelse:\n    raise AssertionError",
+    ),
+    "its function described as an exception class, built true in the tests": (
+        _CROSSING
+        + "crossing.describe_classes = lambda scope: {'is_even': {'bases': [], 'error': 'ValueError'}}\n"
+        + "def is_even(n):\n    return 0\n",
+        "assert is_even(2)",
+    ),
+    "its ValueError described as a StopIteration, ending the test's map early": (
+        _CROSSING
+        + "crossing.describe_classes = lambda scope: {'Stop': {'bases': ['Stop', 5], 'error': 'StopIteration'}}\n"
+        + "crossing.own_classes = lambda cls, scope: ['Stop']\ndef stop(x):\n    raise ValueError\n",
+        "assert all(map(lambda p: stop(p[0]) == p[1], [(1, 2), (2, 4)]))",
+    ),
+    "a handle that says it is of the tests' class": (
+        _CROSSING
+        + "crossing.describe_classes = lambda scope: {'Box': {'bases': ['Box', 'Nope'], 'error': None}}\n"
+        + "crossing.own_classes = lambda cls, scope: ['Box']\ndef area():\n    return object()\n",
+        "assert isinstance(area(), Box)\nassert area() == 4",
+    ),
+    "JSON nested a million deep": (
+        _CROSSING
+        + "class Deep:\n    dumps = staticmethod(lambda value: '[' * 10**6 + ']' * 10**6)\n"
+        + "crossing.json = Deep\ndef f():\n    return []\n",
+        "assert f() == []",
+    ),
+    "a list that contains itself": "def f():\n    a = []\n    a.append(a)\n    return a\n",
+    "an answer over the size limit": "def f():\n    return b'x' * (40 << 20)\n",
+}
+FORGED["a list that contains itself"] = (FORGED["a list that contains itself"], "assert f() == [[]]")
+FORGED["an answer over the size limit"] = (FORGED["an answer over the size limit"], "assert f() == b'x'")
+
+
+def test_forged_crossings_fail(strict_pool):
+    items = [({"kind": "unit_tests", "spec": json.dumps({"test": t})}, s, None) for s, t in FORGED.values()]
+    results = dict(zip(FORGED, verify_many(items, sandbox=strict_pool)))
+    assert {name: r.verdict for name, r in results.items()} == dict.fromkeys(FORGED, "fail"), results
+    assert "garbled" in results["a garbled Decimal raises decimal's own exception for the tests"].details["reason"]
+    assert results["JSON nested a million deep"].details["reason"].startswith("RecursionError")
+    assert "line 2" in results["a handle that says it is of the tests' class"].output_tail  # isinstance held
+    assert all(w.proc.poll() is None for w in strict_pool._pool), "a worker died"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"nd": ["|O8", [1], "00" * 8]},  # an object array: pointers chosen by the solution
+        {"nd": ["|V8", [1], "00" * 8]},
+        {"nd": ["<i8", [2], "00" * 8]},  # fewer bytes than the shape needs
+        {"nt": ["P", ["x=__import__('os')"], [1]]},
+        {"q": ["0x1", "0x0"]},
+        {"D": "not a number"},
+        {"i": "zz"},
+        {"dk": [[1]]},  # an unhashable key
+        {"dd": [{"i": "0x5"}, []]},  # a factory that cannot be called
+        {"dq": [[], -1]},
+        {"t": {"i": "0x1"}},
+    ],
+)
+def test_garbled_data_raises_type_error(data):
+    """Whatever the solution's process sends, the tests' side builds a genuine value or raises TypeError."""
+    with pytest.raises(TypeError):
+        plain.from_plain(data, None)
+
+
+def test_boolean_arrays_are_rebuilt_from_their_truth_values():
+    import numpy as np
+
+    flags = plain.from_plain({"nd": ["|b1", [3], "000201"]}, None)
+    assert type(flags) is np.ndarray and flags.view(np.uint8).tolist() == [0, 1, 1] and flags.sum() == 2

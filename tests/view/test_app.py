@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
+from trajkit.accepted import accepted_where, add_review
 from trajkit.schema import content_id
 from trajkit.store import Store
 from trajkit.view import pages
@@ -256,6 +257,17 @@ def test_the_latest_review_wins_survives_a_restart_and_marks_the_card_stale(clie
         assert '<td class="verdict reject">reject</td>' in again.get(f"/tasks/{task}").text
 
 
+def test_a_review_rebuilds_only_the_in_memory_copies_that_read_reviews(run_copy):
+    trid = _sql(run_copy, f"SELECT traj_id FROM trajectories WHERE {accepted_where('trajectories')} LIMIT 1")
+    db = RunDB(run_copy)
+    assert pages.trajectory_page(db, trid[0]["traj_id"])["accepted"]
+    assert set(db._cached) == {"trajectories", "trajectory_quality", "samples", "rejected", "accepted_trajectories"}
+    add_review(db.store, trid[0]["traj_id"], "trajectory", "reject", None, "alice")
+    db.connection()
+    assert set(db._cached) == {"trajectories", "trajectory_quality", "samples", "rejected"}
+    assert not pages.trajectory_page(db, trid[0]["traj_id"])["accepted"]
+
+
 def test_loopback_only_answers_loopback_host_names(run_copy):
     with TestClient(create_app(RunDB(run_copy), "alice"), base_url="http://evil.example") as c:
         assert c.get("/").status_code == 400  # DNS rebinding: a foreign host name is refused
@@ -291,7 +303,8 @@ def test_a_shard_vanishing_between_the_check_and_the_query_is_retried_on_fresh_v
     store.write("tasks", "later", [{"task_id": "late", "mode": "imported"}])
     db = RunDB(run_copy)
     n = db.rows("SELECT count(*) AS n FROM tasks")[0]["n"]
-    monkeypatch.setattr(db, "signature", lambda: ("unchanged",))  # the change lands after the check
+    listed = db.signature()
+    monkeypatch.setattr(db, "signature", lambda: listed)  # the change lands after the check
     db.connection(force=True)
     store.drop_stage("later")
     assert db.rows("SELECT count(*) AS n FROM tasks")[0]["n"] == n - 1

@@ -60,6 +60,8 @@ class EvalSet(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> EvalSet:
+        if not self.name or self.path == "":
+            raise ValueError(f"eval set {self.name}={self.path or ''}: give NAME=PATH, both non-empty")
         if self.path is None and self.name not in BUILTIN:
             raise ValueError(f"eval set {self.name!r} is not built in ({', '.join(BUILTIN)}); give its path")
         return self

@@ -15,6 +15,17 @@ from trajkit.errors import UserError
 FORMATS = "JSONL (.jsonl, .jsonl.gz, .json), Parquet (.parquet), or a datasets directory"
 
 
+def text_field(value: Any, field: str, where: str) -> str:
+    """A record's text field as it will be stored: a string UTF-8 can encode (no lone surrogates)."""
+    if not isinstance(value, str):
+        raise UserError(f"{where}: {field} must be text, not {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise UserError(f"{where}: {field} is not valid Unicode text ({e.reason} at {e.start})") from None
+    return value
+
+
 def read_records(path: str | Path, columns: list[str] | None = None) -> list[dict[str, Any]]:
     """All records of a file or ``datasets`` directory, in file order."""
     return list(iter_records(path, columns))

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from trajkit import schema as S
 from trajkit.config import StageConfig, load_object
@@ -77,6 +77,12 @@ class TaskFilterConfig(StageConfig):
         default_factory=list,
         description="Dotted paths pkg.mod:fn, fn(row: dict) -> str | None (None keeps, a string is the reason).",
     )
+
+    @model_validator(mode="after")
+    def _chars(self) -> TaskFilterConfig:
+        if None not in (self.min_chars, self.max_chars) and self.min_chars > self.max_chars:
+            raise ValueError(f"min_chars ({self.min_chars}) is above max_chars ({self.max_chars}): every task would go")
+        return self
 
 
 def build_filters(cfg: TaskFilterConfig) -> list[tuple[str, Filter]]:

@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from trajkit.config import StageConfig
-from trajkit.curate.files import read_records
+from trajkit.curate.files import read_records, text_field
 from trajkit.errors import UserError
 from trajkit.runner import StageContext, StageSpec
 from trajkit.schema import content_id
@@ -72,8 +72,12 @@ class ImportConfig(StageConfig):
             raise ValueError("give either path or source_fn, not both")
         if self.preset != "humaneval" and not (self.path or self.source_fn):
             raise ValueError(f"preset {self.preset!r} needs a path or a source_fn")
+        if self.source_params and not self.source_fn:
+            raise ValueError("source_params are the keyword arguments of a source_fn; give one or drop them")
         if self.preset == "generic" and "question" not in self.fields:
             raise ValueError("a generic import needs fields.question (e.g. --map question=problem)")
+        if any(not column for column in self.fields.values()):
+            raise ValueError("every field maps to a column name (--map KEY=COLUMN, COLUMN not empty)")
         if self.preset != "generic" and (self.fields or self.verifier != "none" or self.metadata):
             raise ValueError(
                 f"preset {self.preset!r} has a fixed field mapping; fields/verifier/metadata are for generic"
@@ -94,20 +98,28 @@ def _need(rec: dict[str, Any], keys: tuple[str, ...], where: str, nullable: bool
         raise UserError(f"{where}: required field(s) {', '.join(nulls)} are null")
 
 
+def _typed(rec: dict[str, Any], types: dict[str, type | tuple[type, ...]], where: str) -> None:
+    """Each present, non-null field of a published format has its type (lists: of text)."""
+    for key, kind in types.items():
+        value = rec.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, kind) or (isinstance(value, list) and not all(isinstance(v, str) for v in value)):
+            names = " or ".join(t.__name__ for t in (kind if isinstance(kind, tuple) else (kind,)))
+            raise UserError(f"{where}: field {key} must be {names}{' of str' * (kind is list)}, not {value!r:.40}")
+
+
 def _text(value: Any, field: str, where: str) -> str:
-    """A text field as it will be stored: a string that UTF-8 can encode (no lone surrogates)."""
-    if not isinstance(value, str):
-        raise UserError(f"{where}: field {field} must be text, not {type(value).__name__}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise UserError(f"{where}: field {field} is not valid Unicode text ({e.reason} at {e.start})") from None
+    """A text field of a task: valid Unicode text, not blank."""
+    if not text_field(value, f"field {field}", where).strip():
+        raise UserError(f"{where}: field {field} is empty")
     return value
 
 
 def humaneval_task(rec: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]:
     """A HumanEval record: the prompt is the question; the completion continues it."""
     _need(rec, ("task_id", "prompt", "test", "entry_point"), where)
+    _typed(rec, {"task_id": (str, int), "prompt": str, "test": str, "entry_point": str}, where)
     spec = {"prompt": rec["prompt"], "test": rec["test"], "entry_point": rec["entry_point"]}
     meta = {"entry_point": rec["entry_point"], "canonical_solution": rec.get("canonical_solution")}
     return str(rec["task_id"]), {"question": rec["prompt"], "verifier": _verifier("unit_tests", spec), "metadata": meta}
@@ -130,6 +142,8 @@ def mbpp_task(rec: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]:
     """An MBPP record: the text plus its tests as the question; the completion is a whole program
     (the function the tests call is its entry point)."""
     _need(rec, ("task_id", "text", "test_list"), where)
+    types = {"task_id": (str, int), "text": str, "test_list": list, "test_setup_code": str, "challenge_test_list": list}
+    _typed(rec, types, where)
     tests = list(rec["test_list"] or [])
     setup = rec.get("test_setup_code") or ""
     question = rec["text"].strip() + "\nYour code should pass these tests:\n\n" + "\n".join(tests)

@@ -32,7 +32,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from trajkit.curate.pool import active_tasks
-from trajkit.curate.samples import Thresholds, sample_row, thresholds_field, write_passk
+from trajkit.curate.samples import Thresholds, positive_ks, sample_row, thresholds_field, write_passk
 from trajkit.envs.options import EpisodeOptions
 from trajkit.models.base import ModelSpec
 from trajkit.runner import StageContext, StageSpec
@@ -58,6 +58,11 @@ class PassKConfig(EpisodeOptions):
     flush_rows: int = Field(
         64, ge=1, json_schema_extra={"hash": False}, description="Samples and trajectories per written shard."
     )
+
+    @field_validator("ks")
+    @classmethod
+    def _valid_ks(cls, ks: list[int] | None) -> list[int] | None:
+        return positive_ks(ks)
 
     @field_validator("thresholds")
     @classmethod

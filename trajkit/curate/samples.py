@@ -21,6 +21,13 @@ THRESHOLDS_HELP = "Difficulty bounds on pass@1: hard <= hard (0.25), medium < me
 thresholds_field = Field(None, description=THRESHOLDS_HELP)
 
 
+def positive_ks(ks: list[int] | None) -> list[int] | None:
+    """The pass@k values a config asks for: each k at least 1 (one larger than a task's samples is skipped)."""
+    if ks is not None and any(k < 1 for k in ks):
+        raise ValueError(f"every k of pass@k must be at least 1; got {sorted(ks)}")
+    return ks
+
+
 def default_ks(n: int) -> list[int]:
     """Powers of two up to ``n``, and ``n`` itself."""
     ks, k = [], 1

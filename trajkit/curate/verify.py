@@ -21,9 +21,9 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from trajkit.config import StageConfig
-from trajkit.curate.files import read_records
+from trajkit.curate.files import read_records, text_field
 from trajkit.curate.pool import active_tasks
-from trajkit.curate.samples import Thresholds, sample_row, thresholds_field, write_passk
+from trajkit.curate.samples import Thresholds, positive_ks, sample_row, thresholds_field, write_passk
 from trajkit.errors import UserError
 from trajkit.runner import StageContext, StageSpec
 from trajkit.schema import content_id
@@ -43,6 +43,11 @@ class VerifyConfig(StageConfig):
     )
     batch: int = Field(64, ge=1, json_schema_extra={"hash": False}, description="Samples verified per write.")
     flush_rows: int = Field(256, ge=1, json_schema_extra={"hash": False}, description="Samples per written shard.")
+
+    @field_validator("ks")
+    @classmethod
+    def _valid_ks(cls, ks: list[int] | None) -> list[int] | None:
+        return positive_ks(ks)
 
     @field_validator("thresholds")
     @classmethod
@@ -93,10 +98,8 @@ def run_verify(ctx: StageContext, cfg: VerifyConfig) -> dict[str, Any]:
 
     records = read_records(cfg.completions, ["task_id", "completion"])
     for i, rec in enumerate(records):
-        completion = rec.get("completion")  # a missing field is named below, with the others
-        if completion is not None and not isinstance(completion, str):
-            kind = type(completion).__name__
-            raise UserError(f"{cfg.completions} record {i + 1}: completion must be text, not {kind}")
+        if rec.get("completion") is not None:  # a missing field is named below, with the others
+            text_field(rec["completion"], "completion", f"{cfg.completions} record {i + 1}")
     items, skipped = match_tasks(ctx, records, cfg.completions)
     for reason, n in skipped.items():
         ctx.counts[f"skipped.{reason}"] += n

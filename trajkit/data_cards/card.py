@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 import yaml
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from trajkit.config import StageConfig
 from trajkit.data_cards import layout, views
@@ -58,6 +58,15 @@ class CardConfig(StageConfig):
     task_examples: int = Field(3, ge=0, description="Example tasks shown.")
     max_example_chars: int = Field(1500, ge=100, description="Characters kept per message in examples.")
     duckdb_memory: str = Field("1GB", json_schema_extra={"hash": False}, description="DuckDB memory limit.")
+
+    @field_validator("pretty_name", "license", "language", "task_categories", "tags", "repo_id")
+    @classmethod
+    def _one_line(cls, value: Any) -> Any:
+        """Front-matter values are single lines: a line break (or a ``---``) would end the YAML header."""
+        for text in value if isinstance(value, list) else [value]:
+            if text is not None and (not text.strip() or len(text.splitlines()) > 1):
+                raise ValueError(f"{text!r} must be one non-empty line")
+        return value
 
 
 def size_category(n: int) -> str:

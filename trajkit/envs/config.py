@@ -220,6 +220,9 @@ def parse_servers_config(
     known = set(ServerConfig.model_fields)
     servers, errors = {}, []
     for name, entry in data.items():
+        if not name.strip():
+            errors.append(f"{name!r}: a server needs a name")
+            continue
         if not isinstance(entry, dict):
             errors.append(f"{name}: expected an object")
             continue

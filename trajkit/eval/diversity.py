@@ -24,6 +24,7 @@ from trajkit import schema as S
 from trajkit.config import StageConfig
 from trajkit.errors import UserError
 from trajkit.runner import StageContext, StageSpec
+from trajkit.store import sql_condition
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 MAX_GROUPS_IN_MANIFEST = 50
@@ -117,7 +118,7 @@ def read_texts(ctx: StageContext, cfg: DiversityConfig) -> tuple[list[str], list
     if cfg.table not in S.TABLES:
         raise UserError(f"diversity: unknown table {cfg.table!r}; known: {', '.join(S.TABLES)}")
     group = f"CAST(({cfg.group_by}) AS VARCHAR)" if cfg.group_by else "NULL"
-    where = f"({cfg.column}) IS NOT NULL" + (f" AND ({cfg.where})" if cfg.where else "")
+    where = f"({cfg.column}) IS NOT NULL" + (f" AND {sql_condition(cfg.where, 'where')}" if cfg.where else "")
     text = f"CAST(({cfg.column}) AS VARCHAR)"
     query = (
         f'SELECT {text}, {group} FROM "{cfg.table}" WHERE {where} '

@@ -64,7 +64,7 @@ class EvalPasskConfig(EpisodeOptions):
         if len(set(names)) != len(names):
             raise ValueError(f"models must have distinct names; got {names}")
         if self.split is not None and self.split not in S.SPLITS:
-            raise ValueError(f"split must be one of {', '.join(S.SPLITS)} or null")
+            raise ValueError(f"split must be one of {', '.join(S.SPLITS)}, or null for every task (--set split=null)")
         return self
 
 

@@ -63,7 +63,7 @@ class EvalToolsConfig(StageConfig):
         if len(set(names)) != len(names):
             raise ValueError(f"models must have distinct names; got {names}")
         if self.split is not None and self.split not in S.SPLITS:
-            raise ValueError(f"split must be one of {', '.join(S.SPLITS)} or null")
+            raise ValueError(f"split must be one of {', '.join(S.SPLITS)}, or null for every task (--set split=null)")
         bad = [s for s in self.statuses if s not in S.TRAJ_STATUS]
         if bad:
             raise ValueError(f"unknown status(es) {bad}; known: {', '.join(S.TRAJ_STATUS)}")

@@ -12,7 +12,7 @@ import asyncio
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from trajkit.config import StageConfig
 from trajkit.schema import seed_for
@@ -102,7 +102,7 @@ class ModelSpec(StageConfig):
         "same model (requests go to the least loaded one).",
     )
     endpoint_backoff_s: float = Field(
-        5.0, json_schema_extra={"hash": False}, description="openai: seconds a failing endpoint is left out."
+        5.0, ge=0, json_schema_extra={"hash": False}, description="openai: seconds a failing endpoint is left out."
     )
     api_key_env: str | None = Field(
         "OPENAI_API_KEY", json_schema_extra={"hash": False}, description="Environment variable holding the API key."
@@ -112,14 +112,14 @@ class ModelSpec(StageConfig):
     )
     device: str | None = Field(None, description="transformers: cpu, cuda, ... (default: cuda if available).")
     dtype: str | None = Field(None, description="transformers/vllm: float32, bfloat16, ...")
-    max_batch_size: int = Field(64, json_schema_extra={"hash": False}, description="transformers: largest batch.")
-    max_concurrency: int = Field(16, json_schema_extra={"hash": False}, description="openai: requests in flight.")
-    requests_per_minute: float | None = Field(None, json_schema_extra={"hash": False})
-    tokens_per_minute: float | None = Field(None, json_schema_extra={"hash": False})
-    timeout_s: float = Field(120.0, json_schema_extra={"hash": False})
-    max_retries: int = Field(5, json_schema_extra={"hash": False})
-    price_input_per_mtok: float = Field(0.0, description="Cost per million prompt tokens.")
-    price_output_per_mtok: float = Field(0.0, description="Cost per million completion tokens.")
+    max_batch_size: int = Field(64, ge=1, json_schema_extra={"hash": False}, description="transformers: largest batch.")
+    max_concurrency: int = Field(16, ge=1, json_schema_extra={"hash": False}, description="openai: requests in flight.")
+    requests_per_minute: float | None = Field(None, gt=0, json_schema_extra={"hash": False})
+    tokens_per_minute: float | None = Field(None, gt=0, json_schema_extra={"hash": False})
+    timeout_s: float = Field(120.0, gt=0, json_schema_extra={"hash": False})
+    max_retries: int = Field(5, ge=0, json_schema_extra={"hash": False})
+    price_input_per_mtok: float = Field(0.0, ge=0, description="Cost per million prompt tokens.")
+    price_output_per_mtok: float = Field(0.0, ge=0, description="Cost per million completion tokens.")
     cache: bool = Field(True, json_schema_extra={"hash": False}, description="Use the persistent call cache.")
     engine_args: dict[str, Any] = Field(default_factory=dict, description="vllm: extra LLM(...) arguments.")
     chat_template_kwargs: dict[str, Any] = Field(
@@ -130,8 +130,20 @@ class ModelSpec(StageConfig):
         default_factory=dict, description="openai: extra request fields, e.g. vLLM's return_token_ids."
     )
     retry_backoff_s: float = Field(
-        0.5, json_schema_extra={"hash": False}, description="openai: first retry delay, doubled per attempt."
+        0.5, ge=0, json_schema_extra={"hash": False}, description="openai: first retry delay, doubled per attempt."
     )
+
+    @field_validator("base_url")
+    @classmethod
+    def _http(cls, value: str | list[str] | None) -> str | list[str] | None:
+        """Each endpoint an http(s) URL with a host: ``localhost:8000`` (no scheme) failed every request."""
+        from urllib.parse import urlsplit
+
+        for url in [value] if isinstance(value, str) else value or []:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"{url!r} is not an http(s) URL, e.g. http://localhost:8000/v1")
+        return value
 
 
 class Backend:

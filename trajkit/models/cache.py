@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from trajkit import redact
+from trajkit.errors import UserError
 from trajkit.models.base import (
     DEFAULT_PARAMS,
     Backend,
@@ -124,8 +125,13 @@ class CallCache:
         cache_dir.mkdir(parents=True, exist_ok=True)
         self.path = cache_dir / "calls.sqlite"
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
-        _setup(self._db)
+        try:
+            self._db = sqlite3.connect(self.path, timeout=60, check_same_thread=False, isolation_level=None)
+            _setup(self._db)
+        except sqlite3.DatabaseError as e:  # not a database, a folder, unreadable; "locked" past the wait is not
+            if "locked" in str(e):
+                raise
+            raise UserError(f"{self.path}: cannot use this call cache ({e}); remove it to start one afresh") from None
 
     def get(self, key: str) -> list[Completion] | None:
         with self._lock:

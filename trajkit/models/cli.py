@@ -17,16 +17,18 @@ def tiny(
         Path | None, typer.Option(help="A Hugging Face tokenizer directory (default: train a small BPE).")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
-    vocab_size: Annotated[int, typer.Option(help="Size of the trained BPE vocabulary (without --tokenizer).")] = 1024,
-    hidden: Annotated[int, typer.Option(help="Hidden size.")] = 64,
-    layers: Annotated[int, typer.Option(help="Number of layers.")] = 2,
+    vocab_size: Annotated[
+        int, typer.Option(min=1, help="Size of the trained BPE vocabulary (without --tokenizer).")
+    ] = 1024,
+    hidden: Annotated[int, typer.Option(min=16, help="Hidden size.")] = 64,
+    layers: Annotated[int, typer.Option(min=1, help="Number of layers.")] = 2,
 ) -> None:
     """Write a small random-weight causal LM with Qwen3's chat template, loadable offline."""
     from trajkit.errors import UserError
     from trajkit.models.tiny import make_tiny_model
 
-    if tokenizer is not None and not tokenizer.is_dir():
-        raise UserError(f"--tokenizer {tokenizer} is not a directory")
+    if tokenizer is not None and not (tokenizer / "tokenizer_config.json").is_file():
+        raise UserError(f"--tokenizer {tokenizer} is not a tokenizer directory (no tokenizer_config.json)")
     if hidden % 16:
         raise UserError(f"--hidden must be a multiple of 16 (heads of 16 dimensions), not {hidden}")
     shape = {"hidden_size": hidden, "intermediate_size": 2 * hidden, "num_hidden_layers": layers}
@@ -49,7 +51,7 @@ def serve(
         Path | None,
         typer.Option(help="Answer from a recorded run's call cache instead: RUN_DIR, its _cache, or calls.sqlite."),
     ] = None,
-    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: any free port).")] = 8000,
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port on 127.0.0.1 (0: any free port).")] = 8000,
     model: Annotated[
         str, typer.Option(help="Model name the server reports at /v1/models (--script; a replay lists the recorded).")
     ] = "scripted",

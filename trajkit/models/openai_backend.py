@@ -33,6 +33,7 @@ import email.utils
 import json
 import os
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -226,7 +227,7 @@ class OpenAIBackend(Backend):
                 if response is not None:
                     if response.status_code == 200:
                         try:
-                            data = response.json()
+                            data = _unicode(response.json())
                         except (json.JSONDecodeError, UnicodeDecodeError):
                             return "malformed response: not JSON"
                         if not isinstance(data, dict):
@@ -347,13 +348,28 @@ def _token_ids(value: Any, what: str) -> list[int] | None:
     return value
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _unicode(value: Any) -> Any:
+    """A response with every lone surrogate (JSON may escape one, ``"\\ud800"``; UTF-8 cannot hold it)
+    replaced by U+FFFD: a model's odd text is data, not a crash where it is cached or stored."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_unicode(k): _unicode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unicode(v) for v in value]
+    return value
+
+
 def _error_message(response: Any) -> str:
     try:
         err = response.json().get("error")
         message = err.get("message") if isinstance(err, dict) else err
     except (ValueError, AttributeError):
         message = None
-    return str(message or response.text or response.reason_phrase)[:300]
+    return _unicode(str(message or response.text or response.reason_phrase)[:300])
 
 
 def _retry_after(value: str | None) -> float | None:

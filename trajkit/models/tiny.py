@@ -19,6 +19,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from trajkit.errors import UserError
+
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 
 # Qwen3's added tokens in id order, with their `special` flags (the tool-call and
@@ -190,10 +192,12 @@ def make_tiny_model(
     rows, defaults to the tokenizer's size and is never below it). The
     directory is written atomically.
     """
+    out = Path(out_dir).resolve()
+    if out.exists() and not (out / "config.json").is_file() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out} exists and is not a model directory: give a new path (a model there is replaced)")
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-    out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     shape = {**TINY_SHAPE, **shape}
     architecture = shape.pop("architecture", "qwen3")

@@ -31,6 +31,7 @@ from trajkit.envs.options import ServerPoolOptions
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec, SamplingParams
 from trajkit.runner import StageContext, StageSpec
+from trajkit.store import sql_condition
 from trajkit.synth.prompts import load_prompt, quote_data, render
 from trajkit.synth.transcripts import conversation_text, tool_listing
 
@@ -76,7 +77,11 @@ def run_extend(ctx: StageContext, cfg: ExtendConfig) -> dict[str, Any]:
     if not servers:
         raise UserError(f"no servers in {ctx.store.root}: run `trajkit synth harvest` first")
     prompt = load_prompt("user_simulator.md", cfg.prompts_dir, ("CONVERSATION",))
-    chosen = set(ctx.store.sql(f"SELECT traj_id FROM trajectories WHERE ({cfg.where})").column(0).to_pylist())
+    chosen = set(
+        ctx.store.sql(f"SELECT traj_id FROM trajectories WHERE {sql_condition(cfg.where, 'where')}")
+        .column(0)
+        .to_pylist()
+    )
     chosen -= ctx.store.ids("trajectories", stage=ctx.name)  # never this stage's own rows: those are later rounds
     roots = sorted((r for r in ctx.store.rows("trajectories") if r["traj_id"] in chosen), key=lambda r: r["traj_id"])
     total = asyncio.run(_extend(ctx, cfg, rollout, servers, prompt, [r for r in roots if ctx.mine(r["traj_id"])]))

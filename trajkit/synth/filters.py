@@ -44,12 +44,12 @@ class TrajectoryFilterConfig(StageConfig):
         True, description="Reject trajectories whose task verifier's verdict is not pass (null: no verifier)."
     )
     min_completeness: float | None = Field(
-        DEFAULT.min_completeness, description="Judge's completeness (1-5) at least this."
+        DEFAULT.min_completeness, ge=1, le=5, description="Judge's completeness (1-5) at least this."
     )
-    min_conciseness: float | None = Field(None, description="Judge's conciseness (1-5) at least this.")
+    min_conciseness: float | None = Field(None, ge=1, le=5, description="Judge's conciseness (1-5) at least this.")
     min_tool_accuracy: float | None = Field(None, ge=0, le=1, description="Share of target tools used.")
     min_task_quality: float | None = Field(
-        DEFAULT.min_task_quality, description="The task's mean judge score (1-5) at least this."
+        DEFAULT.min_task_quality, ge=1, le=5, description="The task's mean judge score (1-5) at least this."
     )
     require_scores: bool = Field(False, description="A missing or unparsed score fails a threshold.")
     custom: list[str] = Field(

@@ -33,6 +33,7 @@ from trajkit.envs.options import ServerPoolOptions
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec, SamplingParams
 from trajkit.runner import StageContext, StageSpec
+from trajkit.store import sql_condition
 from trajkit.synth import rules
 
 ABORTED_REASON = "target reached"
@@ -78,7 +79,9 @@ def select_tasks(ctx: StageContext, where: str | None, include_rejected: bool) -
         rejected = ctx.store.rejected("tasks")
         tasks = [t for t in tasks if t["task_id"] not in rejected]
     if where:
-        ids = set(ctx.store.sql(f"SELECT task_id FROM tasks WHERE {where}").column(0).to_pylist())
+        ids = set(
+            ctx.store.sql(f"SELECT task_id FROM tasks WHERE {sql_condition(where, 'where')}").column(0).to_pylist()
+        )
         tasks = [t for t in tasks if t["task_id"] in ids]
     return sorted(tasks, key=lambda t: t["task_id"])
 

@@ -19,7 +19,7 @@ AccelerateConfig = Annotated[
     ),
 ]
 NumProcesses = Annotated[
-    int | None, typer.Option("--num-processes", help="Processes for --accelerate-config (one per GPU).")
+    int | None, typer.Option("--num-processes", min=1, help="Processes for --accelerate-config (one per GPU).")
 ]
 
 

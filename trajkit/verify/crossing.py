@@ -1,10 +1,11 @@
 """What crosses between a unit-test run's two processes: plain values, and handles to the solution's objects.
 
 The tests' process asks, the solution's process answers (``harness.serve``).
-Questions go over as a pickle; answers come back as tagged JSON. An exact
-built-in value (or a ``range``) becomes that very value on the tests' side.
-Anything else a solution returns (a generator, a ``map``, an instance of a
-class it defines) stays in the solution's process and crosses as a handle:
+Questions go over as a pickle; answers come back as tagged JSON. A value of
+an exact built-in or standard library type becomes that very value on the
+tests' side (``plain.py``). Anything else a solution returns (a generator, a
+``map``, an instance of a class it defines) stays in the solution's process
+and crosses as a handle:
 the tests see a ``Remote``, which they can call, read and set attributes of,
 iterate, index and assign items of, take the ``len``, ``str`` or ``repr`` of
 (each a question to the solution's process, answered again with plain values
@@ -15,6 +16,14 @@ in the tests' process. A ``Remote`` passed back as an argument
 (``Pair(5, 24)`` given to ``max_chain_length``) arrives as the solution's own
 object; a function of the tests passed as an argument arrives as a
 ``Callback``, which runs it in the tests' process.
+
+A class the solution defines and the tests name is a ``RemoteClass`` there:
+calling it or reading its attributes asks the solution's process, a handle to
+an instance of it is an instance of it, and an exception of it is raised as
+one, so ``isinstance``, ``type(x) is`` and ``except`` work as in one process.
+What the solution says about its classes only shapes these stand-ins: any
+claim it makes (that a handle is of some class of its own) is one it could
+make true by returning a genuine instance, whose behaviour it decides anyway.
 
 This file runs inside the sandbox next to ``harness.py``: standard library only.
 """
@@ -34,9 +43,16 @@ import sys
 import threading
 import types
 
+from plain import from_plain, rebuilt, to_plain, unbuilt
+
 _FRAME = struct.Struct(">I")
+_PICKLED_AS_IS = frozenset((int, float, str, bool, type(None), list, tuple, dict, set, bytes))  # the tests' args
 MAX_REPLY_BYTES = 64 << 20
+MAX_READY_BYTES = 1 << 20  # the solution's first message: whether its program ran, and its classes
 MAX_AHEAD = 256  # values of an iterator fetched in one question
+MAX_CLASSES = 256  # classes of the solution described to the tests
+MAX_ANCESTORS = 16
+MAX_NAME = 100  # characters of a class's name (all this keeps the description under MAX_READY_BYTES)
 
 _OPS = {
     "call": lambda obj, *args, **kwargs: obj(*args, **kwargs),
@@ -116,13 +132,19 @@ class Exports:
             error = exc
         reply.update({"raise": "Exception", "message": ""})
         with contextlib.suppress(BaseException):
-            reply.update({"raise": exception_name(error), "message": str(error)[:2000]})
+            reply.update({"raise": exception_name(type(error)), "message": str(error)[:2000]})
+            reply["classes"] = own_classes(type(error), self.scope)
         return reply
 
     def _load(self, body: bytes) -> tuple:
         unpickler = pickle.Unpickler(io.BytesIO(body))
-        unpickler.persistent_load = lambda pid: self.objects[pid] if type(pid) is int else Callback(self, pid[1])
+        unpickler.persistent_load = self._persistent
         return unpickler.load()
+
+    def _persistent(self, pid: int | tuple) -> object:
+        if type(pid) is int:
+            return self.objects[pid]
+        return Callback(self, pid[1]) if pid[0] == "callback" else rebuilt(pid, self.scope)
 
     def _target(self, target: str | int) -> object:
         if type(target) is not str:
@@ -136,7 +158,34 @@ class Exports:
         if key not in self.handles:
             self.handles[key] = len(self.objects)
             self.objects.append(value)
-        return {"h": self.handles[key], "type": str(type(value).__qualname__)[:100]}
+        found = {"h": self.handles[key], "type": str(type(value).__qualname__)[:100]}
+        classes = own_classes(type(value), self.scope)
+        if classes:
+            found["classes"] = classes
+        return found
+
+
+def own_classes(cls: type, scope: dict) -> list[str]:
+    """The classes the program defined (bound to their own names) that ``cls`` is or derives from, in order."""
+    own = [k.__name__ for k in cls.__mro__ if k.__module__ == "__main__" and scope.get(k.__name__) is k]
+    return [name for name in own if len(name) <= MAX_NAME][: MAX_ANCESTORS + 1]
+
+
+def describe_classes(scope: dict) -> dict:
+    """Each class the program defined: its ancestors among them and, for an exception, its nearest built-in."""
+    found: dict = {}
+    for name, value in list(scope.items()):
+        if (
+            isinstance(value, type)
+            and value.__module__ == "__main__"
+            and value.__name__ == name
+            and len(name) <= MAX_NAME
+        ):
+            error = exception_name(value) if issubclass(value, BaseException) else None
+            found[name] = {"bases": own_classes(value, scope)[1:], "error": error}
+            if len(found) == MAX_CLASSES:
+                break
+    return found
 
 
 class Callback:
@@ -167,6 +216,8 @@ class Channel:
         self.lock = threading.RLock()  # a callback of the tests may ask questions while one is open
         self.remotes: dict[int, Remote] = {}
         self.callbacks: list = []
+        self.described: dict = {}  # what the solution said about its classes
+        self.classes: dict[str, RemoteClass] = {}  # the stand-ins built from it so far
 
     def ask(self, op: str, target: str | int, *args, **kwargs):
         value, error = self.exchange(op, target, *args, **kwargs)
@@ -190,7 +241,12 @@ class Channel:
         if not (isinstance(kind, type) and issubclass(kind, Exception)) or (kind is StopIteration and op != "next"):
             kind = RuntimeError  # SystemExit, KeyboardInterrupt; a StopIteration would end a test's map() early
         message = reply.get("message")
-        return value, kind(f"{reply.get('raise')}: {message}" if kind is RuntimeError else message)
+        stub = None if kind is StopIteration else self._class_of(reply.get("classes"), Exception)
+        with contextlib.suppress(TypeError):  # UnicodeError and its kin take more than a message
+            if stub is not None:
+                return value, type.__call__(stub, message)  # built here: calling a stand-in asks the solution
+            return value, kind(message if kind is not RuntimeError else f"{reply.get('raise')}: {message}")
+        return value, RuntimeError(f"{reply.get('raise')}: {message}")
 
     def _reply(self) -> dict:
         body = read_frame(self.reply_fd, MAX_REPLY_BYTES)
@@ -216,21 +272,33 @@ class Channel:
             return self._pickle(("raise", type(exc).__name__, str(exc)[:2000]))
 
     def _pickle(self, message: tuple) -> bytes:
-        """Remotes go as their handles, the tests' own functions as callbacks; the rest as pickle has it."""
+        """Remotes go as their handles, the tests' own functions as callbacks, dict views and named tuples
+        built here as what makes them again (``plain.unbuilt``); the rest as pickle has it."""
 
         def persistent_id(obj: object):
-            if type(obj) is Remote:
+            if type(obj) in _PICKLED_AS_IS:
+                return None
+            if isinstance(obj, Remote):
                 return obj._handle
             if type(obj) is types.FunctionType and obj.__module__ == "__main__":
                 self.callbacks.append(obj)
                 return ("callback", len(self.callbacks) - 1)
-            return None
+            return unbuilt(obj)
 
         buffer = io.BytesIO()
         pickler = pickle.Pickler(buffer)
         pickler.persistent_id = persistent_id
         pickler.dump(message)
         return buffer.getvalue()
+
+    def stubs(self, names: list[str], classes: object) -> dict:
+        """A stand-in per name: a ``RemoteClass`` for a class the solution described, else a function."""
+        self.described = classes if type(classes) is dict else {}
+        found = {}
+        for name in names:
+            stub = self._class(name, set())
+            found[name] = stub if stub is not None else self.function(name)
+        return found
 
     def function(self, name: str):
         def call(*args, **kwargs):
@@ -239,13 +307,59 @@ class Channel:
         call.__name__ = call.__qualname__ = name
         return call
 
+    def _class(self, name: object, building: set) -> RemoteClass | None:
+        """The stand-in for the solution's class ``name`` (and its ancestors'), built from its description."""
+        if type(name) is not str or name in self.classes:
+            return self.classes.get(name) if type(name) is str else None
+        info = self.described.get(name)
+        if type(info) is not dict or not name.isidentifier() or name in building:
+            return None
+        building.add(name)
+        error = None if info.get("error") is None else _builtin_error(info.get("error"))
+        bases: list = []
+        ancestors = info.get("bases")
+        for ancestor in ancestors[:MAX_ANCESTORS] if type(ancestors) is list else ():
+            base = self._class(ancestor, building)
+            same_kind = base is not None and issubclass(base, Remote) == (error is None)
+            if same_kind and not any(issubclass(b, base) for b in bases):
+                bases.append(base)
+        if error is not None and not any(issubclass(b, error) for b in bases):
+            bases.append(error)
+        namespace = {"__module__": "__main__", "__qualname__": name, "__slots__": (), "_stands_for": (self, name)}
+        try:
+            stub = RemoteClass(name, tuple(bases) or (Remote,), namespace)
+        except TypeError:  # bases no class could have (a layout conflict, an inconsistent order)
+            stub = RemoteClass(name, (error or Remote,), namespace)
+        self.classes[name] = stub
+        return stub
+
+    def _class_of(self, names: object, base: type) -> RemoteClass | None:
+        """The stand-in of the first of the solution's ``names`` (its classes, nearest first) that derives from ``base``."""
+        for name in names[: MAX_ANCESTORS + 1] if type(names) is list else ():
+            stub = self._class(name, set())
+            if stub is not None and issubclass(stub, base):
+                return stub
+        return None
+
     def remote(self, data: dict) -> Remote:
         handle, kind = data.get("h"), data.get("type")
         if type(handle) is not int or type(kind) is not str:
             raise TypeError("a garbled handle from the solution")
         if handle not in self.remotes:
-            self.remotes[handle] = Remote(self, handle, kind)
+            stub = self._class_of(data.get("classes"), Remote)
+            remote = object.__new__(Remote if stub is None else stub)
+            Remote.__init__(remote, self, handle, kind)
+            self.remotes[handle] = remote
         return self.remotes[handle]
+
+
+def _builtin_error(name: object) -> type:
+    """The built-in exception a stand-in derives from: never one that ends iteration or is not an ``Exception``."""
+    kind = getattr(builtins, name, None) if type(name) is str else None
+    ends_iteration = (StopIteration, StopAsyncIteration)
+    if isinstance(kind, type) and issubclass(kind, Exception) and not issubclass(kind, ends_iteration):
+        return kind
+    return RuntimeError
 
 
 class Remote:
@@ -322,6 +436,43 @@ class Remote:
     __hash__ = object.__hash__
 
 
+class RemoteClass(type):
+    """The tests' stand-in for a class the solution defined (see the module's docstring)."""
+
+    def __call__(cls, *args, **kwargs):
+        return _ask_class(cls, "call", *args, **kwargs)
+
+    def __getattr__(cls, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _ask_class(cls, "getattr", name)
+
+    def __setattr__(cls, name: str, value):
+        if name.startswith("__"):
+            type.__setattr__(cls, name, value)
+        else:
+            _ask_class(cls, "setattr", name, value)
+
+    def __iter__(cls):
+        return _ask_class(cls, "iter")
+
+    def __len__(cls):
+        return _ask_class(cls, "len")
+
+    def __bool__(cls):  # a class is true, whatever its len()
+        return True
+
+    def __getitem__(cls, key):
+        return _ask_class(cls, "getitem", key)
+
+
+def _ask_class(cls: RemoteClass, op: str, *args, **kwargs):
+    if "_stands_for" not in type.__getattribute__(cls, "__dict__"):
+        raise TypeError(f"{cls.__name__}: the tests' subclass of a class of the solution cannot be used")
+    channel, name = type.__getattribute__(cls, "_stands_for")
+    return channel.ask(op, name, *args, **kwargs)
+
+
 def _ahead(iterator, n: int) -> tuple[list, BaseException | None]:
     """Up to ``n`` next values of ``iterator`` and the exception that ended it early (raised if no value came)."""
     values: list = []
@@ -335,78 +486,10 @@ def _ahead(iterator, n: int) -> tuple[list, BaseException | None]:
     return values, None
 
 
-def exception_name(exc: BaseException) -> str:
-    """The name of the nearest built-in class ``exc`` is an instance of: ``except ValueError`` in the tests
+def exception_name(kind: type) -> str:
+    """The name of the nearest built-in class ``kind`` derives from: ``except ValueError`` in the tests
     catches the solution's own ``ValueError`` subclass, and a class merely named like a built-in is not one."""
-    for cls in type(exc).__mro__:
+    for cls in kind.__mro__:
         if getattr(builtins, cls.__name__, None) is cls:
             return cls.__name__
     return "BaseException"
-
-
-_AS_DICT = (collections.Counter, collections.OrderedDict, collections.defaultdict)
-
-
-def to_plain(value: object, handle) -> object:
-    """``value`` as tagged JSON of exact built-in types; numpy scalars become the Python number they hold,
-    the standard library's dicts (``Counter``, ``OrderedDict``, ``defaultdict``) a dict and a named tuple a
-    tuple, as they compare equal to those in one process; anything else becomes ``handle(value)``."""
-    kind = type(value)
-    if kind.__module__ == "numpy" and getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
-        value = value.item()
-        kind = type(value)
-    if kind in _AS_DICT:
-        value, kind = dict(dict.items(value)), dict
-    elif issubclass(kind, tuple) and hasattr(kind, "_fields"):
-        value, kind = tuple(tuple.__iter__(value)), tuple
-    if value is None or kind is bool or kind is str:
-        return value
-    if kind is int:
-        return {"i": hex(value)}
-    if kind is float:
-        return {"f": value.hex()}
-    if kind is complex:
-        return {"c": [value.real.hex(), value.imag.hex()]}
-    if kind is bytes:
-        return {"b": value.hex()}
-    if kind is range:
-        return {"r": [hex(value.start), hex(value.stop), hex(value.step)]}
-    if kind is list:
-        return [to_plain(v, handle) for v in value]
-    if kind in (tuple, set, frozenset):
-        return {_TAGS[kind]: [to_plain(v, handle) for v in value]}
-    if kind is dict:
-        return {"d": [[to_plain(k, handle), to_plain(v, handle)] for k, v in value.items()]}
-    return handle(value)
-
-
-_TAGS = {tuple: "t", set: "s", frozenset: "fs"}
-_MAKE = {"t": tuple, "s": set, "fs": frozenset}
-
-
-def from_plain(data: object, remote) -> object:
-    """The exact built-in value (or ``remote(handle)``) that tagged JSON from ``to_plain`` stands for."""
-    kind = type(data)
-    if data is None or kind is bool or kind is str:
-        return data
-    if kind is list:
-        return [from_plain(v, remote) for v in data]
-    if kind is dict and "h" in data:
-        return remote(data)
-    if kind is dict and len(data) == 1:
-        ((tag, v),) = data.items()
-        if tag == "i" and type(v) is str:
-            return int(v, 16)
-        if tag == "f" and type(v) is str:
-            return float.fromhex(v)
-        if tag == "c" and type(v) is list and len(v) == 2:
-            return complex(float.fromhex(v[0]), float.fromhex(v[1]))
-        if tag == "b" and type(v) is str:
-            return bytes.fromhex(v)
-        if tag == "r" and type(v) is list and len(v) == 3:
-            return range(*(int(x, 16) for x in v))
-        if tag in _MAKE and type(v) is list:
-            return _MAKE[tag](from_plain(x, remote) for x in v)
-        if tag == "d" and type(v) is list:
-            return {from_plain(k, remote): from_plain(x, remote) for k, x in v}
-    raise TypeError("a garbled value from the solution")

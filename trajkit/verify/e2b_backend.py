@@ -28,7 +28,16 @@ from trajkit.errors import UserError
 from trajkit.verify.result import RunResult
 
 _HERE = Path(__file__).parent
-_SOURCES = ("worker.py", "messages.py", "zygote.py", "outcome.py", "harness.py", "crossing.py", "isolation.py")
+_SOURCES = (
+    "worker.py",
+    "messages.py",
+    "zygote.py",
+    "outcome.py",
+    "harness.py",
+    "crossing.py",
+    "plain.py",
+    "isolation.py",
+)
 MAX_COMMAND_BYTES = 120_000  # one argv string to bash: Linux caps it at 128 KiB
 
 BOOTSTRAP = """

@@ -115,7 +115,7 @@ def execute(program: str, status_fd: int, nonce: str, given=None) -> None:
 def serve(program: str, call_fd: int, reply_fd: int) -> None:
     """The solution's side: run ``program`` as ``__main__``, then answer calls to its names until EOF."""
     scope = _main_scope()
-    ready = {"ready": True}
+    ready: dict = {"ready": True}
     try:
         exec(compile(program, "<program>", "exec"), scope)  # noqa: S102 - running it is the point
     except BaseException as exc:  # noqa: BLE001 - the tests' side fails without running a test
@@ -125,6 +125,9 @@ def serve(program: str, call_fd: int, reply_fd: int) -> None:
             ready["exception"] = f"{type(exc).__name__}: {exc}"[:500]
         with contextlib.suppress(BaseException):
             traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None)
+    if ready["ready"]:
+        with contextlib.suppress(BaseException):  # an odd class is then a plain name to the tests
+            ready["classes"] = crossing.describe_classes(scope)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(BaseException):
             stream.flush()
@@ -137,13 +140,13 @@ def serve(program: str, call_fd: int, reply_fd: int) -> None:
 
 def remote_functions(names: list[str], call_fd: int, reply_fd: int) -> dict:
     """The tests' side: once the solution's program has run to its end, a stub per name that calls the
-    solution's function (``crossing.Channel``). Raises if the solution's program did not end normally."""
-    body = crossing.read_frame(reply_fd, 1 << 16)
+    solution's function or stands for its class (``crossing.Channel.stubs``). Raises if the solution's
+    program did not end normally."""
+    body = crossing.read_frame(reply_fd, crossing.MAX_READY_BYTES)
     ready = json.loads(body) if body is not None else None
     if type(ready) is not dict or ready.get("ready") is not True:
         if type(ready) is dict and ready.get("memory") is True:
             raise MemoryError("the solution ran out of memory")
         why = str(ready.get("exception"))[:500] if type(ready) is dict else "it exited"
         raise RuntimeError(f"the solution's program did not run to its end ({why})")
-    channel = crossing.Channel(call_fd, reply_fd)
-    return {name: channel.function(name) for name in names}
+    return crossing.Channel(call_fd, reply_fd).stubs(names, ready.get("classes"))

@@ -29,7 +29,7 @@ import harness
 import isolation
 import outcome
 
-WORKER_MODULES = ("harness", "crossing", "isolation", "outcome", "messages", "zygote")  # never visible to programs
+WORKER_MODULES = ("harness", "crossing", "plain", "isolation", "outcome", "messages", "zygote")  # never visible to programs
 
 
 class Zygote:

@@ -14,6 +14,7 @@ import io
 import json
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -73,6 +74,15 @@ class Viewer:
             request=request, run=self.db.store.root.name, reviewer=self.reviewer, csrf=self.csrf, **ctx
         )
         return HTMLResponse(html, status_code=status)
+
+    def pinned(self, handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
+        """A page whose queries all use the views as they were when it started (``RunDB.pinned``)."""
+
+        def page(request: Request) -> Response:
+            with self.db.pinned():
+                return handler(request)
+
+        return page
 
     # ------------------------------------------------------------ pages
     def run_page(self, request: Request) -> Response:
@@ -208,13 +218,13 @@ def create_app(db: RunDB, reviewer: str, token: str | None = None, loopback: boo
     """The app; ``token`` is required on every request when given; ``loopback`` checks the Host header."""
     v = Viewer(db, reviewer, token)
     routes = [
-        Route("/", v.run_page),
-        Route("/tasks", v.tasks),
-        Route("/tasks/{task_id}", v.task),
-        Route("/trajectories/{traj_id}", v.trajectory),
-        Route("/compare", v.compare),
-        Route("/sql", v.sql),
-        Route("/sql.csv", v.sql_csv),
+        Route("/", v.pinned(v.run_page)),
+        Route("/tasks", v.pinned(v.tasks)),
+        Route("/tasks/{task_id}", v.pinned(v.task)),
+        Route("/trajectories/{traj_id}", v.pinned(v.trajectory)),
+        Route("/compare", v.pinned(v.compare)),
+        Route("/sql", v.pinned(v.sql)),
+        Route("/sql.csv", v.pinned(v.sql_csv)),
         Route("/plots/{name}", v.plot),
         Route("/review", v.review, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),

@@ -42,6 +42,7 @@ def view(
         sock.bind((host, port))
     except OSError as e:
         raise UserError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    sock.listen(128)  # before the address is printed: a client that connects at once waits in the backlog
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{bound}/" + (f"?token={token}" if token else "")

@@ -6,15 +6,21 @@ of an allowlisted kind (``SELECT``, ``WITH``, ``DESCRIBE``, ``SHOW``, ``SUMMARIZ
 ``FROM``, ``VALUES``, ``EXPLAIN``), so nothing can be written, attached or installed.
 Shards are read, never locked: a stage may write the run while it is viewed; when
 the set of shards changes (new shards, a ``--fresh`` rerun deleting some) the views
-are rebuilt, and a query that met a vanished file is run once more on fresh views.
-Pages look rows up in in-memory copies of light columns (``cached``), rebuilt with
-the views.
+are recreated, and a query that met a vanished file is run once more on fresh views.
+Pages look rows up in in-memory copies of light columns (``cached``), dropped when a
+table they read changes (a review rebuilds what reads reviews, not the copy of a
+million trajectories); a copy with a key is stored in the order of the key's hash,
+so a lookup by key (``keyed``) reads one row group of it, whatever the order of the ids.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +38,55 @@ class QueryError(ValueError):
     """A query the viewer refuses or DuckDB rejects; its message is shown to the user."""
 
 
+class Watchdog:
+    """Interrupts each watched cursor still running at its deadline, from one thread for all queries
+    (a timer thread started per query costs more than a lookup by key)."""
+
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._deadlines: dict[int, tuple[float, Any]] = {}
+        self._thread: threading.Thread | None = None
+
+    def watch(self, cur: Any, seconds: float) -> None:
+        with self._cv:
+            self._deadlines[id(cur)] = (time.monotonic() + seconds, cur)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="trajkit-view-watchdog", daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def done(self, cur: Any) -> None:
+        with self._cv:
+            self._deadlines.pop(id(cur), None)
+
+    def _run(self) -> None:
+        with self._cv:
+            while True:
+                now = time.monotonic()
+                for key, (deadline, cur) in list(self._deadlines.items()):
+                    if deadline <= now:
+                        cur.interrupt()
+                        del self._deadlines[key]
+                soonest = min((deadline for deadline, _ in self._deadlines.values()), default=None)
+                self._cv.wait(None if soonest is None else soonest - now)
+
+
+WATCHDOG = Watchdog()
+MANIFESTS = "_manifests"  # the signature's entry for the stages' manifests
+
+
+def _sources(sql: str) -> set[str]:
+    """The tables whose shards feed a query: those it names (a column of the same name counts too, which
+    only costs a needless rebuild), and for a base table's view the annotations and rejections it joins."""
+    out = set()
+    for table in S.TABLES:
+        if re.search(rf"\b{table}\b", sql):
+            out.add(table)
+            if S.TABLES[table].base is None:
+                out |= {a.name for a in S.TABLES.values() if a.base == table} | {"rejected"}
+    return out
+
+
 class RunDB:
     """One run's views. ``query`` serves the pages; ``read_only`` serves the SQL box."""
 
@@ -40,38 +95,69 @@ class RunDB:
         self.memory_limit = memory_limit
         self._lock = threading.Lock()
         self._con = None
-        self._signature: tuple = ()
-        self._cached: set[str] = set()
+        self._signature: dict[str, tuple[str, ...]] = {}
+        self._cached: dict[str, set[str]] = {}  # name -> the tables its rows come from
+        self._memos: dict[str, Any] = {}
+        self._local = threading.local()
 
-    def signature(self) -> tuple:
-        """The shard files and manifests present now: a change means the views are stale."""
+    def signature(self) -> dict[str, tuple[str, ...]]:
+        """Each table's shard files and the stages' manifests present now: a change means the views are stale."""
         root = self.store.root
-        names = []
+        sig = {}
         for table in S.TABLES:
             d = root / table
-            if d.is_dir():
-                names.extend(f"{table}/{n}" for n in sorted(p.name for p in d.iterdir() if p.suffix == ".parquet"))
-        manifests = sorted(str(p.relative_to(root)) for p in root.glob("_stages/*/_manifest*.json"))
-        return tuple(n for n in names if "/.tmp-" not in n) + tuple(manifests)
+            names = sorted(os.listdir(d)) if d.is_dir() else []
+            sig[table] = tuple(n for n in names if n.endswith(".parquet") and not n.startswith(".tmp-"))
+        sig[MANIFESTS] = tuple(sorted(str(p.relative_to(root)) for p in root.glob("_stages/*/_manifest*.json")))
+        return sig
+
+    @contextmanager
+    def pinned(self) -> Iterator[None]:
+        """Within it, this thread's queries use the views as they were at its start: a page lists the
+        shards once, not before each of its queries (a query that meets a vanished shard still runs
+        again on fresh views)."""
+        self.connection()
+        self._local.pinned = True
+        try:
+            yield
+        finally:
+            self._local.pinned = False
 
     def connection(self, force: bool = False):
-        """The current connection, rebuilt first if the run's shards changed."""
+        """The current connection, rebuilt first if the run's shards changed (unless ``pinned``)."""
+        if not force and self._con is not None and getattr(self._local, "pinned", False):
+            return self._con
         with self._lock:
             for attempt in range(3):
                 sig = self.signature()
                 if not force and self._con is not None and sig == self._signature:
                     break
                 try:
-                    con = self._connect()
+                    if self._con is None:
+                        self._con = self._connect()
+                    else:
+                        self.store.create_views(self._con)
                 except UserError:  # a shard vanished while the views were built: list them again
                     if attempt == 2:
                         raise
                     continue
-                old, self._con, self._signature, self._cached = self._con, con, sig, set()
-                if old is not None:
-                    old.close()
+                self._drop_stale(sig, everything=force)
+                self._signature = sig
                 break
             return self._con
+
+    def _drop_stale(self, sig: dict[str, tuple[str, ...]], everything: bool) -> None:
+        """Drop the in-memory copies (and computed values) that read a table whose shards changed: all of
+        them when the stages' manifests changed (they order annotation rows) or ``everything``."""
+        old = self._signature
+        changed = {t for t in S.TABLES if sig.get(t) != old.get(t)}
+        if everything or sig.get(MANIFESTS) != old.get(MANIFESTS):
+            changed = set(S.TABLES)
+        for name, tables in list(self._cached.items()):
+            if tables & changed:
+                self._con.execute(f'DROP TABLE IF EXISTS "_cached_{name}"')
+                del self._cached[name]
+        self._memos = {}
 
     def _connect(self):
         con = self.store.duckdb()
@@ -100,8 +186,7 @@ class RunDB:
         import duckdb
 
         cur = self.connection(force=fresh).cursor()
-        timer = threading.Timer(QUERY_TIMEOUT_S, cur.interrupt)
-        timer.start()
+        WATCHDOG.watch(cur, QUERY_TIMEOUT_S)
         try:
             return cur.sql(sql, params=params or None).to_arrow_table()
         except duckdb.InterruptException:
@@ -113,30 +198,51 @@ class RunDB:
         except duckdb.Error as e:
             raise QueryError(str(e).splitlines()[0]) from None
         finally:
-            timer.cancel()
+            WATCHDOG.done(cur)
             cur.close()
 
-    def cached(self, name: str, select: Callable[[], str]) -> str:
+    def cached(self, name: str, select: Callable[[], str], key: str | None = None) -> str:
         """The name of an in-memory table holding the rows of the query ``select()`` writes, built
-        once per change of the run (once more on fresh views if a shard vanished meanwhile).
+        once and again after a table it reads changes (once more on fresh views if a shard vanished
+        meanwhile). The tables it reads are those its text names, as views or in shard paths.
 
-        Pages look rows up by key in these (a few ms for a million rows) instead of scanning
-        every shard through the views; the heavy columns are then read from one shard."""
+        Pages look rows up by key in these instead of scanning every shard through the views;
+        the heavy columns are then read from one shard. With ``key``, the rows are stored in
+        the order of the key's hash (column ``_h``), which ``keyed`` lookups prune on."""
         import duckdb
 
         try:
-            return self._build(name, select, fresh=False)
+            return self._build(name, select, key, fresh=False)
         except duckdb.IOException:
-            return self._build(name, select, fresh=True)
+            return self._build(name, select, key, fresh=True)
 
-    def _build(self, name: str, select: Callable[[], str], fresh: bool) -> str:
+    def _build(self, name: str, select: Callable[[], str], key: str | None, fresh: bool) -> str:
         table = f"_cached_{name}"
         con = self.connection(force=fresh)
         with self._lock:
             if name not in self._cached:
-                con.execute(f'CREATE OR REPLACE TABLE "{table}" AS {select()}')
-                self._cached.add(name)
+                sql = select()
+                query = f'SELECT hash("{key}") AS _h, * FROM ({sql}) ORDER BY _h' if key else sql
+                con.execute(f'CREATE OR REPLACE TABLE "{table}" AS {query}')
+                self._cached[name] = _sources(sql)
         return table
+
+    def keyed(self, table: str, key: str, ids: list[str], columns: str = "* EXCLUDE (_h)", where: str = "") -> list:
+        """The rows of a cached table made with ``key`` whose key is one of ``ids`` (and match ``where``,
+        an SQL condition without parameters): its min/max statistics on ``_h`` skip the other row groups."""
+        return self.rows(
+            f'SELECT {columns} FROM "{table}" WHERE _h IN (SELECT hash(unnest(?::VARCHAR[]))) '
+            f"AND {key} IN (SELECT unnest(?::VARCHAR[])){' AND ' + where if where else ''}",
+            [ids, ids],
+        )
+
+    def memo(self, name: str, compute: Callable[[], Any]) -> Any:
+        """A value the pages compute from the run (the tasks page's filter choices), once per change of it."""
+        self.connection()
+        memos = self._memos  # a rebuild meanwhile replaces it: the value computed on old views is not kept
+        if name not in memos:
+            memos[name] = compute()
+        return memos[name]
 
     def shards_of(self, table: str) -> str:
         """A base table's shards, each row with its ``filename`` and ``file_row_number``."""
@@ -147,12 +253,11 @@ class RunDB:
         source = f"read_parquet([{listed}], filename = true, file_row_number = true, union_by_name = true)"
         return f"(SELECT *{absent_columns(table, paths)} FROM {source})"
 
-    def row_at(self, filename: str, row: int) -> dict[str, Any]:
-        """One row of one shard, by its position."""
+    def row_at(self, filename: str, row: int, columns: tuple[str, ...]) -> dict[str, Any]:
+        """Some columns of one row of one shard, by its position (DuckDB skips the shard's other row groups)."""
         path = "'" + filename.replace("'", "''") + "'"
         return self.rows(
-            f"SELECT * EXCLUDE (file_row_number) FROM read_parquet([{path}], file_row_number = true) "
-            "WHERE file_row_number = ?",
+            f"SELECT {', '.join(columns)} FROM read_parquet([{path}], file_row_number = true) WHERE file_row_number = ?",
             [row],
         )[0]
 

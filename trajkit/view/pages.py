@@ -15,6 +15,19 @@ from trajkit.view.db import RunDB
 PAGE_SIZE = 50
 LONG_TEXT = 1500  # characters of a message or tool result shown before it is folded
 MAX_TRACE_TOKENS = 20_000
+# what the trajectory page reads from the row's shard; its light columns come from the in-memory copy
+TRAJECTORY_SHARD_COLUMNS = (
+    "backend",
+    "sampling",
+    "messages",
+    "end_state",
+    "prompt_tokens",
+    "completion_tokens",
+    "total_s",
+    "token_ids",
+    "loss_mask",
+    "logprobs",
+)
 TASK_SORTS = {
     "task": "task_id",
     "source": "source",
@@ -74,6 +87,10 @@ class TaskQuery:
             page = 1
         return cls(filters, sort, params.get("dir") == "desc", page)
 
+    def by_review(self) -> bool:
+        """Whether the tasks are filtered on their review (the latest review of each is joined as ``rv``)."""
+        return self.filters.get("review") in ("accept", "reject", "none")
+
     def where(self) -> tuple[str, list[Any]]:
         clauses, params = [], []
         for col in ("source", "mode", "difficulty", "split", "stage"):
@@ -98,40 +115,56 @@ class TaskQuery:
         if "q" in f:
             clauses.append("contains(lower(question), lower(?))")
             params.append(f["q"])
-        if f.get("review") in ("accept", "reject"):
+        if self.by_review() and f["review"] != "none":
             clauses.append("rv.decision = ?")
             params.append(f["review"])
-        elif f.get("review") == "none":
+        elif self.by_review():
             clauses.append("rv.decision IS NULL")
         return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 
 def tasks_page(db: RunDB, q: TaskQuery) -> dict[str, Any]:
+    """One page of the matching tasks: their ids are sorted alone (narrow rows), then their columns looked up."""
     where, params = q.where()
-    source = f'"{tasks_table(db)}" tasks LEFT JOIN ({REVIEW_LATEST}) rv ON rv.target_id = tasks.task_id'
-    params = ["task", *params]
+    tasks = tasks_table(db)
+    source = f'"{tasks}" tasks'
+    if q.by_review():
+        source += f" LEFT JOIN ({REVIEW_LATEST}) rv ON rv.target_id = tasks.task_id"
+        params = ["task", *params]
     order = f"{TASK_SORTS[q.sort]} {'DESC' if q.desc else 'ASC'} NULLS LAST, task_id"
-    rows = db.rows(
-        "SELECT task_id, source, mode, question, server_ids, difficulty, pass_at_1, quality_score, split, stage, "
-        f"reject_reason, rv.decision AS review, count(*) OVER () AS total FROM {source}{where} "
-        f"ORDER BY {order} LIMIT ? OFFSET ?",
+    total = db.rows(f"SELECT count(*) AS n FROM {source}{where}", params)[0]["n"]
+    keys = db.rows(
+        f"SELECT task_id FROM {source}{where} ORDER BY {order} LIMIT ? OFFSET ?",
         [*params, PAGE_SIZE, (q.page - 1) * PAGE_SIZE],
     )
-    total = rows[0]["total"] if rows else db.rows(f"SELECT count(*) AS n FROM {source}{where}", params)[0]["n"]
+    ids = list(dict.fromkeys(k["task_id"] for k in keys))  # a task_id written twice is one id, two rows
+    rows = db.keyed(
+        tasks,
+        "task_id",
+        ids,
+        "task_id, source, mode, question, server_ids, difficulty, pass_at_1, quality_score, split, stage, reject_reason",
+    )
+    rows.sort(key=lambda r: ids.index(r["task_id"]))
+    reviews = {r["target_id"]: r["decision"] for r in latest_reviews(db, "task", ids)}
     names = server_names(db)
     for r in rows:
         r["servers"] = [names.get(s, s) for s in r["server_ids"] or []]
         r["question"] = _clip(r["question"], 200)
+        r["review"] = reviews.get(r["task_id"])
     return {"rows": rows, "total": total, "pages": max(1, -(-total // PAGE_SIZE)), "facets": facets(db)}
 
 
 def tasks_table(db: RunDB) -> str:
     """The tasks view with its annotations, in memory without the raw generator output."""
-    return db.cached("tasks", lambda: "SELECT * EXCLUDE (raw_output) FROM tasks")
+    return db.cached("tasks", lambda: "SELECT * EXCLUDE (raw_output) FROM tasks", key="task_id")
 
 
 def facets(db: RunDB) -> dict[str, list[Any]]:
     """The values each filter offers."""
+    return db.memo("facets", lambda: _facets(db))
+
+
+def _facets(db: RunDB) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {}
     tasks = tasks_table(db)
     for col in ("source", "mode", "difficulty", "split", "stage"):
@@ -146,12 +179,14 @@ def facets(db: RunDB) -> dict[str, list[Any]]:
 
 
 def server_names(db: RunDB) -> dict[str, str]:
-    return {r["server_id"]: r["name"] for r in db.rows("SELECT server_id, name FROM servers")}
+    return db.memo(
+        "server_names", lambda: {r["server_id"]: r["name"] for r in db.rows("SELECT server_id, name FROM servers")}
+    )
 
 
 # ---------------------------------------------------------------- task
 def task_page(db: RunDB, task_id: str) -> dict[str, Any] | None:
-    rows = db.rows(f'SELECT * FROM "{tasks_table(db)}" WHERE task_id = ?', [task_id])
+    rows = db.keyed(tasks_table(db), "task_id", [task_id])
     if not rows:
         return None
     task = rows[0]
@@ -160,12 +195,14 @@ def task_page(db: RunDB, task_id: str) -> dict[str, Any] | None:
     verifier = task.get("verifier") or {}
     light = light_tables(db)
     trajectories = db.rows(
-        f'SELECT * EXCLUDE (filename, file_row_number) FROM "{light["trajectories"]}" WHERE task_id = ?', [task_id]
+        f'SELECT * EXCLUDE (_h, filename, file_row_number) FROM "{light["trajectories"]}" WHERE task_id = ?', [task_id]
     )
     notes = annotations(db, light, [t["traj_id"] for t in trajectories])
-    samples = db.rows(f'SELECT * FROM "{light["samples"]}" WHERE task_id = ? ORDER BY model, sample_index', [task_id])
+    samples = db.rows(
+        f'SELECT * EXCLUDE (_h) FROM "{light["samples"]}" WHERE task_id = ? ORDER BY model, sample_index', [task_id]
+    )
     verdicts = {s["traj_id"]: s for s in samples if s["traj_id"]}
-    reviews = {r["target_id"]: r["decision"] for r in db.rows(REVIEW_LATEST, ["trajectory"]) if r["target_id"] in notes}
+    reviews = {r["target_id"]: r["decision"] for r in latest_reviews(db, "trajectory", list(notes))}
     accepted = accepted_in(db, "trajectories", list(notes))
     for t in trajectories:
         t["accepted"] = t["traj_id"] in accepted
@@ -196,9 +233,8 @@ def accepted_in(db: RunDB, table: str, ids: list[str]) -> set[str]:
     """Which of these tasks or trajectories are accepted (trajkit/accepted.py's one definition), from an
     in-memory list of the accepted ids built once per change of the run."""
     key = "task_id" if table == "tasks" else "traj_id"
-    cached = db.cached(f"accepted_{table}", lambda: f"SELECT {key} FROM {table} WHERE {accepted_where(table)}")
-    found = db.rows(f'SELECT {key} AS k FROM "{cached}" WHERE {key} IN (SELECT unnest(?::VARCHAR[]))', [ids])
-    return {r["k"] for r in found}
+    cached = db.cached(f"accepted_{table}", lambda: f"SELECT {key} FROM {table} WHERE {accepted_where(table)}", key=key)
+    return {r[key] for r in db.keyed(cached, key, ids, key)}
 
 
 def light_tables(db: RunDB) -> dict[str, str]:
@@ -211,9 +247,10 @@ def light_tables(db: RunDB) -> dict[str, str]:
                 "num_tool_calls, "
                 f"left(final_answer, 300) AS final_answer, filename, file_row_number FROM {db.shards_of('trajectories')}"
             ),
+            key="traj_id",
         ),
         "trajectory_quality": db.cached(
-            "trajectory_quality", lambda: "SELECT * EXCLUDE (judge_raw) FROM trajectory_quality"
+            "trajectory_quality", lambda: "SELECT * EXCLUDE (judge_raw) FROM trajectory_quality", key="traj_id"
         ),
         "samples": db.cached(
             "samples",
@@ -221,18 +258,28 @@ def light_tables(db: RunDB) -> dict[str, str]:
                 "SELECT sample_id, task_id, sample_index, model, verdict, score, runtime_s, left(completion, 400) "
                 "AS completion, traj_id, details FROM samples"
             ),
+            key="traj_id",
+        ),
+        "rejected": db.cached(
+            "rejected",
+            lambda: (
+                "SELECT table_name, row_id, string_agg(DISTINCT reason, '; ' ORDER BY reason) AS reject_reason "
+                "FROM rejected GROUP BY ALL"
+            ),
+            key="row_id",
         ),
     }
 
 
 def trajectory_page(db: RunDB, traj_id: str) -> dict[str, Any] | None:
     light = light_tables(db)
-    found = db.rows(f'SELECT filename, file_row_number FROM "{light["trajectories"]}" WHERE traj_id = ?', [traj_id])
+    found = db.keyed(light["trajectories"], "traj_id", [traj_id])
     if not found:
         return None
-    t = {**db.row_at(found[0]["filename"], found[0]["file_row_number"])}
+    t = found[0]
+    t.update(db.row_at(t.pop("filename"), t.pop("file_row_number"), TRAJECTORY_SHARD_COLUMNS))
     t.update(annotations(db, light, [traj_id])[traj_id])
-    samples = db.rows(f'SELECT verdict, score, details FROM "{light["samples"]}" WHERE traj_id = ?', [traj_id])
+    samples = db.keyed(light["samples"], "traj_id", [traj_id], "verdict, score, details")
     return {
         "t": t,
         "accepted": bool(accepted_in(db, "trajectories", [traj_id])),
@@ -248,16 +295,9 @@ def annotations(db: RunDB, light: dict[str, str], ids: list[str]) -> dict[str, d
     """Judge columns and reject reasons of some trajectories, by id: what the trajectories view
     joins on, looked up by key instead of joined over the whole table."""
     out: dict[str, dict[str, Any]] = {i: {} for i in ids}
-    for r in db.rows(
-        f'SELECT * FROM "{light["trajectory_quality"]}" WHERE traj_id IN (SELECT unnest(?::VARCHAR[]))', [ids]
-    ):
+    for r in db.keyed(light["trajectory_quality"], "traj_id", ids):
         out[r.pop("traj_id")].update(r)
-    reasons = db.rows(
-        "SELECT row_id, string_agg(DISTINCT reason, '; ' ORDER BY reason) AS reject_reason FROM rejected "
-        "WHERE table_name = 'trajectories' AND row_id IN (SELECT unnest(?::VARCHAR[])) GROUP BY row_id",
-        [ids],
-    )
-    for r in reasons:
+    for r in db.keyed(light["rejected"], "row_id", ids, "row_id, reject_reason", "table_name = 'trajectories'"):
         out[r["row_id"]]["reject_reason"] = r["reject_reason"]
     return out
 
@@ -326,7 +366,12 @@ def _tokenizer(model: str):
 def exists(db: RunDB, kind: str, target_id: str) -> bool:
     """Whether a task or trajectory with this id is in the run (what a review may name)."""
     table, key = (tasks_table(db), "task_id") if kind == "task" else (light_tables(db)["trajectories"], "traj_id")
-    return bool(db.rows(f'SELECT 1 FROM "{table}" WHERE {key} = ? LIMIT 1', [target_id]))
+    return bool(db.keyed(table, key, [target_id], key))
+
+
+def latest_reviews(db: RunDB, kind: str, ids: list[str]) -> list[dict[str, Any]]:
+    """The review in force of each of these tasks or trajectories that has one."""
+    return db.rows(f"SELECT * FROM ({REVIEW_LATEST}) WHERE target_id IN (SELECT unnest(?::VARCHAR[]))", [kind, ids])
 
 
 def reviews_of(db: RunDB, kind: str, target_id: str) -> dict[str, Any]:
@@ -350,7 +395,7 @@ def compare_page(db: RunDB, a: str | None, b: str | None) -> dict[str, Any]:
             "SELECT x.task_id, t.question, x.correct / x.samples AS a, y.correct / y.samples AS b, "
             "y.correct / y.samples - x.correct / x.samples AS diff, x.difficulty "
             "FROM eval_passk x JOIN eval_passk y ON x.task_id = y.task_id AND x.model = ? AND y.model = ? "
-            "LEFT JOIN tasks t ON t.task_id = x.task_id ORDER BY abs(diff) DESC, x.task_id LIMIT 500",
+            f'LEFT JOIN "{tasks_table(db)}" t ON t.task_id = x.task_id ORDER BY abs(diff) DESC, x.task_id LIMIT 500',
             [a, b],
         )
     for r in rows:
