@@ -3,7 +3,9 @@ started once per module with the ``ray`` command and stopped after it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -21,6 +23,25 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _stop(port: str) -> None:
+    """Stop this cluster's processes and theirs, found by its port (``ray stop`` would stop every Ray cluster
+    of the machine's user, another test run's or a benchmark's included)."""
+    import psutil
+
+    ours = re.compile(rf"--gcs[-_]address=\S+:{port}\b|--gcs_server_port={port}\b")  # nodes name the head's port
+    mine = []
+    for p in psutil.process_iter(["cmdline"]):
+        if ours.search(" ".join(p.info["cmdline"] or [])):
+            with contextlib.suppress(psutil.Error):
+                mine += [p, *p.children(recursive=True)]
+    for p in mine:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    for p in psutil.wait_procs(mine, timeout=15)[1]:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +63,7 @@ def ray_cluster() -> str:
         subprocess.run([RAY, "start", f"--address={address}", *NODE], check=True, capture_output=True, timeout=120)
         yield address
     finally:
-        subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120, check=False)
+        _stop(port)
         if saved is None:
             del os.environ["RAY_AUTH_MODE"]
         else:

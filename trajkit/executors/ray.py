@@ -10,6 +10,9 @@ when the command is rerun, the rerun's shard takes the lease on it first
 (``Store.leased``), which fences the old task off before any temporary file is
 cleaned. Each shard asks for an even share of the cluster's CPUs, and its
 sandbox and server pools size themselves from that share, not the node's count.
+Each shard first checks that its node runs the driver's code version, before it
+touches the run: no round of probe tasks delays the stage, and a node that joins
+the cluster later, or gets other code meanwhile, is checked when it runs a shard.
 """
 
 from __future__ import annotations
@@ -47,16 +50,17 @@ def run_on_ray(
 ) -> dict[str, Any]:
     """Run the stage's ``world_size`` shards on Ray; return ``{"stage", "world_size", "shards"}`` (their
     manifests, rank order) and, for a stage with a report, ``"summary"``: the report over every shard's rows."""
-    from trajkit.runner import StageContext, _console, check_config
+    from trajkit.runner import StageContext, _console, check_config, code_version
     from trajkit.store import Store
 
     ray = _ray()
     store = Store(root, create=True)
     check_config(store, name, cfg, fresh)  # one-line config errors before anything starts
+    version = code_version()
     with cluster(address):
         shard = ray.remote(num_cpus=shard_cpus(ray, world_size), max_retries=SHARD_RETRIES)(_shard)
         pending = {
-            shard.remote(str(store.root), spec, cfg, name, r, world_size, budget_tokens, budget_cost): r
+            shard.remote(str(store.root), spec, cfg, name, r, world_size, budget_tokens, budget_cost, version): r
             for r in range(world_size)
         }
         manifests: dict[int, dict[str, Any]] = {}
@@ -93,9 +97,7 @@ def shard_cpus(ray, world_size: int) -> int:
 @contextlib.contextmanager
 def cluster(address: str | None) -> Iterator[None]:
     """Connect to the cluster at ``address`` (or start a local one on this machine's CPUs) unless connected;
-    check that every node runs this code version; disconnect (and stop a local cluster) at the end."""
-    from trajkit.runner import code_version
-
+    disconnect (and stop a local cluster) at the end."""
     ray = _ray()
     if ray.is_initialized():
         yield
@@ -106,21 +108,26 @@ def cluster(address: str | None) -> Iterator[None]:
     except ConnectionError as e:
         raise UserError(f"cannot connect to the Ray cluster at {address}: {e}") from None
     try:
-        _check_versions(ray, code_version())
         yield
     finally:
         ray.shutdown()
 
 
-def _shard(root, spec, cfg, name, rank, world_size, budget_tokens, budget_cost) -> dict[str, Any]:
-    """One shard, inside a Ray worker: the same ``run_stage`` a hand-started rank runs, on the CPUs Ray gave it."""
+def _shard(root, spec, cfg, name, rank, world_size, budget_tokens, budget_cost, version) -> dict[str, Any]:
+    """One shard, inside a Ray worker: the same ``run_stage`` a hand-started rank runs, on the CPUs Ray gave it,
+    once this node is found to run the driver's code ``version``."""
     import ray
 
     from trajkit.concurrency import cpu_share
-    from trajkit.runner import run_stage
+    from trajkit.runner import code_version, run_stage
     from trajkit.store import Store
 
     node_id = ray.get_runtime_context().get_node_id()
+    if code_version() != version:
+        raise UserError(
+            f"nodes run another trajkit version than this driver ({version}): "
+            f"node {node_id[:8]} ({_address(ray, node_id)}) runs {code_version()}"
+        )
     try:
         with cpu_share(int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))):
             manifest = run_stage(
@@ -135,24 +142,9 @@ def _shard(root, spec, cfg, name, rank, world_size, budget_tokens, budget_cost) 
                 budget_cost=budget_cost,
             )
     except (UserError, StageStopped) as e:  # say where: a node that cannot start the servers or sandbox
-        address = next((n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node_id), "?")
-        raise type(e)(f"shard {rank} on node {node_id[:8]} ({address}): {e}") from None
+        raise type(e)(f"shard {rank} on node {node_id[:8]} ({_address(ray, node_id)}): {e}") from None
     return {**manifest, "node": node_id[:8]}
 
 
-def _check_versions(ray, expected: str) -> None:
-    """Every alive node must run the driver's code version (a task pinned to each node reports it)."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    def version() -> str:
-        from trajkit.runner import code_version
-
-        return code_version()
-
-    probe = ray.remote(num_cpus=0)(version)
-    nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
-    refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False)).remote() for n in nodes]
-    found = dict(zip(nodes, ray.get(refs), strict=True))
-    wrong = {n[:8]: v for n, v in found.items() if v != expected}
-    if wrong:
-        raise UserError(f"nodes run another trajkit version than this driver ({expected}): {wrong}")
+def _address(ray, node_id: str) -> str:
+    return next((n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node_id), "?")
