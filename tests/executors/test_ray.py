@@ -200,6 +200,27 @@ def test_without_ray_the_executor_fails_with_one_line(tmp_path, monkeypatch):
         run_command("synth.rollouts", tmp_path, {"model": {"model": "m"}}, world_size=2, executor="ray")
 
 
+def test_without_an_address_the_run_starts_a_cluster_of_its_own(monkeypatch):
+    """Not ``ray.init()`` alone, which joins any cluster already running on the machine (another user's, a
+    test's) and then refuses ``num_cpus``."""
+    from trajkit.executors import ray as executor
+
+    calls = []
+
+    class Ray:
+        is_initialized = staticmethod(lambda: False)
+        init = staticmethod(lambda **kw: calls.append(kw))
+        shutdown = staticmethod(lambda: calls.append("shutdown"))
+
+    monkeypatch.setattr(executor, "_ray", lambda: Ray)
+    with executor.cluster(None):
+        pass
+    with executor.cluster("127.0.0.1:6379"):
+        pass
+    assert calls[0]["address"] == "local" and calls[0]["num_cpus"] >= 1
+    assert calls[2]["address"] == "127.0.0.1:6379" and "num_cpus" not in calls[2]
+
+
 def test_a_killed_driver_takes_its_shards_with_it_and_a_rerun_resumes(tmp_path, ray_cluster, calculator_rows, brain):
     import psutil
 

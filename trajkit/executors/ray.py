@@ -96,13 +96,14 @@ def shard_cpus(ray, world_size: int) -> int:
 
 @contextlib.contextmanager
 def cluster(address: str | None) -> Iterator[None]:
-    """Connect to the cluster at ``address`` (or start a local one on this machine's CPUs) unless connected;
+    """Connect to the cluster at ``address`` (or start a local one of its own on this machine's CPUs) unless connected;
     disconnect (and stop a local cluster) at the end."""
     ray = _ray()
     if ray.is_initialized():
         yield
         return
-    opts = {"address": address} if address else {"num_cpus": len(os.sched_getaffinity(0))}
+    # without an address, a cluster of its own: ray.init() alone joins any cluster already running here
+    opts = {"address": address} if address else {"address": "local", "num_cpus": len(os.sched_getaffinity(0))}
     try:
         ray.init(**opts, include_dashboard=False, log_to_driver=False, configure_logging=False)
     except ConnectionError as e:
