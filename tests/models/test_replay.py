@@ -81,7 +81,8 @@ def test_a_stage_records_the_served_model_and_refuses_to_mix_models(tmp_path, ca
     run = with_servers(tmp_path / "run", calculator_rows)
     configs = pipeline_configs(model_server)
     config = tmp_path / "tasks.json"
-    config.write_text(json.dumps(configs["tasks"]))
+    # one request at a time, so the budget stops the stage after some rows whatever the answers' lengths
+    config.write_text(json.dumps({**configs["tasks"], "concurrency": 1}))
     args = ["synth", "tasks", "--run", str(run), "--config", str(config)]
     stopped = trajkit(*args, "--budget-tokens", "1500", check=False)
     assert stopped.returncode == 3 and Store(run).count("tasks")
