@@ -11,9 +11,7 @@ import itertools
 import json
 import socket
 import sqlite3
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -22,6 +20,7 @@ from typer.testing import CliRunner
 
 from tests.data_cards.conftest import TOKEN
 from tests.data_cards.fake_hub import FakeHub
+from tests.fixtures.envs import http_server
 from tests.synth.brain import Brain
 from trajkit import schema as S
 from trajkit.cli import app
@@ -97,21 +96,8 @@ def _free_port() -> int:
 def vault_url():
     """The leaky server on streamable HTTP (loopback): it returns the headers each request carried."""
     port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, str(LEAKY), "--http", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while proc.poll() is None and time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with http_server([sys.executable, str(LEAKY), "--http", str(port)], port) as url:
+        yield url
 
 
 def _cli(*args) -> str:

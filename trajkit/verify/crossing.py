@@ -241,10 +241,10 @@ class Channel:
         if not (isinstance(kind, type) and issubclass(kind, Exception)) or (kind is StopIteration and op != "next"):
             kind = RuntimeError  # SystemExit, KeyboardInterrupt; a StopIteration would end a test's map() early
         message = reply.get("message")
-        stub = None if kind is StopIteration else self._class_of(reply.get("classes"), Exception)
+        stand_in = None if kind is StopIteration else self._class_of(reply.get("classes"), Exception)
         with contextlib.suppress(TypeError):  # UnicodeError and its kin take more than a message
-            if stub is not None:
-                return value, type.__call__(stub, message)  # built here: calling a stand-in asks the solution
+            if stand_in is not None:
+                return value, type.__call__(stand_in, message)  # built here: calling a stand-in asks the solution
             return value, kind(message if kind is not RuntimeError else f"{reply.get('raise')}: {message}")
         return value, RuntimeError(f"{reply.get('raise')}: {message}")
 
@@ -291,13 +291,13 @@ class Channel:
         pickler.dump(message)
         return buffer.getvalue()
 
-    def stubs(self, names: list[str], classes: object) -> dict:
+    def stand_ins(self, names: list[str], classes: object) -> dict:
         """A stand-in per name: a ``RemoteClass`` for a class the solution described, else a function."""
         self.described = classes if type(classes) is dict else {}
         found = {}
         for name in names:
-            stub = self._class(name, set())
-            found[name] = stub if stub is not None else self.function(name)
+            stand_in = self._class(name, set())
+            found[name] = stand_in if stand_in is not None else self.function(name)
         return found
 
     def function(self, name: str):
@@ -327,18 +327,18 @@ class Channel:
             bases.append(error)
         namespace = {"__module__": "__main__", "__qualname__": name, "__slots__": (), "_stands_for": (self, name)}
         try:
-            stub = RemoteClass(name, tuple(bases) or (Remote,), namespace)
+            stand_in = RemoteClass(name, tuple(bases) or (Remote,), namespace)
         except TypeError:  # bases no class could have (a layout conflict, an inconsistent order)
-            stub = RemoteClass(name, (error or Remote,), namespace)
-        self.classes[name] = stub
-        return stub
+            stand_in = RemoteClass(name, (error or Remote,), namespace)
+        self.classes[name] = stand_in
+        return stand_in
 
     def _class_of(self, names: object, base: type) -> RemoteClass | None:
         """The stand-in of the first of the solution's ``names`` (its classes, nearest first) that derives from ``base``."""
         for name in names[: MAX_ANCESTORS + 1] if type(names) is list else ():
-            stub = self._class(name, set())
-            if stub is not None and issubclass(stub, base):
-                return stub
+            stand_in = self._class(name, set())
+            if stand_in is not None and issubclass(stand_in, base):
+                return stand_in
         return None
 
     def remote(self, data: dict) -> Remote:
@@ -346,8 +346,8 @@ class Channel:
         if type(handle) is not int or type(kind) is not str:
             raise TypeError("a garbled handle from the solution")
         if handle not in self.remotes:
-            stub = self._class_of(data.get("classes"), Remote)
-            remote = object.__new__(Remote if stub is None else stub)
+            stand_in = self._class_of(data.get("classes"), Remote)
+            remote = object.__new__(Remote if stand_in is None else stand_in)
             Remote.__init__(remote, self, handle, kind)
             self.remotes[handle] = remote
         return self.remotes[handle]

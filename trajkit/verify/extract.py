@@ -19,7 +19,7 @@ The rules (also in docs/sandbox.md):
    the code then the asserts.
 6. The solution and the tests run in two processes (``unit_test_parts``):
    the tests, with the prompt's own helpers (never the completion's), call
-   the solution's functions through stubs and get plain built-in values back.
+   the solution's functions through stand-ins and get plain built-in values back.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def unit_test_parts(
     The *solution* (the prompt with the completion) runs in one process; the
     *tests* (the prompt's own helpers, the test code, the final ``check``) run
     in another, where each of ``names`` (the entry point and every function
-    of the completion the tests call) is a stub that calls into the solution's
+    of the completion the tests call) is a stand-in that calls into the solution's
     process and gets back plain built-in values.
     """
     code = without_main_guard(extract_code(completion, entry_point))

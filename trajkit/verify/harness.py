@@ -12,7 +12,7 @@ never mistaken for one whose tests passed.
 A unit-test run is two such processes (``zygote.py`` forks both): the
 solution's, which runs the program and then ``serve``s calls to its
 functions, and the tests', which runs the trusted test code with each of the
-solution's functions replaced by a ``remote_functions`` stub. What crosses
+solution's functions replaced by stand-ins that call into its process. What crosses
 between them (``crossing.py``) becomes exact built-in values or handles to
 the solution's objects, so no ``__eq__``, hook, thread or finalizer of the
 solution ever runs where the verdict is decided.
@@ -139,8 +139,8 @@ def serve(program: str, call_fd: int, reply_fd: int) -> None:
 
 
 def remote_functions(names: list[str], call_fd: int, reply_fd: int) -> dict:
-    """The tests' side: once the solution's program has run to its end, a stub per name that calls the
-    solution's function or stands for its class (``crossing.Channel.stubs``). Raises if the solution's
+    """The tests' side: once the solution's program has run to its end, a stand-in per name that calls the
+    solution's function or stands for its class (``crossing.Channel.stand_ins``). Raises if the solution's
     program did not end normally."""
     body = crossing.read_frame(reply_fd, crossing.MAX_READY_BYTES)
     ready = json.loads(body) if body is not None else None
@@ -149,4 +149,4 @@ def remote_functions(names: list[str], call_fd: int, reply_fd: int) -> dict:
             raise MemoryError("the solution ran out of memory")
         why = str(ready.get("exception"))[:500] if type(ready) is dict else "it exited"
         raise RuntimeError(f"the solution's program did not run to its end ({why})")
-    return crossing.Channel(call_fd, reply_fd).stubs(names, ready.get("classes"))
+    return crossing.Channel(call_fd, reply_fd).stand_ins(names, ready.get("classes"))
