@@ -57,8 +57,9 @@ class VLLMBackend(Backend):
         """The engine (started on first use)."""
         with self._load_lock:
             if self._llm is None:
-                self._llm = self._vllm.LLM(**self.engine_args())
-                self._tokenizer = self._llm.get_tokenizer()
+                llm = self._vllm.LLM(**self.engine_args())
+                self._tokenizer = llm.get_tokenizer()
+                self._llm = llm
             return self._llm
 
     def _loading(self) -> asyncio.Future:
@@ -88,8 +89,9 @@ class VLLMBackend(Backend):
     async def _generate(
         self, messages: list[Message], tools: list[ToolSchema] | None, params: SamplingParams
     ) -> list[Completion]:
-        if self._llm is None:
-            await self._loading()
+        # every call waits on the one load (a done one returns at once): a call that saw the
+        # engine set by the loading thread would otherwise run ahead of those still waiting
+        await self._loading()
         try:
             text = render_prompt(self._tokenizer, messages, tools, **self.spec.chat_template_kwargs)
         except RenderError as e:
