@@ -123,7 +123,9 @@ class ModelSpec(StageConfig):
     cache: bool = Field(True, json_schema_extra={"hash": False}, description="Use the persistent call cache.")
     engine_args: dict[str, Any] = Field(default_factory=dict, description="vllm: extra LLM(...) arguments.")
     chat_template_kwargs: dict[str, Any] = Field(
-        default_factory=dict, description="transformers/vllm: extra chat-template variables, e.g. enable_thinking."
+        default_factory=dict,
+        description="Extra chat-template variables, e.g. enable_thinking (openai: sent as the request's "
+        "chat_template_kwargs, which vLLM and SGLang read).",
     )
     logprobs: bool = Field(False, description="openai: ask the server for the logprobs of sampled tokens.")
     extra_body: dict[str, Any] = Field(

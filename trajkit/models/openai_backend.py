@@ -190,6 +190,8 @@ class OpenAIBackend(Backend):
         if self.spec.logprobs:
             body["logprobs"] = True
         body.update(self.spec.extra_body)
+        if self.spec.chat_template_kwargs:  # vLLM's and SGLang's request field (over extra_body's, key by key)
+            body["chat_template_kwargs"] = {**body.get("chat_template_kwargs", {}), **self.spec.chat_template_kwargs}
         return body
 
     async def _post(self, body: dict[str, Any]) -> dict[str, Any] | str:
