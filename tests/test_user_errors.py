@@ -125,6 +125,26 @@ def test_the_real_command_prints_one_line_and_exits_2(tmp_path):
     assert json.dumps(proc.stdout) == '""'
 
 
+def test_an_unknown_variable_in_a_pipeline_or_curriculum_file_is_named_with_its_place(tmp_path):
+    """``${name}`` other than the file's own variables was left as written (a path named ``${rn}/models``)."""
+    from trajkit.train.curriculum import load_curriculum
+
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(
+        "stages:\n  - stage: curate.import\n    config: {preset: humaneval, path: '${here}/${HOME}/x'}\n"
+    )
+    message = user_error("run", str(pipeline), "-r", str(tmp_path / "run"))
+    assert (
+        message
+        == f"{pipeline}: unknown variable ${{HOME}} in stages[0].config.path (this file has ${{run}} and ${{here}})"
+    )
+    curriculum = tmp_path / "stages.yaml"
+    curriculum.write_text("model: ${rn}/models/sft\nstages: [{name: a}]\n")
+    with pytest.raises(UserError, match=r"stages.yaml: unknown variable \$\{rn\} in model \(this file has \$\{run\}\)"):
+        load_curriculum(curriculum, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
 def test_unknown_stage_in_set_is_an_error(tmp_path):
     pipeline = tmp_path / "p.yaml"
     pipeline.write_text("stages:\n  - stage: curate.import\n    config: {preset: humaneval, limit: 1}\n")
