@@ -154,3 +154,28 @@ def test_calls_of_a_local_model_with_template_kwargs_replay_without_its_director
         other = remote.model_copy(update={"model": "models/sft"})
         assert "'models/sft' was never recorded" in asyncio.run(replay(other, asks[0]))[0].error
     assert "'/gone/model' were recorded before the cache kept" in ReplayServer(legacy).notes()[0]
+
+
+def test_calls_that_sent_tool_media_replay(tmp_path):
+    """With tool_media user_message the request carries the media as a user message: the replay keys it so."""
+    from tests.models.test_openai_backend import SHOT
+
+    spec = ModelSpec(model="vision", backend="openai", tool_media="user_message")
+
+    async def record():
+        backend = CachedBackend(_Recorded(spec), CallCache(tmp_path / "_cache"))
+        await backend.generate(SHOT)
+        await backend.aclose()
+
+    async def replay(spec: ModelSpec):
+        backend = make_backend(spec.model_copy(update={"max_retries": 0}))
+        try:
+            return (await backend.generate(SHOT))[0]
+        finally:
+            await backend.aclose()
+
+    asyncio.run(record())
+    with ReplayServer(open_cache(tmp_path)) as server:
+        remote = spec.model_copy(update={"base_url": server.base_url})
+        assert asyncio.run(replay(remote)).text == "answer to [audio audio/wav, 4 bytes, part 1]"
+        assert "no recorded call" in asyncio.run(replay(remote.model_copy(update={"tool_media": "text"}))).error

@@ -47,7 +47,7 @@ from trajkit.models.base import (
     ToolCallError,
     ToolSchema,
 )
-from trajkit.models.chat import canonical
+from trajkit.models.chat import canonical, with_tool_media
 
 KEY_VERSION = 1
 _FINGERPRINT_FILES = (
@@ -85,16 +85,18 @@ def call_key(
     identity: str, messages: list[Message], tools: list[ToolSchema] | None, params: SamplingParams, spec: ModelSpec
 ) -> str:
     """The cache key of one call."""
+    media = spec.tool_media != "text"  # the media the model is sent are part of the call (the default adds nothing)
     blob = {
         "v": KEY_VERSION,
         "model": identity,
-        "messages": canonical(messages),
+        "messages": canonical(with_tool_media(messages) if media else messages),
         "tools": tools or None,
         "params": params.as_dict(),
         "options": {
             "chat_template_kwargs": spec.chat_template_kwargs,
             "extra_body": spec.extra_body,
             "logprobs": spec.logprobs,
+            **({"tool_media": spec.tool_media} if media else {}),
         },
     }
     text = json.dumps(blob, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)

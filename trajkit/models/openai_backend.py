@@ -40,7 +40,7 @@ from typing import Any
 
 from trajkit.errors import UserError
 from trajkit.models.base import Backend, Completion, Message, ModelSpec, SamplingParams, ToolSchema
-from trajkit.models.chat import failed, to_openai
+from trajkit.models.chat import failed, to_openai, with_tool_media
 from trajkit.models.parsing import parse_openai_tool_calls, parse_tool_calls, split_reasoning
 from trajkit.models.ratelimit import RateLimiter
 
@@ -175,7 +175,7 @@ class OpenAIBackend(Backend):
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.spec.model,
-            "messages": to_openai(messages),
+            "messages": to_openai(with_tool_media(messages) if self.spec.tool_media != "text" else messages),
             "n": n,
             "temperature": params.temperature,
             "top_p": params.top_p,

@@ -11,7 +11,8 @@ is found by the identity its calls were recorded with (its path and weights'
 fingerprint, kept beside each call), so the directory need not be there; the
 openai backend sends the spec's ``chat_template_kwargs`` as the request field
 of that name, which the key counts as the spec's (or, failing that, as
-``extra_body``'s). A request that was never recorded is refused with 404 and
+``extra_body``'s); a request carrying tool results' media as a user message
+(``tool_media: user_message``) is keyed with that option. A request that was never recorded is refused with 404 and
 says why: the client records it as a failed call, as it would any endpoint's
 error. ``/v1/models`` lists the recorded models.
 """
@@ -100,6 +101,8 @@ class ReplayServer(ScriptedServer):
             rest = {k: v for k, v in extra.items() if k != "chat_template_kwargs"}
             kwargs = extra["chat_template_kwargs"]
             specs.insert(0, specs[0].model_copy(update={"extra_body": rest, "chat_template_kwargs": kwargs}))
+        if any(m.get("role") == "user" and isinstance(m.get("content"), list) for m in messages):
+            specs += [s.model_copy(update={"tool_media": "user_message"}) for s in specs]  # tool results' media
         for identity in self._identities(model):
             for spec in specs:
                 recorded = self.cache.get(call_key(identity, messages, body.get("tools"), params, spec))
