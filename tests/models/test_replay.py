@@ -117,8 +117,9 @@ class _Recorded(Backend):
 def test_calls_of_a_local_model_with_template_kwargs_replay_without_its_directory(tmp_path):
     """A transformers run of a local model directory with chat_template_kwargs, replayed for the openai backend
     on a machine without that directory: the key's identity comes from the cache, the template kwargs from the
-    request's chat_template_kwargs field. What cannot be found says why."""
-    weights = tmp_path / "models" / "sft"
+    request's chat_template_kwargs field; a model inside the recorded run answers to the same place inside
+    another run. What cannot be found says why."""
+    weights = tmp_path / "run" / "models" / "sft"  # ${run}/models/sft
     weights.mkdir(parents=True)
     (weights / "config.json").write_text('{"layers": 2}')
     kwargs = {"enable_thinking": False}
@@ -149,10 +150,12 @@ def test_calls_of_a_local_model_with_template_kwargs_replay_without_its_director
         remote = local.model_copy(update={"backend": "openai", "base_url": server.base_url})
         assert [asyncio.run(replay(remote, a))[0].text for a in asks] == ["answer to q0", "answer to q1"]
         assert not server.notes()
+        rerun = remote.model_copy(update={"model": str(tmp_path / "dry" / "models" / "sft")})  # into another run
+        assert asyncio.run(replay(rerun, asks[1]))[0].text == "answer to q1"
         missed = asyncio.run(replay(remote, [{"role": "user", "content": "q9"}]))[0].error
         assert "no recorded call has this conversation" in missed
-        other = remote.model_copy(update={"model": "models/sft"})
-        assert "'models/sft' was never recorded" in asyncio.run(replay(other, asks[0]))[0].error
+        other = remote.model_copy(update={"model": str(tmp_path / "dry" / "models" / "rl")})
+        assert "/dry/models/rl' was never recorded" in asyncio.run(replay(other, asks[0]))[0].error
     assert "'/gone/model' were recorded before the cache kept" in ReplayServer(legacy).notes()[0]
 
 

@@ -8,7 +8,9 @@ request and answers with the completions recorded under it, so the pipeline
 that made the run can be run again end to end (into another run directory,
 or after changing a later stage) without the model. A local model directory
 is found by the identity its calls were recorded with (its path and weights'
-fingerprint, kept beside each call), so the directory need not be there; the
+fingerprint, kept beside each call), so the directory need not be there, and
+one inside the recorded run (``${run}/models/sft``) answers to the same place
+inside another run (the pipeline rerun into a new directory); the
 openai backend sends the spec's ``chat_template_kwargs`` as the request field
 of that name, which the key counts as the spec's (or, failing that, as
 ``extra_body``'s); a request carrying tool results' media as a user message
@@ -20,6 +22,7 @@ error. ``/v1/models`` lists the recorded models.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -53,6 +56,8 @@ class ReplayServer(ScriptedServer):
             raise UserError(f"{cache.path}: the call cache holds no calls to replay")
         self.models = models
         self._known: dict[str, list[str]] = {}
+        # the recorded run, where the cache is its _cache: models inside it are found inside another run too
+        self.run = Path(os.path.abspath(cache.path.parent.parent)) if cache.path.parent.name == "_cache" else None
         super().__init__(self._never, delay_s=delay_s, model=models[0], port=port)
 
     @staticmethod
@@ -74,11 +79,25 @@ class ReplayServer(ScriptedServer):
                 )
         return out
 
+    def _recorded_name(self, model: str) -> str:
+        """The recorded model name a request's stands for: itself, or for a model inside the recorded run
+        (``${run}/models/sft``) the same place inside another run: the pipeline rerun into a new directory."""
+        if model in self.models or self.run is None:
+            return model
+        inside = []
+        for name in self.models:
+            path = Path(os.path.abspath(name))
+            if path.is_relative_to(self.run) and path != self.run:
+                rel = path.relative_to(self.run).parts
+                if Path(model).parts[-len(rel) :] == rel:
+                    inside.append(name)
+        return inside[0] if len(inside) == 1 else model
+
     def _identities(self, model: str) -> list[str]:
         """The identities to look the request up under: those recorded for this model name, newest first, and
         the name's own (a Hub id; a local directory's path and fingerprint here) for calls recorded without one."""
         if model not in self._known:
-            recorded = self.cache.identities(model)
+            recorded = self.cache.identities(self._recorded_name(model))
             here = [model_identity(model)] if None in recorded or not recorded else []
             self._known[model] = list(dict.fromkeys([i for i in recorded if i is not None] + here))
         return self._known[model]
@@ -108,7 +127,7 @@ class ReplayServer(ScriptedServer):
                 recorded = self.cache.get(call_key(identity, messages, body.get("tools"), params, spec))
                 if recorded is not None:
                     return _response(recorded, model, index)
-        if model not in self.models:
+        if self._recorded_name(model) not in self.models:
             raise Refused(
                 404,
                 f"no recorded answer: {model!r} was never recorded in {self.cache.path} "
