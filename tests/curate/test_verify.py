@@ -106,13 +106,17 @@ def test_bad_completion_files_are_user_errors(run_dir, tmp_path):
             "curate.verify",
             completions=str(write_jsonl(tmp_path / "a.jsonl", [{"task_id": "HumanEval/0", "text": "x"}])),
         )
-    with pytest.raises(UserError, match="no completion matches"):
+    with pytest.raises(UserError, match="no completion matches .*: 1 name no task$"):
         run(
             store,
             "curate.verify",
             name="v2",
             completions=str(write_jsonl(tmp_path / "b.jsonl", [{"task_id": "nope", "completion": "x"}])),
         )
+    run(store, "curate.decontaminate")  # rejects the HumanEval task itself
+    lines = [{"task_id": "HumanEval/0", "completion": "x"}, {"task_id": "nope", "completion": "x"}]
+    with pytest.raises(UserError, match="1 name a task another stage rejected, 1 name no task$"):
+        run(store, "curate.verify", name="v4", completions=str(write_jsonl(tmp_path / "c.jsonl", lines)))
     with pytest.raises(UserError, match="thresholds"):
         run(store, "curate.verify", name="v3", completions="x.jsonl", thresholds={"hard": 0.9, "medium": 0.5})
 

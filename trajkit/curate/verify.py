@@ -72,7 +72,8 @@ def match_tasks(
     for t in tasks:
         if t["source_id"] is not None:
             by_source[t["source_id"]].append(t)
-    known = ctx.store.ids("tasks")
+    every = ctx.store.read("tasks", ["task_id", "source_id"])
+    known = {*every["task_id"].to_pylist(), *every["source_id"].to_pylist()} - {None}  # rejected ones too
     out, skipped, ordinal = [], defaultdict(int), defaultdict(int)
     for line, rec in enumerate(records, 1):
         if "task_id" not in rec or "completion" not in rec:
@@ -93,6 +94,9 @@ def match_tasks(
     return out, dict(skipped)
 
 
+_SKIPPED = {"unknown_task": "name no task", "rejected_task": "name a task another stage rejected"}
+
+
 def run_verify(ctx: StageContext, cfg: VerifyConfig) -> dict[str, Any]:
     from trajkit.verify import check_custom_verifiers, make_sandbox, verify_many
 
@@ -104,7 +108,8 @@ def run_verify(ctx: StageContext, cfg: VerifyConfig) -> dict[str, Any]:
     for reason, n in skipped.items():
         ctx.counts[f"skipped.{reason}"] += n
     if not items:
-        raise UserError(f"{cfg.completions}: no completion matches a task of this run (by task id or source id)")
+        why = ", ".join(f"{n} {_SKIPPED[r]}" for r, n in sorted(skipped.items()))
+        raise UserError(f"{cfg.completions}: no completion matches a task of this run (by task id or source id): {why}")
     check_custom_verifiers({id(t): t["verifier"] for t, _, _ in items}.values())
     done = ctx.done("samples")
     todo = []
