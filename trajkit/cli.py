@@ -87,7 +87,7 @@ def sql(
     ] = None,
     limit: Annotated[int, typer.Option(min=0, help="Rows shown in table format.")] = 50,
 ) -> None:
-    """Query a run with DuckDB SQL, e.g. ``SELECT difficulty, count(*) FROM tasks GROUP BY 1``."""
+    """Query a run with DuckDB SQL, e.g. `SELECT difficulty, count(*) FROM tasks GROUP BY 1`."""
     from trajkit.store import existing_run
     from trajkit.tabular import print_table, write_table
 

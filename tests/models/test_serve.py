@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 from tests.test_cli import ROOT
 
@@ -63,3 +64,10 @@ def test_model_serve_bad_script_is_a_user_error():
         timeout=60,
     )
     assert proc.returncode == 2 and "has no 'nope'" in proc.stderr
+
+
+def test_model_serve_imports_the_script_from_the_current_directory(tmp_path):
+    (tmp_path / "brain.py").write_text("answer = 'not a function'\n")
+    trajkit = [str(Path(sys.executable).parent / "trajkit"), "model", "serve", "--script", "brain:answer"]
+    proc = subprocess.run(trajkit, cwd=tmp_path, check=False, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "'brain:answer' is not callable" in proc.stderr  # imported, then refused
