@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from trajkit.clikit import Address, Executor, Overrides, RunDir, TopGroup, WorldSize
+from trajkit.clikit import Address, Overrides, RunDir, TopGroup
 from trajkit.curate.cli import app as curate_app
 from trajkit.data_cards import cli as cards_cli
 from trajkit.eval.cli import app as eval_app
@@ -216,9 +216,14 @@ def run_cmd(
     run: RunDir,
     fresh: Annotated[bool, typer.Option("--fresh", help="Start every stage over.")] = False,
     overrides: Overrides = None,
-    executor: Executor = "local",
+    executor: Annotated[
+        str,
+        typer.Option(
+            help="local: every stage in this process; ray: each stage's --world-size shards on a Ray cluster."
+        ),
+    ] = "local",
     address: Address = None,
-    world_size: WorldSize = 1,
+    world_size: Annotated[int, typer.Option(help="Shards per stage (--executor ray only).")] = 1,
 ) -> None:
     """Run a pipeline file stage by stage; a rerun resumes where it stopped."""
     from trajkit.pipeline import run_pipeline
