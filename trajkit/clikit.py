@@ -201,7 +201,8 @@ def config_options(
     Scalars and lists of scalars become options named after the field (plus declared aliases);
     a ``ModelSpec`` field ``x_model`` becomes ``--x-model``, ``--x-backend`` and ``--x-base-url``
     (``--model/--backend/--base-url`` for ``model``, ``--model`` repeatable for ``models``);
-    nested and mapping fields are set with ``--set`` (or in the YAML file) only.
+    a mapping of scalars is a repeatable ``--field KEY=VALUE``; nested fields, pairs and other
+    mappings are set with ``--set`` (or in the YAML file) only.
     """
     import pydantic
 
