@@ -53,7 +53,8 @@ class TasksConfig(StageConfig):
     modes: list[Mode] = Field(default_factory=lambda: list(S.SYNTH_MODES), description="Toucan's synthesis modes.")
     requests_per_mode: int = Field(10, ge=1, description="Generation requests per mode.")
     method: Literal[S.VS_METHODS] = Field(  # type: ignore[valid-type]
-        "vs_standard", description="direct (k completions of one task) or a verbalized-sampling method."
+        "vs_standard",
+        description="How candidates are asked for: direct (k completions of one task) or vs_* (verbalized sampling).",
     )
     k: int = Field(5, ge=1, description="Candidates per request.")
     m: int = Field(2, ge=1, description="vs_multi: candidates asked for per turn.")
