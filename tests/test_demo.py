@@ -175,3 +175,12 @@ def test_model_option_derives_the_pipeline_without_the_warmup(tmp_path):
     assert models and all(m == spec for m in models)
     sft = next(s for s in data["stages"] if s["stage"] == "train.sft")
     assert sft["config"]["model"] == "Qwen/Qwen3-8B"
+
+
+def test_fixture_reads_the_quoted_data_blocks_of_judge_prompts():
+    from trajkit.demo.fixture import _block
+    from trajkit.synth.prompts import quote_data
+
+    question, conversation = "How many?", "[user]\nHow many?"
+    prompt = f"## Question\n{quote_data(question)}\n\n## Conversation\n{quote_data(conversation)}\n"
+    assert (_block(prompt, "Question"), _block(prompt, "Conversation")) == (question, conversation)

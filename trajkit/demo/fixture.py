@@ -191,9 +191,9 @@ def follow_up(conversation: str) -> str:
 
 
 def _block(prompt: str, heading: str) -> str:
-    """The fenced block under ``## heading`` of a judge or simulator prompt."""
-    m = re.search(rf"## {heading}[^\n]*\n```\n(.*?)\n```", prompt, re.DOTALL)
-    return m[1] if m else ""
+    """The data block (``prompts.quote_data``) under ``## heading`` of a judge or simulator prompt."""
+    m = re.search(rf"## {heading}[^\n]*\n<<<(DATA-[0-9a-f]+) [^\n]*\n(.*?)\n\1>>>", prompt, re.DOTALL)
+    return m[2] if m else ""
 
 
 # ---------------------------------------------------------------- coder
