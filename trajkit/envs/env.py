@@ -52,6 +52,7 @@ from trajkit.envs.config import (
     load_servers_config,
     server_state,
 )
+from trajkit.envs.forks import ForkServer, python_entry
 from trajkit.envs.session import Connection, ServerFault, ToolOutput
 from trajkit.envs.tools import ToolRoute, select_servers, tool_routes
 from trajkit.errors import UserError
@@ -204,6 +205,7 @@ class ToolEnv:
         self.slots = _Slots(max_processes or SERVERS_PER_CPU * cpus())
         self.pools: dict[str, Pool] = {}
         self.warm_pools: dict[str, Warm] = {}
+        self.forks: dict[str, ForkServer | None] = {}  # per stateful Python server: its zygote (forks.py)
         self.live: set[Connection] = set()
         self._closers: set[asyncio.Task] = set()
         self._routes: dict[tuple[str, ...] | None, list[ToolRoute]] = {}
@@ -257,12 +259,15 @@ class ToolEnv:
     def _connection(self, name: str, cfg: ServerConfig, shared: bool = False) -> Connection:
         if self._closed:
             raise ServerFault("the tool environment is closed")
+        if not shared and name not in self.forks:
+            self.forks[name] = ForkServer(name, cfg) if python_entry(cfg) else None
         conn = Connection(
             name,
             cfg,
             startup_timeout_s=self.startup_timeout_s,
             max_concurrency=self.max_concurrency_per_server,
             shared=shared,
+            fork=None if shared else self.forks[name],
         )
         self.live.add(conn)
         return conn
@@ -299,6 +304,9 @@ class ToolEnv:
         self._closed = True
         closing = [self.close_connection(c) for c in list(self.live)]
         await asyncio.shield(asyncio.gather(*closing, *self._closers, return_exceptions=True))
+        for fork in self.forks.values():
+            if fork is not None:
+                fork.close()
         self.pools.clear()
         self.warm_pools.clear()
 

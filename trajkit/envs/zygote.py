@@ -1,0 +1,283 @@
+"""A fork server for one Python stdio MCP server, and the stand-in process the MCP client starts per instance.
+
+``PYTHON zygote.py serve LISTEN_FD CLIENT_PID -- ENTRY...`` runs on the server's own interpreter, with
+its environment and cwd (ENTRY is ``-m MODULE ARGS...`` or ``SCRIPT ARGS...``, as the server's config
+says). It imports once what the entry module imports (its libraries and the server's own modules, not
+the entry module itself, so nothing is served), then accepts instances on the listening unix socket:
+each request carries the instance's stdin, stdout and stderr and its containment spec; the zygote forks,
+and the child, like the ``contain.py`` launcher, runs the entry module as ``__main__`` (``runpy``: the
+``if __name__ == "__main__"`` block runs, ``sys.argv`` is the server's) contained as the spec says
+(``contain.run``). The zygote answers ``pid N`` at once and ``exit CODE`` when the instance is gone; a
+stand-in that hangs up has its instance killed. The zygote dies with its client (parent-death signal),
+and each instance with the zygote.
+
+``python -I -S zygote.py attach SOCKET -- LAUNCHER_ARGS...`` is what the MCP client spawns instead of
+the launcher: it hands its own stdin, stdout and stderr to the fork server, relays SIGTERM/SIGINT/SIGHUP
+to its instance, and exits with the instance's status, so the client's shutdown sequence (close stdin,
+SIGTERM, SIGKILL of the process group) and stderr capture work exactly as for a spawned server. Where
+the fork server is not there (crashed, killed, never started) before the instance was forked, it
+executes ``python LAUNCHER_ARGS...``: the instance is spawned as usual.
+
+A plain script on the standard library, ``contain.py`` and ``verify/isolation.py`` (a server's
+interpreter need not have trajkit installed).
+"""
+
+from __future__ import annotations
+
+import ast
+import atexit
+import contextlib
+import importlib
+import importlib.util
+import json
+import os
+import runpy
+import selectors
+import signal
+import socket
+import sys
+import traceback
+from collections.abc import Callable
+
+_here = os.path.dirname(os.path.abspath(__file__))
+
+
+def _ours(name: str, folder: str) -> object:
+    """A module of ours imported from ``folder``, leaving ``sys.path`` and ``sys.modules`` as they were (the
+    server sees its own path, and no module of ours under a plain name)."""
+    path = list(sys.path)
+    sys.path.insert(0, folder)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path[:] = path
+        for plain in ("contain", "isolation"):
+            sys.modules.pop(plain, None)
+
+
+iso = _ours("isolation", os.path.join(os.path.dirname(_here), "verify"))
+
+MAX_SPEC = 1 << 16
+
+
+def _server_path(entry: list[str]) -> None:
+    """``sys.path[0]`` as ``python ENTRY`` sets it: the working directory for ``-m``, else the script's folder."""
+    if sys.path and os.path.realpath(sys.path[0] or ".") == _here:
+        del sys.path[0]
+    if not getattr(sys.flags, "safe_path", False):
+        sys.path.insert(0, os.getcwd() if entry[0] == "-m" else os.path.dirname(os.path.realpath(entry[0])))
+
+
+def _imports(entry: list[str]) -> list[tuple[str, list[str]]]:
+    """The modules the entry module's source imports (relative ones made absolute), with the names taken."""
+    if entry[0] == "-m":
+        spec = importlib.util.find_spec(entry[1])
+        if spec is not None and spec.submodule_search_locations is not None:
+            spec = importlib.util.find_spec(entry[1] + ".__main__")
+        if spec is None or not spec.has_location:
+            return []
+        path, package = spec.origin, spec.parent
+    else:
+        path, package = entry[0], ""
+    with open(path, "rb") as f:
+        tree = ast.parse(f.read())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, []) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = importlib.util.resolve_name("." * node.level + base, package)
+            found.append((base, [alias.name for alias in node.names]))
+    return [(m, names) for m, names in found if m and m != "__main__" and not m.endswith(".__main__")]
+
+
+def _preload(entry: list[str]) -> None:
+    """Import what the entry module imports; a module that fails to import is left to the instance."""
+    sys.dont_write_bytecode = True  # nothing written on the host
+    try:
+        modules = _imports(entry)
+    except Exception:  # noqa: BLE001 - an entry that cannot be read fails in each instance as it would spawned
+        return
+    for module, names in modules:
+        with contextlib.suppress(Exception, SystemExit):
+            loaded = importlib.import_module(module)
+            for name in names:
+                if name != "*" and not hasattr(loaded, name):
+                    with contextlib.suppress(Exception, SystemExit):
+                        importlib.import_module(f"{module}.{name}")
+
+
+def _exit_code(code: object) -> int:
+    """The status ``sys.exit(code)`` ends an interpreter with (a message goes to stderr, as Python does)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _run_server(entry: list[str]) -> None:
+    """The instance's server process: the entry module as ``__main__``, then the interpreter's exit."""
+    code = 0
+    try:
+        if entry[0] == "-m":
+            sys.argv = [entry[1], *entry[2:]]  # runpy puts the module's file in argv[0], as ``python -m`` does
+            runpy.run_module(entry[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = list(entry)
+            runpy.run_path(entry[0], run_name="__main__")
+    except SystemExit as e:
+        code = _exit_code(e.code)
+    except BaseException:  # noqa: BLE001 - an uncaught exception: its traceback, status 1
+        traceback.print_exc()
+        code = 1
+    try:
+        if "threading" in sys.modules:
+            sys.modules["threading"]._shutdown()  # non-daemon threads are waited for, as at interpreter exit
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
+def _instance(spec: dict, fds: list[int], entry: list[str], own: list, run: Callable) -> None:
+    """In the forked child: the client's pipes as 0, 1 and 2, nothing of the zygote's, then contained."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+    for fd in {*fds, *(x if isinstance(x, int) else x.fileno() for x in own)}:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    sys.dont_write_bytecode = bool(sys.flags.dont_write_bytecode)
+    code = 1
+    try:
+        iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with the zygote, which dies with the client
+        os.setsid()
+        code = run(spec, lambda: _run_server(entry))
+    except BaseException:  # noqa: BLE001 - as the spawned launcher: a traceback on stderr
+        traceback.print_exc()
+    finally:
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def serve(listen_fd: int, client: int, entry: list[str]) -> None:
+    iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != client:  # the client died before the line above
+        return
+    run = _ours("contain", _here).run
+    _server_path(entry)
+    _preload(entry)
+    listener = socket.socket(fileno=listen_fd)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w)
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ, "accept")
+    sel.register(wake_r, selectors.EVENT_READ, "reap")
+    instances: dict[int, socket.socket] = {}
+    while True:
+        for key, _ in sel.select():
+            if key.data == "accept":
+                sel.register(listener.accept()[0], selectors.EVENT_READ, "request")
+            elif key.data == "reap":
+                os.read(wake_r, 4096)
+                _reap(sel, instances)
+            elif key.data == "request":
+                conn = key.fileobj
+                sel.unregister(conn)
+                own = [wake_w, sel.fileno(), *(k.fd for k in sel.get_map().values()), *instances.values()]
+                pid = _fork(conn, entry, own, run)
+                if pid is not None:
+                    instances[pid] = conn
+                    sel.register(conn, selectors.EVENT_READ, pid)
+            else:  # the stand-in hung up (killed): its instance goes too
+                sel.unregister(key.fileobj)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(key.data, signal.SIGKILL)
+
+
+def _fork(conn: socket.socket, entry: list[str], own: list, run: Callable) -> int | None:
+    """Fork one instance for the request on ``conn``; its pid, or None (a bad request, closed)."""
+    try:
+        msg, fds, _, _ = socket.recv_fds(conn, MAX_SPEC, 3)
+    except OSError:
+        msg, fds = b"", []
+    if len(fds) != 3 or not msg:
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+        return None
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        _instance(json.loads(msg), fds, entry, [*own, conn], run)
+    for fd in fds:
+        os.close(fd)
+    try:
+        conn.send(f"pid {pid}".encode())
+    except OSError:
+        os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def _reap(sel: selectors.BaseSelector, instances: dict[int, socket.socket]) -> None:
+    """Collect exited instances; tell each one's stand-in its status."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = instances.pop(pid, None)
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                conn.send(f"exit {os.waitstatus_to_exitcode(status)}".encode())
+            with contextlib.suppress(KeyError, ValueError):
+                sel.unregister(conn)
+            conn.close()
+
+
+def attach(path: str, launcher: list[str]) -> None:
+    """The stand-in: one instance from the fork server at ``path``, else ``python LAUNCHER...`` (spawned)."""
+    iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)  # as the launcher: dies with its client
+    spec = launcher[launcher.index("--") - 1]
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        sock.connect(path)
+        socket.send_fds(sock, [spec.encode()], [0, 1, 2])
+        reply = sock.recv(64)
+    except OSError:
+        reply = b""
+    if not reply.startswith(b"pid "):  # no fork server: spawn the instance as usual
+        sock.close()
+        os.execv(sys.executable, [sys.executable, *launcher])
+    pid = int(reply.split()[1])
+    null = os.open(os.devnull, os.O_RDWR)  # the instance holds the pipes now: their ends close with it
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda s, _f: os.kill(pid, s))
+    reply = sock.recv(64)
+    if reply.startswith(b"exit "):
+        code = int(reply.split()[1])
+    else:
+        print("trajkit: the fork server exited, and this server with it", file=sys.stderr, flush=True)
+        code = 1
+    os._exit(code if code >= 0 else 128 - code)
+
+
+if __name__ == "__main__":
+    cut = sys.argv.index("--")
+    if sys.argv[1] == "serve":
+        serve(int(sys.argv[2]), int(sys.argv[3]), sys.argv[cut + 1 :])
+    else:
+        attach(sys.argv[2], sys.argv[cut + 1 :])
