@@ -26,7 +26,6 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 
 from trajkit.envs.config import ServerConfig, child_environment, resolve_command
