@@ -260,10 +260,8 @@ def attach(path: str, launcher: list[str]) -> None:
     if not reply.startswith(b"pid "):  # no fork server: spawn the instance as usual
         sock.close()
         os.execv(sys.executable, [sys.executable, *launcher])
-    pid = int(reply.split()[1])
-    null = os.open(os.devnull, os.O_RDWR)  # the instance holds the pipes now: their ends close with it
-    os.dup2(null, 0)
-    os.dup2(null, 1)
+    pid = int(reply.split()[1])  # the pipes stay open here too, as in the launcher: the client reads the end of
+    # stdout only once this process, and the reason it writes on stderr, is done
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda s, _f: os.kill(pid, s))
     reply = sock.recv(64)
