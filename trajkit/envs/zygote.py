@@ -18,26 +18,20 @@ SIGTERM, SIGKILL of the process group) and stderr capture work exactly as for a 
 the fork server is not there (crashed, killed, never started) before the instance was forked, it
 executes ``python LAUNCHER_ARGS...``: the instance is spawned as usual.
 
-A plain script on the standard library, ``contain.py`` and ``verify/isolation.py`` (a server's
-interpreter need not have trajkit installed).
+A plain script on the standard library and ``contain.py`` (a server's interpreter need not have trajkit
+installed); the stand-in imports only what it uses (it starts once per instance).
 """
 
 from __future__ import annotations
 
-import ast
-import atexit
-import contextlib
-import importlib
-import importlib.util
-import json
 import os
-import runpy
-import selectors
 import signal
 import socket
 import sys
-import traceback
-from collections.abc import Callable
+
+TYPE_CHECKING = False  # (typing's import would cost every stand-in)
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 _here = os.path.dirname(os.path.abspath(__file__))
 
@@ -45,6 +39,8 @@ _here = os.path.dirname(os.path.abspath(__file__))
 def _ours(name: str, folder: str) -> object:
     """A module of ours imported from ``folder``, leaving ``sys.path`` and ``sys.modules`` as they were (the
     server sees its own path, and no module of ours under a plain name)."""
+    import importlib
+
     path = list(sys.path)
     sys.path.insert(0, folder)
     try:
@@ -55,7 +51,13 @@ def _ours(name: str, folder: str) -> object:
             sys.modules.pop(plain, None)
 
 
-iso = _ours("isolation", os.path.join(os.path.dirname(_here), "verify"))
+def _die_with_parent() -> None:
+    """SIGKILL when the parent exits (``PR_SET_PDEATHSIG``; without isolation.py's imports)."""
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0):
+        raise OSError(ctypes.get_errno(), "prctl PR_SET_PDEATHSIG")
+
 
 MAX_SPEC = 1 << 16
 
@@ -70,6 +72,9 @@ def _server_path(entry: list[str]) -> None:
 
 def _imports(entry: list[str]) -> list[tuple[str, list[str]]]:
     """The modules the entry module's source imports (relative ones made absolute), with the names taken."""
+    import ast
+    import importlib.util
+
     if entry[0] == "-m":
         spec = importlib.util.find_spec(entry[1])
         if spec is not None and spec.submodule_search_locations is not None:
@@ -95,6 +100,9 @@ def _imports(entry: list[str]) -> list[tuple[str, list[str]]]:
 
 def _preload(entry: list[str]) -> None:
     """Import what the entry module imports; a module that fails to import is left to the instance."""
+    import contextlib
+    import importlib
+
     sys.dont_write_bytecode = True  # nothing written on the host
     try:
         modules = _imports(entry)
@@ -121,6 +129,10 @@ def _exit_code(code: object) -> int:
 
 def _run_server(entry: list[str]) -> None:
     """The instance's server process: the entry module as ``__main__``, then the interpreter's exit."""
+    import atexit
+    import runpy
+    import traceback
+
     code = 0
     try:
         if entry[0] == "-m":
@@ -146,6 +158,9 @@ def _run_server(entry: list[str]) -> None:
 
 def _instance(spec: dict, fds: list[int], entry: list[str], own: list, run: Callable) -> None:
     """In the forked child: the client's pipes as 0, 1 and 2, nothing of the zygote's, then contained."""
+    import contextlib
+    import traceback
+
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     for target, fd in enumerate(fds):
@@ -156,7 +171,7 @@ def _instance(spec: dict, fds: list[int], entry: list[str], own: list, run: Call
     sys.dont_write_bytecode = bool(sys.flags.dont_write_bytecode)
     code = 1
     try:
-        iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with the zygote, which dies with the client
+        _die_with_parent()  # the zygote's child: dies with it, as it dies with the client
         os.setsid()
         code = run(spec, lambda: _run_server(entry))
     except BaseException:  # noqa: BLE001 - as the spawned launcher: a traceback on stderr
@@ -167,7 +182,10 @@ def _instance(spec: dict, fds: list[int], entry: list[str], own: list, run: Call
 
 
 def serve(listen_fd: int, client: int, entry: list[str]) -> None:
-    iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)
+    import contextlib
+    import selectors
+
+    _die_with_parent()
     if os.getppid() != client:  # the client died before the line above
         return
     run = _ours("contain", _here).run
@@ -205,6 +223,8 @@ def serve(listen_fd: int, client: int, entry: list[str]) -> None:
 
 def _fork(conn: socket.socket, entry: list[str], own: list, run: Callable) -> int | None:
     """Fork one instance for the request on ``conn``; its pid, or None (a bad request, closed)."""
+    import json
+
     try:
         msg, fds, _, _ = socket.recv_fds(conn, MAX_SPEC, 3)
     except OSError:
@@ -228,8 +248,10 @@ def _fork(conn: socket.socket, entry: list[str], own: list, run: Callable) -> in
     return pid
 
 
-def _reap(sel: selectors.BaseSelector, instances: dict[int, socket.socket]) -> None:
+def _reap(sel: object, instances: dict[int, socket.socket]) -> None:
     """Collect exited instances; tell each one's stand-in its status."""
+    import contextlib
+
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -248,7 +270,8 @@ def _reap(sel: selectors.BaseSelector, instances: dict[int, socket.socket]) -> N
 
 def attach(path: str, launcher: list[str]) -> None:
     """The stand-in: one instance from the fork server at ``path``, else ``python LAUNCHER...`` (spawned)."""
-    iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)  # as the launcher: dies with its client
+    client = os.getppid()  # killed, the client takes the zygote and so the instance with it: the stand-in
+    # sees the end of its socket then, and needs no parent-death signal (nor ctypes' import)
     spec = launcher[launcher.index("--") - 1]
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
@@ -257,8 +280,10 @@ def attach(path: str, launcher: list[str]) -> None:
         reply = sock.recv(64)
     except OSError:
         reply = b""
-    if not reply.startswith(b"pid "):  # no fork server: spawn the instance as usual
+    if not reply.startswith(b"pid "):  # no fork server: spawn the instance as usual, for a client still there
         sock.close()
+        if os.getppid() != client:
+            os._exit(1)
         os.execv(sys.executable, [sys.executable, *launcher])
     pid = int(reply.split()[1])  # the pipes stay open here too, as in the launcher: the client reads the end of
     # stdout only once this process, and the reason it writes on stderr, is done
