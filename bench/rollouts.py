@@ -14,7 +14,7 @@ instance forked from the kv server's zygote (trajkit's way for a Python server,
 ``trajkit/envs/forks.py``; with ``--spawned`` also spawned, as every other server is):
 seconds, ratio to the bound and to "model calls only", the instance start latency a
 trajectory sees (from taking an instance to its ``initialize`` answer; p50, p99),
-peak memory of the whole process tree, and cross-trajectory leaks (a trajectory whose
+peak memory (PSS) of the whole process tree, and cross-trajectory leaks (a trajectory whose
 ``list_keys`` shows another's marker, or whose ``get`` misses its own).
 
 Second table: CPU-seconds per instance start through ``ToolEnv`` (to its ``initialize``
@@ -100,7 +100,8 @@ def backend_for(base_url: str, concurrency: int):
 
 
 class Peak:
-    """The peak resident memory of this process and all its descendants, sampled every 0.2 s."""
+    """The peak memory of this process and all its descendants (proportional set size: a page a forked instance
+    shares with its zygote counts once, split between them), sampled every 0.5 s."""
 
     def __init__(self):
         self.mb = 0.0
@@ -111,11 +112,11 @@ class Peak:
             total = 0
             for p in [me, *me.children(recursive=True)]:
                 try:
-                    total += p.memory_info().rss
+                    total += p.memory_full_info().pss
                 except psutil.Error:
                     pass
             self.mb = max(self.mb, total / 2**20)
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.5)
 
 
 # ---------------------------------------------------------------- rollouts

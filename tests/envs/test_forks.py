@@ -15,7 +15,8 @@ import pytest
 from tests.envs.test_contain import FILEKV
 from tests.envs.test_leaks import children, open_fds
 from tests.fixtures.envs import RAW_SERVER
-from trajkit.envs import forks
+from tests.nonroot import NOBODY, nobody_folder, run_as_nobody
+from trajkit.envs import contain, forks
 from trajkit.envs.config import ServerConfig
 from trajkit.envs.discovery import discover
 from trajkit.envs.env import ToolEnv
@@ -129,12 +130,95 @@ async def test_no_zygote_or_instance_outlives_the_env_and_a_dead_zygote_means_a_
         fork.proc.wait()
         fork.proc.poll = lambda: None  # dead after the check: the stand-in finds nobody listening, and spawns
         seen = []
-        for _ in range(6):  # the warm instances forked before the kill fault (with the reason); the rest spawn
+        for _ in range(6):  # warm instances forked before the kill fault (with the reason) when used; the rest spawn
             async with env.episode() as ep:
                 try:
                     seen.append((await ep.call("fresh", "count", {})).text)
                 except ServerFault as e:
                     seen.append("fork server exited" in str(e))
-        assert seen == [True] * seen.count(True) + ["1"] * (6 - seen.count(True)) and seen.count(True) <= 3
+        assert set(seen) <= {True, "1"} and seen.count(True) <= 3 and seen[-3:] == ["1"] * 3
     assert children() <= before and not os.path.exists(folder)
     assert not [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+SCRIBBLER = """
+import os, sys
+import scribble  # writes when imported: read-only in the zygote, so each instance imports it in its overlays
+from mcp.server import MCPServer
+
+server = MCPServer("scribbler", version="1.0", log_level="WARNING")
+
+
+@server.tool()
+def marks() -> str:
+    \"\"\"The marks file as this instance sees it.\"\"\"
+    with open(os.environ["MARKS"]) as f:
+        return f.read()
+
+
+if __name__ == "__main__":
+    server.run()
+"""
+
+
+async def test_what_the_zygotes_imports_write_reaches_neither_the_host_nor_another_instance(tmp_path, monkeypatch):
+    (tmp_path / "scribble.py").write_text('import os\nwith open(os.environ["MARKS"], "a") as f:\n    f.write("x")\n')
+    (tmp_path / "srv.py").write_text(SCRIBBLER)
+    marks = tmp_path / "marks.txt"
+    cfg = ServerConfig(command=sys.executable, args=[str(tmp_path / "srv.py")], env={"MARKS": str(marks)})
+    rows = await discover({"s": cfg})
+    assert rows[0]["status"] == "ok", rows[0]["reason"]
+    (tmp_path / "kept").mkdir()
+    monkeypatch.setenv(contain.ENV_KEEP, str(tmp_path / "kept"))  # the --keep-env-state folder: written through
+    async with ToolEnv(rows, config={"s": cfg}) as env:
+        for _ in range(2):
+            async with env.episode() as ep:
+                assert (await ep.call("s", "marks", {})).text == "x"  # its own import's write, nobody else's
+        assert env.forks["s"].proc is not None
+    assert not marks.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["kept", "scribble.py", "srv.py"]
+    kept = sorted(p.read_text() for p in (tmp_path / "kept").glob("s-*/*/upper/**/marks.txt"))
+    assert kept == ["x", "x"]  # each instance's writes kept, as for a spawned one
+
+
+NOBODY_FORKS = """
+import asyncio, json, os, sys
+from trajkit.envs.config import ServerConfig
+from trajkit.envs.env import ToolEnv
+
+
+async def main() -> dict:
+    cfg = ServerConfig(command=sys.executable, args=[FILEKV], env={"STATE_FILE": os.path.abspath("data/state.json")})
+    found = {}
+    async with ToolEnv([ROW], config={"filekv": cfg}) as env:
+        for i in range(2):
+            async with env.episode() as ep:
+                found[f"put{i}"] = (await ep.call("filekv", "put", {"key": f"m{i}", "value": "v"})).text
+                found[f"dump{i}"] = json.loads((await ep.call("filekv", "dump", {})).text)
+        found["forked"] = env.forks["filekv"].restarts == 0 and env.forks["filekv"].proc.poll() is None
+    return found
+
+
+print(json.dumps(asyncio.run(main())))
+"""
+
+
+async def test_a_non_root_run_forks_contained_instances_through_nested_user_namespaces():
+    cfg = ServerConfig(command=sys.executable, args=[FILEKV])
+    row = (await discover({"filekv": cfg}))[0]
+    with nobody_folder() as folder:
+        data = folder / "data"
+        data.mkdir()
+        (data / "state.json").write_text('{"host": "1"}')
+        for path in (data, data / "state.json"):
+            os.chown(path, NOBODY.pw_uid, NOBODY.pw_gid)
+        done = run_as_nobody(f"FILEKV = {FILEKV!r}\nROW = {row!r}\n{NOBODY_FORKS}", folder)
+        assert done.returncode == 0, done.stderr
+        found = json.loads(done.stdout.splitlines()[-1])
+        assert found == {
+            "put0": "ok",
+            "put1": "ok",
+            "dump0": {"host": "1", "m0": "v"},
+            "dump1": {"host": "1", "m1": "v"},
+            "forked": True,
+        }
+        assert (data / "state.json").read_text() == '{"host": "1"}' and os.listdir(data) == ["state.json"]

@@ -20,6 +20,7 @@ names the reason, and a start that found no zygote spawns its instance.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -28,6 +29,7 @@ import socket
 import subprocess
 import tempfile
 
+from trajkit.envs import contain
 from trajkit.envs.config import ServerConfig, child_environment, resolve_command
 
 ENV_OFF = "TRAJKIT_NO_FORK_SERVER"
@@ -94,9 +96,11 @@ class ForkServer:
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as listener:
             listener.bind(os.path.join(self._dir, "sock"))
             listener.listen(1024)
-            fd = str(listener.fileno())
+            keep = os.environ.get(contain.ENV_KEEP)
+            spec = {"writable": [], "disk_mb": 1, "keep": None, "through": [keep] if keep else []}
+            fd, spec = str(listener.fileno()), json.dumps(spec)
             self.proc = subprocess.Popen(
-                [resolve_command(cfg.command), ZYGOTE, "serve", fd, str(os.getpid()), "--", *cfg.args],
+                [resolve_command(cfg.command), ZYGOTE, "serve", fd, str(os.getpid()), spec, "--", *cfg.args],
                 pass_fds=[listener.fileno()],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,

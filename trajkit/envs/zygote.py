@@ -1,9 +1,12 @@
 """A fork server for one Python stdio MCP server, and the stand-in process the MCP client starts per instance.
 
-``PYTHON zygote.py serve LISTEN_FD CLIENT_PID -- ENTRY...`` runs on the server's own interpreter, with
-its environment and cwd (ENTRY is ``-m MODULE ARGS...`` or ``SCRIPT ARGS...``, as the server's config
-says). It imports once what the entry module imports (its libraries and the server's own modules, not
-the entry module itself, so nothing is served), then accepts instances on the listening unix socket:
+``PYTHON zygote.py serve LISTEN_FD CLIENT_PID SPEC -- ENTRY...`` runs on the server's own interpreter,
+with its environment and cwd (ENTRY is ``-m MODULE ARGS...`` or ``SCRIPT ARGS...``, as the server's
+config says). In a mount namespace of its own where the host is read-only (``contain._contain`` with
+SPEC: no writable path; the ``--keep-env-state`` folder written through), it imports once what the
+entry module imports (its libraries and the server's own modules, not the entry module itself, so
+nothing is served; a module that writes files when imported fails here, and is imported by each
+instance in its own overlays), then accepts instances on the listening unix socket:
 each request carries the instance's stdin, stdout and stderr and its containment spec; the zygote forks,
 and the child, like the ``contain.py`` launcher, runs the entry module as ``__main__`` (``runpy``: the
 ``if __name__ == "__main__"`` block runs, ``sys.argv`` is the server's) contained as the spec says
@@ -181,14 +184,17 @@ def _instance(spec: dict, fds: list[int], entry: list[str], own: list, run: Call
         os._exit(code)
 
 
-def serve(listen_fd: int, client: int, entry: list[str]) -> None:
+def serve(listen_fd: int, client: int, spec: dict, entry: list[str]) -> None:
     import contextlib
     import selectors
 
     _die_with_parent()
     if os.getppid() != client:  # the client died before the line above
         return
-    run = _ours("contain", _here).run
+    contain = _ours("contain", _here)
+    userns = contain.iso.enter_namespaces(contain.iso.CLONE_NEWNS)
+    contain._contain(spec, userns)  # the host read-only to what the imports do: only the instances may write
+    run = contain.run
     _server_path(entry)
     _preload(entry)
     listener = socket.socket(fileno=listen_fd)
@@ -301,6 +307,8 @@ def attach(path: str, launcher: list[str]) -> None:
 if __name__ == "__main__":
     cut = sys.argv.index("--")
     if sys.argv[1] == "serve":
-        serve(int(sys.argv[2]), int(sys.argv[3]), sys.argv[cut + 1 :])
+        import json
+
+        serve(int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4]), sys.argv[cut + 1 :])
     else:
         attach(sys.argv[2], sys.argv[cut + 1 :])
