@@ -75,7 +75,8 @@ async def test_a_forked_instance_is_contained_exactly_like_a_spawned_one(tmp_pat
 @pytest.mark.parametrize("args", [[WHOAMI, "--flag"], ["-m", "tests.envs.servers.whoami", "--flag"]])
 async def test_the_server_runs_as_main_with_its_own_argv_and_path(args):
     """A server with an ``if __name__ == "__main__"`` block, as a script and as ``-m``: forked, it sees the
-    argv, ``__main__`` and ``sys.path[0]`` a spawned one sees, and module state of its own."""
+    argv, ``__main__`` and ``sys.path[0]`` a spawned one sees, and module state of its own (the module's body ran
+    once, in the zygote; only the ``__main__`` block runs in the instance)."""
     cfg = ServerConfig(command=sys.executable, args=args)
     spawned = Connection("whoami", cfg)
     try:
@@ -86,9 +87,10 @@ async def test_the_server_runs_as_main_with_its_own_argv_and_path(args):
     async with ToolEnv(rows, config={"whoami": cfg}) as env:
         for _ in range(2):
             async with env.episode() as ep:
-                assert json.loads((await ep.call("whoami", "whoami", {})).text) == expected
+                assert json.loads((await ep.call("whoami", "whoami", {})).text) == {**expected, "born_here": False}
         assert psutil.Process(env.forks["whoami"].proc.pid).is_running()
     assert expected["argv"][1:] == ["--flag"] and expected["main"][0] == "__main__" and expected["calls"] == 1
+    assert expected["born_here"] is True
 
 
 async def test_a_killed_zygote_is_restarted_then_given_up_for_spawning_with_a_reason(caplog):

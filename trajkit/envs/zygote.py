@@ -73,8 +73,8 @@ def _server_path(entry: list[str]) -> None:
         sys.path.insert(0, os.getcwd() if entry[0] == "-m" else os.path.dirname(os.path.realpath(entry[0])))
 
 
-def _imports(entry: list[str]) -> list[tuple[str, list[str]]]:
-    """The modules the entry module's source imports (relative ones made absolute), with the names taken."""
+def _entry(entry: list[str]) -> tuple[str, object, dict] | None:
+    """The entry module's file, its parsed source, and the globals ``python ENTRY`` gives it (None: not found)."""
     import ast
     import importlib.util
 
@@ -83,41 +83,71 @@ def _imports(entry: list[str]) -> list[tuple[str, list[str]]]:
         if spec is not None and spec.submodule_search_locations is not None:
             spec = importlib.util.find_spec(entry[1] + ".__main__")
         if spec is None or not spec.has_location:
-            return []
-        path, package = spec.origin, spec.parent
+            return None
+        path = spec.origin
+        init = {"__cached__": spec.cached, "__loader__": spec.loader, "__package__": spec.parent, "__spec__": spec}
     else:
-        path, package = entry[0], ""
+        path = entry[0]
+        init = {"__cached__": None, "__loader__": None, "__package__": None, "__spec__": None}
     with open(path, "rb") as f:
-        tree = ast.parse(f.read())
-    found = []
+        return path, ast.parse(f.read()), {"__name__": "__main__", "__file__": path, **init}
+
+
+def _preload(tree: object, package: str) -> None:
+    """Import what the entry module's source imports (relative imports made absolute), each name too; a module
+    that fails to import is left to the instances."""
+    import ast
+    import contextlib
+    import importlib
+    import importlib.util
+
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found.extend((alias.name, []) for alias in node.names)
+            found = [(alias.name, []) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 base = importlib.util.resolve_name("." * node.level + base, package)
-            found.append((base, [alias.name for alias in node.names]))
-    return [(m, names) for m, names in found if m and m != "__main__" and not m.endswith(".__main__")]
+            found = [(base, [alias.name for alias in node.names])]
+        else:
+            continue
+        for module, names in found:
+            if module == "__main__" or module.endswith(".__main__"):
+                continue
+            with contextlib.suppress(Exception, SystemExit):
+                loaded = importlib.import_module(module)
+                for name in names:
+                    if name != "*" and not hasattr(loaded, name):
+                        with contextlib.suppress(Exception, SystemExit):
+                            importlib.import_module(f"{module}.{name}")
 
 
-def _preload(entry: list[str]) -> None:
-    """Import what the entry module imports; a module that fails to import is left to the instance."""
-    import contextlib
-    import importlib
+def _prepare(path: str, tree: object, init: dict, argv: list[str]) -> object | None:
+    """Where the entry module ends with an ``if __name__ == "__main__":`` block (and no ``else``): run the rest
+    as ``__main__`` here, once, with the server's ``sys.argv``, and return that block's code, all an instance
+    then runs. None (each instance runs the whole module) where it has no such block, or the rest failed here
+    (a write refused, say) or started a thread (a fork would not carry it)."""
+    import ast
+    import threading
+    import types
 
-    sys.dont_write_bytecode = True  # nothing written on the host
+    last = tree.body[-1] if tree.body else None
+    guard = "__name__ == '__main__'", "'__main__' == __name__"
+    if not isinstance(last, ast.If) or last.orelse or ast.unparse(last.test) not in guard:
+        return None
+    main = types.ModuleType("__main__")
+    main.__dict__.update(init)
+    saved = sys.modules["__main__"], sys.argv
+    sys.modules["__main__"], sys.argv = main, argv
     try:
-        modules = _imports(entry)
-    except Exception:  # noqa: BLE001 - an entry that cannot be read fails in each instance as it would spawned
-        return
-    for module, names in modules:
-        with contextlib.suppress(Exception, SystemExit):
-            loaded = importlib.import_module(module)
-            for name in names:
-                if name != "*" and not hasattr(loaded, name):
-                    with contextlib.suppress(Exception, SystemExit):
-                        importlib.import_module(f"{module}.{name}")
+        exec(compile(ast.Module(body=tree.body[:-1], type_ignores=[]), path, "exec"), main.__dict__)  # noqa: S102
+        ok = threading.active_count() == 1
+    except BaseException:  # noqa: BLE001 - the instances run it whole, and meet the error themselves
+        ok = False
+    if not ok:
+        sys.modules["__main__"], sys.argv = saved
+        return None
+    return compile(ast.Module(body=last.body, type_ignores=[]), path, "exec")
 
 
 def _exit_code(code: object) -> int:
@@ -130,15 +160,18 @@ def _exit_code(code: object) -> int:
     return 1
 
 
-def _run_server(entry: list[str]) -> None:
-    """The instance's server process: the entry module as ``__main__``, then the interpreter's exit."""
+def _run_server(entry: list[str], main: object | None) -> None:
+    """The instance's server process: the entry module as ``__main__`` (``main``: only its ``__main__`` block, the
+    rest ran in the zygote), then the interpreter's exit."""
     import atexit
     import runpy
     import traceback
 
     code = 0
     try:
-        if entry[0] == "-m":
+        if main is not None:
+            exec(main, sys.modules["__main__"].__dict__)  # noqa: S102
+        elif entry[0] == "-m":
             sys.argv = [entry[1], *entry[2:]]  # runpy puts the module's file in argv[0], as ``python -m`` does
             runpy.run_module(entry[1], run_name="__main__", alter_sys=True)
         else:
@@ -159,7 +192,7 @@ def _run_server(entry: list[str]) -> None:
         os._exit(code)
 
 
-def _instance(spec: dict, fds: list[int], entry: list[str], own: list, run: Callable) -> None:
+def _instance(spec: dict, fds: list[int], entry: list[str], own: list, run: Callable, main: object) -> None:
     """In the forked child: the client's pipes as 0, 1 and 2, nothing of the zygote's, then contained."""
     import contextlib
     import traceback
@@ -176,7 +209,7 @@ def _instance(spec: dict, fds: list[int], entry: list[str], own: list, run: Call
     try:
         _die_with_parent()  # the zygote's child: dies with it, as it dies with the client
         os.setsid()
-        code = run(spec, lambda: _run_server(entry))
+        code = run(spec, lambda: _run_server(entry, main))
     except BaseException:  # noqa: BLE001 - as the spawned launcher: a traceback on stderr
         traceback.print_exc()
     finally:
@@ -196,7 +229,16 @@ def serve(listen_fd: int, client: int, spec: dict, entry: list[str]) -> None:
     contain._contain(spec, userns)  # the host read-only to what the imports do: only the instances may write
     run = contain.run
     _server_path(entry)
-    _preload(entry)
+    sys.dont_write_bytecode = True  # (the host is read-only here)
+    try:
+        path, tree, init = _entry(entry)
+    except (Exception, SystemExit):  # noqa: BLE001 - an unreadable entry fails in each instance, as spawned
+        path = None
+    main = None
+    if path is not None:
+        _preload(tree, init["__package__"] or "")
+        argv = [path, *entry[2:]] if entry[0] == "-m" else list(entry)  # as python sets it
+        main = _prepare(path, tree, init, argv)
     listener = socket.socket(fileno=listen_fd)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -217,7 +259,7 @@ def serve(listen_fd: int, client: int, spec: dict, entry: list[str]) -> None:
                 conn = key.fileobj
                 sel.unregister(conn)
                 own = [wake_w, sel.fileno(), *(k.fd for k in sel.get_map().values()), *instances.values()]
-                pid = _fork(conn, entry, own, run)
+                pid = _fork(conn, own, lambda spec, fds, own: _instance(spec, fds, entry, own, run, main))
                 if pid is not None:
                     instances[pid] = conn
                     sel.register(conn, selectors.EVENT_READ, pid)
@@ -227,8 +269,9 @@ def serve(listen_fd: int, client: int, spec: dict, entry: list[str]) -> None:
                     os.kill(key.data, signal.SIGKILL)
 
 
-def _fork(conn: socket.socket, entry: list[str], own: list, run: Callable) -> int | None:
-    """Fork one instance for the request on ``conn``; its pid, or None (a bad request, closed)."""
+def _fork(conn: socket.socket, own: list, instance: Callable) -> int | None:
+    """Fork one instance (``instance(spec, fds, own)`` in the child) for the request on ``conn``; its pid, or
+    None (a bad request, closed)."""
     import json
 
     try:
@@ -244,7 +287,7 @@ def _fork(conn: socket.socket, entry: list[str], own: list, run: Callable) -> in
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
-        _instance(json.loads(msg), fds, entry, [*own, conn], run)
+        instance(json.loads(msg), fds, [*own, conn])
     for fd in fds:
         os.close(fd)
     try:

@@ -10,6 +10,7 @@ from mcp.server import MCPServer
 
 server = MCPServer("whoami", version="1.0", log_level="WARNING")
 STARTS = []  # module state: each instance starts with its own, empty
+BORN = os.getpid()  # forked, the module's body ran once, in the zygote
 
 
 @server.tool()
@@ -24,6 +25,7 @@ def whoami() -> str:
             "path0": sys.path[0],
             "calls": len(STARTS),
             "bytecode": sys.dont_write_bytecode,
+            "born_here": BORN == os.getpid(),
         }
     )
 
