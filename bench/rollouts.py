@@ -14,8 +14,11 @@ instance forked from the kv server's zygote (trajkit's way for a Python server,
 ``trajkit/envs/forks.py``; with ``--spawned`` also spawned, as every other server is):
 seconds, ratio to the bound and to "model calls only", the instance start latency a
 trajectory sees (from taking an instance to its ``initialize`` answer; p50, p99),
-peak memory (PSS) of the whole process tree, and cross-trajectory leaks (a trajectory whose
-``list_keys`` shows another's marker, or whose ``get`` misses its own).
+peak memory (PSS) of the whole process tree, cross-trajectory leaks (a trajectory whose
+``list_keys`` shows another's marker, or whose ``get`` misses its own), and CPU-seconds per
+trajectory of this process (agent loop, HTTP, MCP client) and of the servers (stand-ins or
+launchers, zygote, instances): on a loaded machine the wall-clock ratios vary from run to
+run; these set the ceiling, cores / CPU-s per trajectory.
 
 Second table: CPU-seconds per instance start through ``ToolEnv`` (to its ``initialize``
 answer, then shut down; server side: stand-in or launcher, zygote and instance; client
@@ -150,10 +153,11 @@ async def trajkit_run(rows, base_url: str, n: int, concurrency: int, warm: int, 
             async with sem:
                 return await run_episode(task(i, ids), backend, env, SamplingParams(max_tokens=64), limits)
 
-        t0 = time.perf_counter()
+        t0, own0, servers0 = time.perf_counter(), time.process_time(), _children_cpu()
         out = await asyncio.gather(*(one(i) for i in range(n)))
         elapsed = time.perf_counter() - t0
         await asyncio.gather(*watchers, return_exceptions=True)
+    own, servers = time.process_time() - own0, _children_cpu() - servers0  # the zygote's instances: reaped by it
     sampler.cancel()
     await backend.aclose()
     bad = [r for r in out if r["status"] != "completed" or r["num_tool_calls"] != 3]
@@ -167,6 +171,7 @@ async def trajkit_run(rows, base_url: str, n: int, concurrency: int, warm: int, 
         "p99": waits[min(len(waits) - 1, int(len(waits) * 0.99))],
         "peak_mb": peak.mb,
         "leaks": leaks,
+        "cpu": (own / n, servers / n),
     }
 
 
@@ -273,7 +278,7 @@ def main() -> None:
         print(f"{n} trajectories x {TURNS} model turns (3 kv calls on a fresh contained instance each),")
         print(f"model delay {args.delay * 1000:.0f} ms, {os.cpu_count()} cores")
         head = f"{'loop':<18}{'conc':>5}{'seconds':>9}{'x bound':>9}{'x model':>9}"
-        print(head + f"{'start p50':>11}{'start p99':>11}{'peak MiB':>10}{'leaks':>7}")
+        print(head + f"{'start p50':>11}{'start p99':>11}{'peak MiB':>10}{'leaks':>7}{'CPU-s/traj client+servers':>27}")
         for c in levels:
             bound = n * TURNS * args.delay / c
             model_s, model_cpu = asyncio.run(model_only_run(rows, base_url, n, c))
@@ -286,6 +291,7 @@ def main() -> None:
                 print(
                     f"{label:<18}{c:>5}{r['elapsed']:>9.2f}{r['elapsed'] / bound:>9.2f}{r['elapsed'] / model_s:>9.2f}"
                     f"{r['p50'] * 1000:>9.0f}ms{r['p99'] * 1000:>9.0f}ms{r['peak_mb']:>10.0f}{r['leaks']:>7}"
+                    f"{r['cpu'][0]:>19.3f} + {r['cpu'][1]:.3f}"
                 )
     finally:
         proc.terminate()

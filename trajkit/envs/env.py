@@ -13,7 +13,9 @@ Start-up is kept off the critical path by a warm pool (``warm``): per stateful s
 server, ``warm`` fresh instances are started ahead of demand; a trajectory takes a
 never-used one (an initialized one first) and a replacement starts at once, so it
 waits for a start only when the pool runs dry. An instance serves one trajectory,
-and its end state is read from it before it is torn down. Bounds:
+and its end state is read from it before it is torn down. A contained Python server's
+instances are forked from a zygote of its own (``forks.py``, about a tenth of a spawn's
+CPU), killed with the env. Bounds:
 
 * ``max_processes`` — live per-trajectory server processes, all servers
   together; a trajectory reserves the processes it needs at once (so two

@@ -5,14 +5,18 @@ CPU-second for an ``mcp`` server); forked from a process that made those imports
 (``zygote.py``), it pays a fork and the containment (docs/sandbox.md has the numbers). A server
 qualifies when its ``command`` is a Python interpreter (``python``, ``python3.12``, a venv's
 ``.../bin/python``) running ``-m MODULE`` or a ``.py`` script, with nothing else before them, and uses
-no ``${SESSION_DIR}``; ``uvx``, ``uv run``, console scripts and node servers are spawned. Setting
-``TRAJKIT_NO_FORK_SERVER=1`` spawns every instance.
+no ``${SESSION_DIR}``; ``uvx``, ``uv run``, console scripts and node servers are spawned, as are
+stateless servers' shared instances and harvest's start. ``TRAJKIT_NO_FORK_SERVER=1`` spawns every
+instance.
 
-The zygote imports what the server's entry module imports, on the host (no bytecode written): the
-entry module itself runs in each instance. State a library creates when imported (an open file or
-socket, a thread, a seeded generator other than ``random``'s) is copied into every instance as it
-was at the fork: memory is private after the fork, so nothing one instance does reaches another, but
-a server whose libraries open files or start threads at import should set the variable above.
+The zygote sees the host read-only (as a stateless server does): a module that writes when imported
+fails there and is imported by each instance, in its own overlays. It imports what the entry module
+imports and, where the entry ends with an ``if __name__ == "__main__":`` block, runs the rest of it
+once, with the server's ``sys.argv``; each instance then runs only that block. So what the server
+creates at import (its tool registry, a module-level dict) is made once and copied into every
+instance as it was then: memory is private after the fork, so nothing one instance does reaches
+another, and each starts from the same fresh state a spawned one would (``random`` is reseeded; a
+thread started at import would not survive a fork, so such a module runs whole in each instance).
 A zygote that dies is started again (its running instances die with it: their trajectories fail
 with the reason); after ``MAX_RESTARTS`` its server's instances are spawned. Either way a warning
 names the reason, and a start that found no zygote spawns its instance.
