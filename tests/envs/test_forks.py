@@ -20,7 +20,7 @@ from trajkit.envs import contain, forks
 from trajkit.envs.config import ServerConfig
 from trajkit.envs.discovery import discover
 from trajkit.envs.env import ToolEnv
-from trajkit.envs.forks import ForkServer, python_entry
+from trajkit.envs.forks import Zygote, python_entry
 from trajkit.envs.session import Connection, ServerFault
 
 WHOAMI = os.path.join(os.path.dirname(__file__), "servers", "whoami.py")
@@ -124,7 +124,7 @@ async def test_no_zygote_or_instance_outlives_the_env_and_a_dead_zygote_means_a_
     async with ToolEnv(rows, config=config, warm=3) as env:
         async with env.episode() as ep:
             assert (await ep.call("fresh", "count", {})).text == "1"
-            fork: ForkServer = env.forks["fresh"]
+            fork: Zygote = env.forks["fresh"]
             family = psutil.Process(fork.proc.pid).children(recursive=True)
             assert len(family) >= 3 * 2  # instances forked (launcher, pid 1, server each), warm ones included
             folder = fork._dir

@@ -54,7 +54,7 @@ from trajkit.envs.config import (
     load_servers_config,
     server_state,
 )
-from trajkit.envs.forks import ForkServer, python_entry
+from trajkit.envs.forks import Zygote, python_entry
 from trajkit.envs.session import Connection, ServerFault, ToolOutput
 from trajkit.envs.tools import ToolRoute, select_servers, tool_routes
 from trajkit.errors import UserError
@@ -207,7 +207,7 @@ class ToolEnv:
         self.slots = _Slots(max_processes or SERVERS_PER_CPU * cpus())
         self.pools: dict[str, Pool] = {}
         self.warm_pools: dict[str, Warm] = {}
-        self.forks: dict[str, ForkServer | None] = {}  # per stateful Python server: its zygote (forks.py)
+        self.forks: dict[str, Zygote | None] = {}  # per stateful Python server: its zygote (forks.py)
         self.live: set[Connection] = set()
         self._closers: set[asyncio.Task] = set()
         self._routes: dict[tuple[str, ...] | None, list[ToolRoute]] = {}
@@ -262,7 +262,7 @@ class ToolEnv:
         if self._closed:
             raise ServerFault("the tool environment is closed")
         if not shared and name not in self.forks:
-            self.forks[name] = ForkServer(name, cfg) if python_entry(cfg) else None
+            self.forks[name] = Zygote(name, cfg) if python_entry(cfg) else None
         conn = Connection(
             name,
             cfg,

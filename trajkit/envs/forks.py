@@ -58,7 +58,7 @@ def python_entry(cfg: ServerConfig) -> list[str] | None:
     return None
 
 
-class ForkServer:
+class Zygote:
     """The zygote of one server, started on the first instance and kept until ``close``."""
 
     def __init__(self, name: str, cfg: ServerConfig):

@@ -32,7 +32,7 @@ from typing import Any
 
 from trajkit.envs import contain
 from trajkit.envs.config import ServerConfig, child_environment, resolve_command
-from trajkit.envs.forks import ForkServer
+from trajkit.envs.forks import Zygote
 from trajkit.errors import UserError
 
 STDERR_TAIL_CHARS = 300
@@ -125,7 +125,7 @@ class Connection:
         max_concurrency: int = 8,
         shared: bool = False,
         warm_caches: bool = False,
-        fork: ForkServer | None = None,
+        fork: Zygote | None = None,
     ):
         self.name = name
         self.cfg = cfg
