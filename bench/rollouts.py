@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psutil
 
-from trajkit.envs import contain, forks
+from trajkit.envs import contain
 from trajkit.envs.agent import AgentLimits, run_episode
 from trajkit.envs.config import ServerConfig
 from trajkit.envs.discovery import discover
@@ -133,8 +133,8 @@ async def trajkit_run(rows, base_url: str, n: int, concurrency: int, warm: int, 
     peak = Peak()
     sampler = asyncio.create_task(peak.watch())
     async with contextlib.AsyncExitStack() as stack:
-        stack.enter_context(started(way))
-        env = await stack.enter_async_context(ToolEnv(rows, config={"kv": KV}, max_processes=concurrency, warm=warm))
+        config = stack.enter_context(started(way))
+        env = await stack.enter_async_context(ToolEnv(rows, config=config, max_processes=concurrency, warm=warm))
         take = env.instance
 
         def timed_instance(row):  # the wait a trajectory sees: from taking its instance to initialize's answer
@@ -216,18 +216,18 @@ def _children_cpu() -> float:
 
 @contextlib.contextmanager
 def started(way: str):
-    """Instances forked (trajkit's default for kv), spawned, or spawned bare (not contained) inside the block."""
-    name = {"spawned": forks.ENV_OFF, "bare": contain.ENV_OFF}.get(way)
-    saved = os.environ.get(name or "")
-    if name:
-        os.environ[name] = "1"
+    """The servers config whose instances are forked (trajkit's default for kv), spawned (``fork: false``), or
+    spawned bare (not contained) inside the block."""
+    saved = os.environ.get(contain.ENV_OFF)
+    if way == "bare":
+        os.environ[contain.ENV_OFF] = "1"
     try:
-        yield
+        yield {"kv": KV.model_copy(update={"fork": way == "forked"})}
     finally:
-        if name and saved is None:
-            del os.environ[name]
-        elif name:
-            os.environ[name] = saved
+        if way == "bare" and saved is None:
+            del os.environ[contain.ENV_OFF]
+        elif way == "bare":
+            os.environ[contain.ENV_OFF] = saved
 
 
 def _zygote_cpu(env: ToolEnv) -> float:
@@ -243,8 +243,8 @@ async def starts(rows, n: int, way: str) -> tuple[float, float, float]:
     """(CPU-s per start of the server side, of this client, seconds per start) of n sequential instance starts
     (to initialize's answer, then shut down) through trajkit, after one that is not counted (the zygote's imports,
     paid once per run). ``way``: forked (trajkit's default for kv), spawned, or bare (not contained)."""
-    with started(way):
-        async with ToolEnv(rows, config={"kv": KV}) as env:
+    with started(way) as config:
+        async with ToolEnv(rows, config=config) as env:
             for i in range(n + 1):
                 if i == 1:
                     cpu0, own0, t0 = _children_cpu() + _zygote_cpu(env), time.process_time(), time.perf_counter()

@@ -26,7 +26,7 @@ from trajkit.envs.session import Connection, ServerFault
 WHOAMI = os.path.join(os.path.dirname(__file__), "servers", "whoami.py")
 
 
-def test_python_modules_and_scripts_qualify_and_nothing_else(monkeypatch):
+def test_python_modules_and_scripts_qualify_and_nothing_else():
     def entry(command: str, *args: str) -> list[str] | None:
         return python_entry(ServerConfig(command=command, args=list(args)))
 
@@ -36,13 +36,12 @@ def test_python_modules_and_scripts_qualify_and_nothing_else(monkeypatch):
     assert entry("python", "-c", "print(1)") is None
     assert entry("uvx", "mcp-server-time") is None and entry("npx", "-y", "srv") is None
     assert entry("python", "srv.py", "--db", "${SESSION_DIR}/db") is None
-    monkeypatch.setenv(forks.ENV_OFF, "1")
-    assert entry("python", "-m", "pkg") is None
+    assert python_entry(ServerConfig(command="python", args=["-m", "pkg"], fork=False)) is None
 
 
-async def _state_run(state, victim, n: int = 2) -> list:
+async def _state_run(state, victim, n: int = 2, fork: bool = True) -> list:
     """Two trajectories on a file-backed server through a ToolEnv: what each saw and did."""
-    cfg = ServerConfig(command=sys.executable, args=[FILEKV], env={"STATE_FILE": str(state)})
+    cfg = ServerConfig(command=sys.executable, args=[FILEKV], env={"STATE_FILE": str(state)}, fork=fork)
     rows = await discover({"filekv": cfg})
     seen = []
     async with ToolEnv(rows, config={"filekv": cfg}) as env:
@@ -57,14 +56,13 @@ async def _state_run(state, victim, n: int = 2) -> list:
     return seen
 
 
-async def test_a_forked_instance_is_contained_exactly_like_a_spawned_one(tmp_path, monkeypatch):
+async def test_a_forked_instance_is_contained_exactly_like_a_spawned_one(tmp_path):
     state, victim = tmp_path / "state.json", tmp_path / "keep.txt"
     state.write_text('{"host": "1"}')
     victim.write_text("mine")
     before = hashlib.sha256(state.read_bytes()).hexdigest()
     forked = await _state_run(state, victim)
-    monkeypatch.setenv(forks.ENV_OFF, "1")
-    spawned = await _state_run(state, victim)
+    spawned = await _state_run(state, victim, fork=False)
     assert forked[:-1] == spawned[:-1] and forked[-1] is True and spawned[-1] is False
     assert forked[0] == {"host": "1", "m0": "v"} and forked[2] == "error: No space left on device"
     assert [forked[i] for i in (0, 3)] == [{"host": "1", f"m{i}": "v"} for i in range(2)]  # none saw another's

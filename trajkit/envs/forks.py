@@ -6,8 +6,8 @@ CPU-second for an ``mcp`` server); forked from a process that made those imports
 qualifies when its ``command`` is a Python interpreter (``python``, ``python3.12``, a venv's
 ``.../bin/python``) running ``-m MODULE`` or a ``.py`` script, with nothing else before them, and uses
 no ``${SESSION_DIR}``; ``uvx``, ``uv run``, console scripts and node servers are spawned, as are
-stateless servers' shared instances and harvest's start. ``TRAJKIT_NO_FORK_SERVER=1`` spawns every
-instance.
+stateless servers' shared instances and harvest's start. A server whose entry has ``fork: false``
+in the servers config is spawned too.
 
 The zygote sees the host read-only (as a stateless server does): a module that writes when imported
 fails there and is imported by each instance, in its own overlays. It imports what the entry module
@@ -36,7 +36,6 @@ import tempfile
 from trajkit.envs import contain
 from trajkit.envs.config import ServerConfig, child_environment, resolve_command
 
-ENV_OFF = "TRAJKIT_NO_FORK_SERVER"
 ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
 PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
 MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
@@ -46,7 +45,7 @@ log = logging.getLogger(__name__)
 
 def python_entry(cfg: ServerConfig) -> list[str] | None:
     """``[-m, MODULE, ARGS...]`` or ``[SCRIPT, ARGS...]`` of a server that qualifies for forking, else None."""
-    if os.environ.get(ENV_OFF) == "1" or cfg.transport != "stdio" or cfg.uses_session_dir:
+    if not cfg.fork or cfg.transport != "stdio" or cfg.uses_session_dir:
         return None
     if not PYTHON.fullmatch(os.path.basename(resolve_command(cfg.command))):
         return None
