@@ -114,10 +114,10 @@ def cluster(address: str | None) -> Iterator[None]:
     finally:
         ray.shutdown(wait_for_processes=not address)
         if not address:
-            _remove_session(Path(context.address_info["session_dir"]))
+            remove_session(Path(context.address_info["session_dir"]))
 
 
-def _remove_session(session: Path) -> None:
+def remove_session(session: Path) -> None:
     """Delete the session folder (logs, sockets) of a cluster this run started and stopped, and the
     ``session_latest`` link where it still points there; other clusters' sessions are left alone."""
     shutil.rmtree(session, ignore_errors=True)
