@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from tests.test_cli import TRAJKIT, trajkit
 from trajkit.cli import app
 from trajkit.errors import UserError
+from trajkit.store import Store
 
 
 def user_error(*args: str) -> str:
@@ -119,9 +120,29 @@ def test_read_only_run_directory(tmp_path):
 
 
 def test_the_real_command_prints_one_line_and_exits_2(tmp_path):
-    proc = trajkit("sql", "", "-r", str(tmp_path), check=False)
+    proc = trajkit("sql", "", "-r", str(Store(tmp_path / "run", create=True).root), check=False)
     assert proc.returncode == 2 and proc.stderr == "error: the SQL query is empty\n"
     assert json.dumps(proc.stdout) == '""'
+
+
+def test_an_unknown_variable_in_a_pipeline_or_curriculum_file_is_named_with_its_place(tmp_path):
+    """``${name}`` other than the file's own variables was left as written (a path named ``${rn}/models``)."""
+    from trajkit.train.curriculum import load_curriculum
+
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(
+        "stages:\n  - stage: curate.import\n    config: {preset: humaneval, path: '${here}/${HOME}/x'}\n"
+    )
+    message = user_error("run", str(pipeline), "-r", str(tmp_path / "run"))
+    assert (
+        message
+        == f"{pipeline}: unknown variable ${{HOME}} in stages[0].config.path (this file has ${{run}} and ${{here}})"
+    )
+    curriculum = tmp_path / "stages.yaml"
+    curriculum.write_text("model: ${rn}/models/sft\nstages: [{name: a}]\n")
+    with pytest.raises(UserError, match=r"stages.yaml: unknown variable \$\{rn\} in model \(this file has \$\{run\}\)"):
+        load_curriculum(curriculum, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
 
 
 def test_unknown_stage_in_set_is_an_error(tmp_path):
@@ -456,9 +477,10 @@ def test_an_empty_path_is_not_the_current_directory(tmp_path, monkeypatch):
 
 def test_card_front_matter_values_are_one_line(tmp_path):
     """A title with a line break and ``---`` ended the YAML header: a yaml.ScannerError traceback."""
-    message = user_error("card", "-r", str(tmp_path), "--title", "T\n---\nbody")
+    run = str(Store(tmp_path / "run", create=True).root)
+    message = user_error("card", "-r", run, "--title", "T\n---\nbody")
     assert "pretty_name: Value error, 'T\\n---\\nbody' must be one non-empty line" in message
-    assert "must be one non-empty line" in user_error("card", "-r", str(tmp_path), "--tag", "")
+    assert "must be one non-empty line" in user_error("card", "-r", run, "--tag", "")
 
 
 def test_json_output_has_no_nan(imported, tmp_path):
@@ -491,3 +513,30 @@ def test_model_endpoint_and_limits(tmp_path):
     assert "'localhost:8000' is not an http(s) URL, e.g. http://localhost:8000/v1" in message
     message = user_error(*base, "--base-url", "http://localhost:8000/v1", "--set", "model.max_concurrency=0")
     assert "model.max_concurrency: Input should be greater than or equal to 1" in message  # ZeroDivisionError before
+
+
+def test_read_commands_refuse_what_is_not_a_run(tmp_path):
+    """A missing path, a file and a folder no stage wrote to are refused in one line (exit 2) by every command
+    that reads a run, and nothing is written there; an empty run is a run."""
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "notes.txt").write_text("x")
+    reads = (
+        ["sql", "SELECT 1"],
+        ["info"],
+        ["show", "abc"],
+        ["export", str(tmp_path / "out.jsonl")],
+        ["card"],
+        ["push", "--repo", "user/name", "--dry-run"],
+        ["view", "--port", "0"],
+    )
+    reasons = {"missing": "run directory not found", "file": "is a file, not a run", "folder": "is not a trajkit run"}
+    for name, reason in reasons.items():
+        for args in reads:
+            assert reason in user_error(*args, "--run", str(tmp_path / name)), (name, args)
+    assert sorted(p.name for p in (tmp_path / "folder").iterdir()) == ["notes.txt"]
+    assert not (tmp_path / "out.jsonl").exists()
+    Store(tmp_path / "empty", create=True)
+    for args in (*reads[:2], reads[3]):
+        assert CliRunner().invoke(app, [*args, "--run", str(tmp_path / "empty")]).exit_code == 0, args
+    assert (tmp_path / "out.jsonl").read_text() == ""

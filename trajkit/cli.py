@@ -88,12 +88,12 @@ def sql(
     limit: Annotated[int, typer.Option(min=0, help="Rows shown in table format.")] = 50,
 ) -> None:
     """Query a run with DuckDB SQL, e.g. ``SELECT difficulty, count(*) FROM tasks GROUP BY 1``."""
-    from trajkit.store import Store
+    from trajkit.store import existing_run
     from trajkit.tabular import print_table, write_table
 
     if fmt not in ("table", "csv", "json"):
         raise _user(f"--format must be table, csv or json, not {fmt!r}")
-    result = Store(run).sql(query)
+    result = existing_run(run).sql(query)
     if output is not None:
         write_table(result, output)
         typer.echo(f"wrote {result.num_rows} rows to {output}", err=True)
@@ -110,9 +110,9 @@ def info(run: RunExisting = Path(".")) -> None:
     from rich.table import Table
 
     from trajkit import schema as S
-    from trajkit.store import Store
+    from trajkit.store import existing_run
 
-    store = Store(run)
+    store = existing_run(run)
     console = Console()
     tables = Table("table", "rows", "shards", "schema", title=f"tables in {run}")
     for name in store.tables():
@@ -145,11 +145,11 @@ def show(
     """Render one row as a conversation."""
     from trajkit import schema as S
     from trajkit.render import print_row
-    from trajkit.store import Store
+    from trajkit.store import existing_run
 
     if not row_id.strip() or not row_id.isprintable():
         raise _user(f"give a row id (or a unique prefix of one), not {row_id!r}")
-    store = Store(run)
+    store = existing_run(run)
     con = store.duckdb()
     for name in ("trajectories", "tasks", "samples", "servers"):
         key = S.table(name).key
@@ -183,18 +183,19 @@ def export(
     """Write accepted trajectories (docs/schema.md, "Accepted rows") as JSON lines for other tools."""
     from trajkit.accepted import accepted_where
     from trajkit.export import FORMATS, convert
-    from trajkit.store import Store, sql_condition
+    from trajkit.store import existing_run, sql_condition
     from trajkit.tabular import json_safe
 
     if fmt not in FORMATS:
         raise _user(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    store = existing_run(run)
     if output.is_dir():
         raise _user(f"{output} is a directory: give the path of a .jsonl file")
     conds = ([] if all_rows else [accepted_where("trajectories")]) + (
         [sql_condition(where, "--where")] if where else []
     )
     query = "SELECT * FROM trajectories" + (" WHERE " + " AND ".join(conds) if conds else "") + " ORDER BY traj_id"
-    rows = Store(run).sql(query).to_pylist()
+    rows = store.sql(query).to_pylist()
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         with open(output, "w") as f:

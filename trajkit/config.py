@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -14,6 +16,22 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from trajkit.errors import UserError
 
 C = TypeVar("C", bound=BaseModel)
+VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")  # ${NAME}; ${input:ID} and the like are not variables
+
+
+def expand_variables(text: str, values: Mapping[str, str], missing: Callable[[str], str] | None = None) -> str:
+    """``text`` with each ``${NAME}`` replaced by ``values[NAME]``: the one rule of pipeline files (``${run}``,
+    ``${here}``) and servers configs (the environment). A name without a value is a UserError whose line is
+    ``missing(name)``, or with ``missing=None`` stays as written (for an expansion another step finishes)."""
+
+    def value(m: re.Match) -> str:
+        if m.group(1) in values:
+            return values[m.group(1)]
+        if missing is None:
+            return m.group(0)
+        raise UserError(missing(m.group(1)))
+
+    return VARIABLE.sub(value, text)
 
 
 class StageConfig(BaseModel):

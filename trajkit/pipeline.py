@@ -15,15 +15,18 @@ error is reported at once. Each stage resumes on a rerun; ``fresh`` starts all o
 Paths: ``${run}`` is the run directory and ``${here}`` the pipeline file's own
 directory; any other relative path resolves against the current directory, as
 on the command line. Files shipped next to a pipeline are written
-``${here}/servers.json``, so the pipeline runs from any directory.
+``${here}/servers.json``, so the pipeline runs from any directory. Any other
+``${name}`` is an error naming it and where it is (a servers file's ``${VAR}``
+lives in that file, read from the environment when its servers start).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trajkit.config import build, parse_override, read_yaml
+from trajkit.config import build, expand_variables, parse_override, read_yaml
 from trajkit.errors import UserError
 from trajkit.runner import StageSpec, check_runner_options, run_stage
 from trajkit.stages import get_stage
@@ -39,7 +42,7 @@ def load_pipeline(
     """
     for o in overrides:
         parse_override(o)  # each is KEY=VALUE, or one line saying it is not
-    data = substitute(read_yaml(path), variables or {})
+    data = substitute(read_yaml(path), variables or {}, str(path))
     entries = data.get("stages")
     if not isinstance(entries, list) or not entries:
         raise UserError(f"{path}: expected a non-empty 'stages:' list")
@@ -118,14 +121,23 @@ def run_pipeline(
     return [run_stage(store, spec, cfg, name=name, fresh=fresh) for spec, name, cfg in plan]
 
 
-def substitute(value: Any, variables: dict[str, str]) -> Any:
-    """Replace ``${name}`` in every string of a config (``${run}`` is the run directory)."""
-    if isinstance(value, str):
-        for k, v in variables.items():
-            value = value.replace("${" + k + "}", v)
-        return value
-    if isinstance(value, dict):
-        return {k: substitute(v, variables) for k, v in value.items()}
-    if isinstance(value, list):
-        return [substitute(v, variables) for v in value]
-    return value
+def substitute(value: Any, variables: dict[str, str], where: str | None) -> Any:
+    """Replace ``${name}`` in every string of a config (``${run}`` is the run directory) by the shared rule
+    (``trajkit.config.expand_variables``). Any other ``${name}`` is one line naming it, the file ``where``
+    and its place there; with ``where=None`` it is kept as written (a copy whose other variables are
+    expanded when it is run)."""
+    known = " and ".join(f"${{{k}}}" for k in variables)
+
+    def walk(v: Any, at: str) -> Any:
+        if isinstance(v, str):
+            return expand_variables(v, variables, None if where is None else missing(at))
+        if isinstance(v, dict):
+            return {k: walk(x, f"{at}.{k}" if at else str(k)) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x, f"{at}[{i}]") for i, x in enumerate(v)]
+        return v
+
+    def missing(at: str) -> Callable[[str], str]:
+        return lambda name: f"{where}: unknown variable ${{{name}}} in {at} (this file has {known})"
+
+    return walk(value, "")

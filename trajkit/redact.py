@@ -114,15 +114,15 @@ def config_secrets(servers: Mapping[str, Any], environ: Mapping[str, str] | None
     secret-named flags), and the password and query values of its ``url``, over the
     floor: {"server.VAR": value}. The token of an
     ``Authorization: Bearer <token>`` value is a value of its own."""
-    from trajkit.envs.config import _VAR
+    from trajkit.config import VARIABLE
 
     env = os.environ if environ is None else environ
     out: dict[str, str] = {}
     for name, cfg in servers.items():
         for key, raw in [*cfg.env.items(), *cfg.headers.items()]:
-            value = _VAR.sub(lambda m: env.get(m.group(1), ""), raw)
+            value = VARIABLE.sub(lambda m: env.get(m.group(1), ""), raw)
             named = bool((SECRET_KEY if key in cfg.headers else SECRET_NAME).search(key)) or any(
-                SECRET_NAME.search(m.group(1)) for m in _VAR.finditer(raw)
+                SECRET_NAME.search(m.group(1)) for m in VARIABLE.finditer(raw)
             )
             parts = value.split(None, 1)
             for i, v in enumerate([value] + ([parts[1]] if len(parts) == 2 else [])):

@@ -210,6 +210,20 @@ def opened_runs() -> list[str]:
     return sorted(_OPENED)
 
 
+def existing_run(root: str | Path) -> Store:
+    """The run a read command names (``sql``, ``info``, ``show``, ``export``, ``card``, ``push``, ``view``), or
+    one line saying why it is none: a missing path, a file, a folder no stage ever wrote to. A run is a folder
+    with ``_stages/`` (made with the run, before any stage starts) or a table's folder; an empty run is a run."""
+    path = Path(root)
+    if not path.exists():
+        raise UserError(f"run directory not found: {path}")
+    if not path.is_dir():
+        raise UserError(f"{path} is a file, not a run directory")
+    if not (path / STAGES_DIR).is_dir() and not any((path / t).is_dir() for t in S.TABLES):
+        raise UserError(f"{path} is not a trajkit run: it has neither {STAGES_DIR}/ nor a table folder")
+    return Store(path)
+
+
 class Store:
     """A run directory. ``create=False`` makes a missing directory a user error; ``create=True`` (a stage
     that writes) also requires it to be writable."""
@@ -220,7 +234,7 @@ class Store:
             if not create:
                 raise UserError(f"run directory not found: {self.root}")
             try:
-                self.root.mkdir(parents=True)
+                (self.root / STAGES_DIR).mkdir(parents=True)  # what marks a run (``existing_run``)
             except OSError as e:
                 raise UserError(f"cannot create the run directory {self.root}: {e.strerror or e}") from None
         elif create and not os.access(self.root, os.W_OK | os.X_OK):

@@ -170,3 +170,16 @@ def test_curriculum_config_is_validated():
         CurriculumConfig(hard_phases=[10, 20])
     with pytest.raises(ValueError, match="outside broad_difficulties"):
         CurriculumConfig(target={"trivial": 1.0})
+
+
+def test_held_out_zero_says_no_held_out_split_was_made(run_dir):
+    from typer.testing import CliRunner
+
+    from trajkit.cli import app
+
+    Store(run_dir).write("tasks", "synth", [task(f"t{i}", f"q{i}") for i in range(5)])
+    result = CliRunner().invoke(app, ["curate", "split", "--run", str(run_dir), "--held-out", "0"])
+    assert result.exit_code == 0, result.output
+    assert "no held-out split was made (--held-out 0): every task is train" in " ".join(result.output.split())
+    assert "no held-out split" in Store(run_dir).manifests()[-1]["summary"]["note"]
+    assert "note" not in run(Store(run_dir), "curate.split", name="half", held_out=0.5, seed="x")["summary"]

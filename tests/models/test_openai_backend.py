@@ -283,3 +283,44 @@ def test_missing_configuration_is_a_user_error(monkeypatch):
         make_backend(
             ModelSpec(model="m", backend="openai", base_url="http://x/v1", headers_env={"X-Key": "NOT_SET_ANYWHERE"})
         )
+
+
+PNG = {"type": "image", "mime_type": "image/png", "data": "iVBORw0KGgo=", "size": 8}
+WAV = {"type": "audio", "mime_type": "audio/wav", "data": "UklGRg==", "size": 4}
+CUT = {"type": "image", "mime_type": "image/png", "data": None, "size": 2_000_000}  # over the cap: named only
+SHOT = USER + [
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "name": "shot", "arguments": "{}"}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "[image image/png, 8 bytes, part 1]", "parts": [PNG, CUT]},
+    {"role": "tool", "tool_call_id": "c2", "content": "[audio audio/wav, 4 bytes, part 1]", "parts": [WAV]},
+]
+
+
+def test_tool_media_reach_the_model_as_a_user_message_only_when_asked(tmp_path):
+    """OpenAI tool messages take text only: with tool_media user_message, a tool result's images and audio
+    follow the tool messages as a user message's image_url / input_audio parts, and are part of the cache
+    key; by default the request and the key are what they were (the parts never sent)."""
+    from trajkit.models.cache import call_key
+
+    with ScriptedServer(lambda m, t, b: "seen") as server:
+        run(generate(spec_for(server), SHOT))
+        run(generate(spec_for(server, tool_media="user_message"), SHOT))
+        plain, media = (r["messages"] for r in server.chat_requests)
+    assert plain[-1]["role"] == "tool" and all("parts" not in m for m in plain)
+    assert media[:-1] == plain and media[-1] == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "[media returned by tool call c1]"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+            {"type": "text", "text": "[media returned by tool call c2]"},
+            {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+        ],
+    }
+    other = [*SHOT[:2], {**SHOT[2], "parts": [{**PNG, "data": "AAAA"}]}, SHOT[3]]
+
+    def key(messages, **kw):
+        return call_key("m", messages, None, ONE, ModelSpec(model="m", backend="openai", **kw))
+
+    assert key(SHOT) == key(other) == key([{k: v for k, v in m.items() if k != "parts"} for m in SHOT])
+    assert key(SHOT, tool_media="user_message") != key(other, tool_media="user_message") != key(SHOT)
+    with pytest.raises(ValueError, match="tool_media 'user_message' is for the openai backend"):
+        ModelSpec(model="m", tool_media="user_message")

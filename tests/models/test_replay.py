@@ -3,8 +3,11 @@ run runs again end to end without the model, into rows equal to the recorded run
 
 from __future__ import annotations
 
+import asyncio
 import json
+import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import urllib.error
@@ -13,6 +16,10 @@ import urllib.request
 from tests.fixtures.synth import pipeline_configs, with_servers
 from tests.synth.compare import OUTPUTS, assert_same_output
 from tests.test_cli import ROOT
+from trajkit.models import ModelSpec, make_backend
+from trajkit.models.base import Backend, Completion
+from trajkit.models.cache import CachedBackend, CallCache
+from trajkit.models.replay import ReplayServer, open_cache
 from trajkit.store import Store
 
 
@@ -96,3 +103,82 @@ def test_a_stage_records_the_served_model_and_refuses_to_mix_models(tmp_path, ca
     # the same model at a moved endpoint (localhost for 127.0.0.1) resumes; the manifest says what was served
     trajkit(*args, "--set", f"model.base_url={model_server.base_url.replace('127.0.0.1', 'localhost')}")
     assert Store(run).manifest("tasks")["usage"]["served"] == {"scripted": "scripted"}
+
+
+class _Recorded(Backend):
+    """A local model that answers what it was asked (no weights loaded)."""
+
+    name = "transformers"
+
+    async def _generate(self, messages, tools, params):
+        return [Completion(text=f"answer to {messages[-1]['content']}")]
+
+
+def test_calls_of_a_local_model_with_template_kwargs_replay_without_its_directory(tmp_path):
+    """A transformers run of a local model directory with chat_template_kwargs, replayed for the openai backend
+    on a machine without that directory: the key's identity comes from the cache, the template kwargs from the
+    request's chat_template_kwargs field; a model inside the recorded run answers to the same place inside
+    another run. What cannot be found says why."""
+    weights = tmp_path / "run" / "models" / "sft"  # ${run}/models/sft
+    weights.mkdir(parents=True)
+    (weights / "config.json").write_text('{"layers": 2}')
+    kwargs = {"enable_thinking": False}
+    local = ModelSpec(model=str(weights), backend="transformers", chat_template_kwargs=kwargs)
+    asks = [[{"role": "user", "content": f"q{i}"}] for i in range(2)]
+
+    async def record():
+        backend = CachedBackend(_Recorded(local), CallCache(tmp_path / "run" / "_cache"))
+        await asyncio.gather(*(backend.generate(a) for a in asks))
+        await backend.aclose()
+
+    asyncio.run(record())
+    shutil.rmtree(weights)
+    (tmp_path / "old").mkdir()  # a cache written before identities were kept
+    with sqlite3.connect(tmp_path / "old" / "calls.sqlite") as db:
+        db.execute("CREATE TABLE calls (key TEXT PRIMARY KEY, model TEXT, created REAL, completions TEXT)")
+        db.execute("INSERT INTO calls VALUES ('k', '/gone/model', 0, '[]')")
+    legacy = CallCache(tmp_path / "old")
+
+    async def replay(spec: ModelSpec, messages):
+        backend = make_backend(spec.model_copy(update={"max_retries": 0}))
+        try:
+            return await backend.generate(messages)
+        finally:
+            await backend.aclose()
+
+    with ReplayServer(open_cache(tmp_path / "run")) as server:
+        remote = local.model_copy(update={"backend": "openai", "base_url": server.base_url})
+        assert [asyncio.run(replay(remote, a))[0].text for a in asks] == ["answer to q0", "answer to q1"]
+        assert not server.notes()
+        rerun = remote.model_copy(update={"model": str(tmp_path / "dry" / "models" / "sft")})  # into another run
+        assert asyncio.run(replay(rerun, asks[1]))[0].text == "answer to q1"
+        missed = asyncio.run(replay(remote, [{"role": "user", "content": "q9"}]))[0].error
+        assert "no recorded call has this conversation" in missed
+        other = remote.model_copy(update={"model": str(tmp_path / "dry" / "models" / "rl")})
+        assert "/dry/models/rl' was never recorded" in asyncio.run(replay(other, asks[0]))[0].error
+    assert "'/gone/model' were recorded before the cache kept" in ReplayServer(legacy).notes()[0]
+
+
+def test_calls_that_sent_tool_media_replay(tmp_path):
+    """With tool_media user_message the request carries the media as a user message: the replay keys it so."""
+    from tests.models.test_openai_backend import SHOT
+
+    spec = ModelSpec(model="vision", backend="openai", tool_media="user_message")
+
+    async def record():
+        backend = CachedBackend(_Recorded(spec), CallCache(tmp_path / "_cache"))
+        await backend.generate(SHOT)
+        await backend.aclose()
+
+    async def replay(spec: ModelSpec):
+        backend = make_backend(spec.model_copy(update={"max_retries": 0}))
+        try:
+            return (await backend.generate(SHOT))[0]
+        finally:
+            await backend.aclose()
+
+    asyncio.run(record())
+    with ReplayServer(open_cache(tmp_path)) as server:
+        remote = spec.model_copy(update={"base_url": server.base_url})
+        assert asyncio.run(replay(remote)).text == "answer to [audio audio/wav, 4 bytes, part 1]"
+        assert "no recorded call" in asyncio.run(replay(remote.model_copy(update={"tool_media": "text"}))).error

@@ -7,7 +7,9 @@ else: the same seed and clusters give the same split in any run, on any
 number of shards. It is not stable under new data, though: a cluster's id is
 its smallest task id, so tasks added to a run (and deduplicated again) can give
 a cluster a new id, or merge two clusters, and move their tasks to the other
-side. Tasks another stage rejected get no split.
+side. Tasks another stage rejected get no split. ``held_out: 0`` is allowed
+(train on every task, evaluate elsewhere); the stage then says that no
+held-out split was made, in its output and its manifest's summary.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from trajkit.runner import StageContext, StageSpec
 
 
 class SplitConfig(StageConfig):
-    held_out: float = Field(0.1, ge=0.0, le=1.0, description="Fraction of clusters held out.")
+    held_out: float = Field(
+        0.1, ge=0.0, le=1.0, description="Fraction of clusters held out (0: none, every task is train, and said so)."
+    )
     seed: str = Field("trajkit", description="Changes which clusters are held out.")
 
 
@@ -45,7 +49,19 @@ def run_split(ctx: StageContext, cfg: SplitConfig) -> dict[str, Any]:
             rows.append({"task_id": tid, "split": split})
     for start in range(0, len(rows), 5000):
         ctx.write("splits", rows[start : start + 5000])
-    return {"tasks": len(ids), "clusters_from_dedup": bool(clusters)}
+    summary: dict[str, Any] = {"tasks": len(ids), "clusters_from_dedup": bool(clusters)}
+    if ids and not ctx.counts["split.held_out"]:
+        why = (
+            "--held-out 0"
+            if cfg.held_out == 0
+            else f"no cluster fell on the held-out side at --held-out {cfg.held_out}"
+        )
+        summary["note"] = (
+            f"no held-out split was made ({why}): every task is train, and eval passk and eval tools, which read "
+            "split held_out by default, find no tasks"
+        )
+        ctx.log(summary["note"])
+    return summary
 
 
 SPLIT = StageSpec(

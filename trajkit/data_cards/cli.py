@@ -27,10 +27,9 @@ def card(
 ) -> None:
     """Render RUN/card/README.md (a Hugging Face dataset card) and RUN/card/plots/*.png from the run's tables."""
     from trajkit.clikit import run_command
-    from trajkit.errors import UserError
+    from trajkit.store import existing_run
 
-    if not run.is_dir():
-        raise UserError(f"run directory not found: {run}")
+    existing_run(run)  # a card describes a run: it never makes one
     options = {"pretty_name": pretty_name, "license": license_, "tags": tags, "repo_id": repo_id, "examples": examples}
     # The card describes the run as it is now, so it is always rendered afresh.
     manifest = run_command("card", run, options, config=config, overrides=overrides, name=name, fresh=True)

@@ -21,7 +21,7 @@ from trajkit.data_cards import layout
 from trajkit.data_cards.markdown import fmt_bytes
 from trajkit.data_cards.secret_scan import MAX_FINDINGS, Finding, env_secrets, scan_parquet, scan_text
 from trajkit.errors import UserError
-from trajkit.store import Store
+from trajkit.store import Store, existing_run
 
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 FILES_PER_COMMIT = 100
@@ -111,7 +111,7 @@ def push(
         raise UserError(f"--repo must look like user/name, not {repo_id!r}")
     if files_per_commit < 1 or bytes_per_commit < 1:
         raise UserError("files and bytes per commit must be positive")
-    store = Store(run)
+    store = existing_run(run)
     files = plan(store)
     check_reviews_applied(store)
     findings = scan(files)

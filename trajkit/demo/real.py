@@ -39,7 +39,7 @@ def with_model(pipeline: str | Path, run: str | Path, model: str, backend: str, 
         if stage.get("stage") == "train.sft":
             stage.setdefault("config", {})["model"] = model
     data["stages"] = stages
-    data = substitute(data, {"here": str(Path(pipeline).resolve().parent)})  # the copy lives elsewhere
+    data = substitute(data, {"here": str(Path(pipeline).resolve().parent)}, None)  # ${run}: when the copy runs
     out = Path(run) / "pipeline.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -53,9 +53,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trajkit import schema as S
+from trajkit.config import VARIABLE, expand_variables
 from trajkit.errors import UserError
 
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # Variables a server (or the uvx/npx that runs it) needs to reach its registry through this
 # machine's proxy and certificates, find its caches, and format text; passed through when set.
 PASSTHROUGH_PREFIXES = ("UV_", "NPM_CONFIG_", "npm_config_", "XDG_", "LC_")
@@ -264,20 +264,17 @@ def load_servers_config(path: str | Path, inputs: Mapping[str, str] | None = Non
 
 def expand(value: str, environ: Mapping[str, str] | None = None) -> str:
     """Replace ``${VAR}`` with the variable's value; a missing variable is a UserError."""
-    environ = os.environ if environ is None else environ
-
-    def sub(m: re.Match) -> str:
-        if m.group(1) not in environ:
-            raise UserError(f"environment variable {m.group(1)} is not set (used in a server config)")
-        return environ[m.group(1)]
-
-    return _VAR.sub(sub, value)
+    return expand_variables(
+        value,
+        os.environ if environ is None else environ,
+        lambda name: f"environment variable {name} is not set (used in a server config)",
+    )
 
 
 def variables(cfg: ServerConfig) -> list[str]:
     """The environment variable names a config reads (what a ``servers`` row records; values never):
     a stdio server's ``env`` keys and every ``${VAR}`` of its strings, ``SESSION_DIR`` aside."""
-    used = {m.group(1) for v in cfg._strings() for m in _VAR.finditer(v)} - {"SESSION_DIR"}
+    used = {m.group(1) for v in cfg._strings() for m in VARIABLE.finditer(v)} - {"SESSION_DIR"}
     return sorted(used | set(cfg.env))
 
 

@@ -12,7 +12,7 @@ import asyncio
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from trajkit.config import StageConfig
 from trajkit.schema import seed_for
@@ -123,7 +123,9 @@ class ModelSpec(StageConfig):
     cache: bool = Field(True, json_schema_extra={"hash": False}, description="Use the persistent call cache.")
     engine_args: dict[str, Any] = Field(default_factory=dict, description="vllm: extra LLM(...) arguments.")
     chat_template_kwargs: dict[str, Any] = Field(
-        default_factory=dict, description="transformers/vllm: extra chat-template variables, e.g. enable_thinking."
+        default_factory=dict,
+        description="Extra chat-template variables, e.g. enable_thinking (openai: sent as the request's "
+        "chat_template_kwargs, which vLLM and SGLang read).",
     )
     logprobs: bool = Field(False, description="openai: ask the server for the logprobs of sampled tokens.")
     extra_body: dict[str, Any] = Field(
@@ -132,6 +134,18 @@ class ModelSpec(StageConfig):
     retry_backoff_s: float = Field(
         0.5, ge=0, json_schema_extra={"hash": False}, description="openai: first retry delay, doubled per attempt."
     )
+    tool_media: Literal["text", "user_message"] = Field(
+        "text",
+        description="openai: how tool results' images and audio reach the model. text: the tool message's text "
+        "alone, which names them. user_message: also a user message after the tool messages carrying them as "
+        "image_url / input_audio parts (tool messages take text only), for a vision or audio model.",
+    )
+
+    @model_validator(mode="after")
+    def _media_over_http(self) -> ModelSpec:
+        if self.tool_media != "text" and self.backend != "openai":
+            raise ValueError(f"tool_media {self.tool_media!r} is for the openai backend, not {self.backend!r}")
+        return self
 
     @field_validator("base_url")
     @classmethod

@@ -6,7 +6,9 @@ trajkit's canonical message shape), the tools, the sampling parameters
 The key is backend-independent: the same model id served by another backend
 hits the same entries. For a local model directory the identity includes a
 fingerprint of its weights and tokenizer, so retrained weights saved to the
-same path do not hit stale entries. Keys, headers and URLs are never part of a
+same path do not hit stale entries; each entry keeps that identity beside the
+model name, so a replay (``trajkit.models.replay``) finds the calls of a local
+model without its directory. Keys, headers and URLs are never part of a
 key or a value, and secrets are redacted from the stored completions (``trajkit.redact``).
 
 ``seed=None`` with ``temperature > 0`` is not reproducible, but it is cached
@@ -45,7 +47,7 @@ from trajkit.models.base import (
     ToolCallError,
     ToolSchema,
 )
-from trajkit.models.chat import canonical
+from trajkit.models.chat import canonical, with_tool_media
 
 KEY_VERSION = 1
 _FINGERPRINT_FILES = (
@@ -83,16 +85,18 @@ def call_key(
     identity: str, messages: list[Message], tools: list[ToolSchema] | None, params: SamplingParams, spec: ModelSpec
 ) -> str:
     """The cache key of one call."""
+    media = spec.tool_media != "text"  # the media the model is sent are part of the call (the default adds nothing)
     blob = {
         "v": KEY_VERSION,
         "model": identity,
-        "messages": canonical(messages),
+        "messages": canonical(with_tool_media(messages) if media else messages),
         "tools": tools or None,
         "params": params.as_dict(),
         "options": {
             "chat_template_kwargs": spec.chat_template_kwargs,
             "extra_body": spec.extra_body,
             "logprobs": spec.logprobs,
+            **({"tool_media": spec.tool_media} if media else {}),
         },
     }
     text = json.dumps(blob, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
@@ -108,10 +112,15 @@ def _setup(db: sqlite3.Connection, patience_s: float = 60.0) -> None:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute(
-                "CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, model TEXT, created REAL, completions TEXT)"
+                "CREATE TABLE IF NOT EXISTS calls "
+                "(key TEXT PRIMARY KEY, model TEXT, created REAL, completions TEXT, identity TEXT)"
             )
+            if "identity" not in {row[1] for row in db.execute("PRAGMA table_info(calls)")}:
+                db.execute("ALTER TABLE calls ADD COLUMN identity TEXT")  # a cache from before identities were kept
             return
         except sqlite3.OperationalError as e:
+            if "duplicate column" in str(e):  # another process added it first
+                continue
             if "locked" not in str(e) or time.monotonic() > deadline:
                 raise
             time.sleep(0.02 + random.random() * 0.05)
@@ -138,14 +147,24 @@ class CallCache:
             row = self._db.execute("SELECT completions FROM calls WHERE key = ?", (key,)).fetchone()
         return None if row is None else [_decode(d) for d in json.loads(row[0])]
 
-    def put(self, key: str, model: str, completions: list[Completion]) -> None:
+    def put(self, key: str, model: str, completions: list[Completion], identity: str | None = None) -> None:
+        """Keep a call's completions; ``identity`` is the ``model_identity`` its key was made with (what a replay
+        needs to find the call again where a local model directory is absent or holds other weights)."""
         entries = redact.current().value([dataclasses.asdict(c) for c in completions])
         blob = json.dumps(entries, ensure_ascii=False)
         with self._lock:
             self._db.execute(
-                "INSERT OR REPLACE INTO calls (key, model, created, completions) VALUES (?, ?, ?, ?)",
-                (key, model, time.time(), blob),
+                "INSERT OR REPLACE INTO calls (key, model, created, completions, identity) VALUES (?, ?, ?, ?, ?)",
+                (key, model, time.time(), blob, identity),
             )
+
+    def identities(self, model: str) -> list[str | None]:
+        """The identities the calls of ``model`` were keyed with, newest first (None: recorded without one)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT identity FROM calls WHERE model = ? GROUP BY identity ORDER BY max(created) DESC", (model,)
+            ).fetchall()
+        return [r[0] for r in rows]
 
     def models(self) -> dict[str, int]:
         """How many calls the cache holds per model."""
@@ -210,7 +229,7 @@ class CachedBackend(Backend):
         finally:
             self._inflight.pop(key, None)
         if not any(c.error for c in out):
-            self.cache.put(key, self.model, out)
+            self.cache.put(key, self.model, out, self._identity)
         future.set_result(out)
         return out
 

@@ -29,7 +29,7 @@ def _flat_call(call: dict[str, Any]) -> dict[str, Any]:
 def stored_message(m: Message) -> Message:
     """A message in the ``trajectories`` shape: all seven keys (None where empty), tool calls flat with
     JSON-text arguments (None without calls). ``parts`` (a tool result's image and audio content, see
-    ``envs.session.media_part``) is stored, never sent to a model or hashed into a cache key."""
+    ``envs.session.media_part``) is stored; a model sees it only through ``with_tool_media``."""
     out = {k: m.get(k) for k in _FIELDS}
     out["tool_calls"] = [_flat_call(tc) for tc in m["tool_calls"]] if m.get("tool_calls") else None
     out["parts"] = m.get("parts") or None
@@ -44,6 +44,48 @@ def canonical(messages: list[Message]) -> list[Message]:
         if m.get("tool_calls"):
             c["tool_calls"] = [_flat_call(tc) for tc in m["tool_calls"]]
         out.append(c)
+    return out
+
+
+_AUDIO_FORMATS = {
+    "audio/wav": "wav",
+    "audio/x-wav": "wav",
+    "audio/wave": "wav",
+    "audio/mpeg": "mp3",
+    "audio/mp3": "mp3",
+}
+
+
+def _media_content(part: dict[str, Any]) -> dict[str, Any] | None:
+    """A stored media part as an OpenAI content part; None for one without data (over the size cap) or
+    audio in a format the API does not take (wav and mp3 only)."""
+    if not part.get("data"):
+        return None
+    if part.get("type") == "image":
+        return {"type": "image_url", "image_url": {"url": f"data:{part['mime_type']};base64,{part['data']}"}}
+    audio = _AUDIO_FORMATS.get(part.get("mime_type") or "")
+    if part.get("type") == "audio" and audio:
+        return {"type": "input_audio", "input_audio": {"data": part["data"], "format": audio}}
+    return None
+
+
+def with_tool_media(messages: list[Message]) -> list[Message]:
+    """``messages`` with a user message after each run of tool results whose ``parts`` hold images or audio,
+    carrying them as content parts, each group after a line naming its tool call (OpenAI tool messages take
+    text only; the model spec's ``tool_media: user_message``). Parts that ``_media_content`` cannot send stay
+    named in the tool message's text alone."""
+    out: list[Message] = []
+    pending: list[dict[str, Any]] = []
+    for m in [*messages, None]:
+        if pending and (m is None or m.get("role") != "tool"):
+            out.append({"role": "user", "content": pending})
+            pending = []
+        if m is None:
+            break
+        out.append(m)
+        media = [c for c in map(_media_content, m.get("parts") or []) if c] if m.get("role") == "tool" else []
+        if media:
+            pending += [{"type": "text", "text": f"[media returned by tool call {m.get('tool_call_id')}]"}, *media]
     return out
 
 

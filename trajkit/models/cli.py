@@ -81,6 +81,8 @@ def serve(
         server.start()
     except OSError as e:
         raise UserError(f"cannot listen on 127.0.0.1:{port}: {e.strerror}") from None
+    for note in server.notes() if replay is not None else []:
+        typer.echo(note, err=True)
     typer.echo(f"serving {what} at {server.base_url} (--backend openai --base-url {server.base_url}); Ctrl-C stops")
     try:
         threading.Event().wait()

@@ -40,7 +40,7 @@ from typing import Any
 
 from trajkit.errors import UserError
 from trajkit.models.base import Backend, Completion, Message, ModelSpec, SamplingParams, ToolSchema
-from trajkit.models.chat import failed, to_openai
+from trajkit.models.chat import failed, to_openai, with_tool_media
 from trajkit.models.parsing import parse_openai_tool_calls, parse_tool_calls, split_reasoning
 from trajkit.models.ratelimit import RateLimiter
 
@@ -175,7 +175,7 @@ class OpenAIBackend(Backend):
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.spec.model,
-            "messages": to_openai(messages),
+            "messages": to_openai(with_tool_media(messages) if self.spec.tool_media != "text" else messages),
             "n": n,
             "temperature": params.temperature,
             "top_p": params.top_p,
@@ -190,6 +190,8 @@ class OpenAIBackend(Backend):
         if self.spec.logprobs:
             body["logprobs"] = True
         body.update(self.spec.extra_body)
+        if self.spec.chat_template_kwargs:  # vLLM's and SGLang's request field (over extra_body's, key by key)
+            body["chat_template_kwargs"] = {**body.get("chat_template_kwargs", {}), **self.spec.chat_template_kwargs}
         return body
 
     async def _post(self, body: dict[str, Any]) -> dict[str, Any] | str:

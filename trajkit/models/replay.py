@@ -6,14 +6,23 @@ the sampling parameters and the request options. ``ReplayServer`` is an
 OpenAI-compatible server on loopback that computes the same key from each
 request and answers with the completions recorded under it, so the pipeline
 that made the run can be run again end to end (into another run directory,
-or after changing a later stage) without the model. A request that was never
-recorded is refused with 404 and says so: the client records it as a failed
-call, as it would any endpoint's error. ``/v1/models`` lists the recorded models.
+or after changing a later stage) without the model. A local model directory
+is found by the identity its calls were recorded with (its path and weights'
+fingerprint, kept beside each call), so the directory need not be there, and
+one inside the recorded run (``${run}/models/sft``) answers to the same place
+inside another run (the pipeline rerun into a new directory); the
+openai backend sends the spec's ``chat_template_kwargs`` as the request field
+of that name, which the key counts as the spec's (or, failing that, as
+``extra_body``'s); a request carrying tool results' media as a user message
+(``tool_media: user_message``) is keyed with that option. A request that was never recorded is refused with 404 and
+says why: the client records it as a failed call, as it would any endpoint's
+error. ``/v1/models`` lists the recorded models.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -46,6 +55,9 @@ class ReplayServer(ScriptedServer):
         if not models:
             raise UserError(f"{cache.path}: the call cache holds no calls to replay")
         self.models = models
+        self._known: dict[str, list[str]] = {}
+        # the recorded run, where the cache is its _cache: models inside it are found inside another run too
+        self.run = Path(os.path.abspath(cache.path.parent.parent)) if cache.path.parent.name == "_cache" else None
         super().__init__(self._never, delay_s=delay_s, model=models[0], port=port)
 
     @staticmethod
@@ -54,6 +66,41 @@ class ReplayServer(ScriptedServer):
 
     def served_models(self) -> list[str]:
         return self.models
+
+    def notes(self) -> list[str]:
+        """What cannot be replayed, said once at serve start: calls recorded without their model's identity."""
+        out = []
+        for model in self.models:
+            if None in self.cache.identities(model):
+                out.append(
+                    f"note: calls of {model!r} were recorded before the cache kept each model's identity: if "
+                    f"{model!r} was a local model directory, they replay only where that path holds the same "
+                    "weights and tokenizer"
+                )
+        return out
+
+    def _recorded_name(self, model: str) -> str:
+        """The recorded model name a request's stands for: itself, or for a model inside the recorded run
+        (``${run}/models/sft``) the same place inside another run: the pipeline rerun into a new directory."""
+        if model in self.models or self.run is None:
+            return model
+        inside = []
+        for name in self.models:
+            path = Path(os.path.abspath(name))
+            if path.is_relative_to(self.run) and path != self.run:
+                rel = path.relative_to(self.run).parts
+                if Path(model).parts[-len(rel) :] == rel:
+                    inside.append(name)
+        return inside[0] if len(inside) == 1 else model
+
+    def _identities(self, model: str) -> list[str]:
+        """The identities to look the request up under: those recorded for this model name, newest first, and
+        the name's own (a Hub id; a local directory's path and fingerprint here) for calls recorded without one."""
+        if model not in self._known:
+            recorded = self.cache.identities(self._recorded_name(model))
+            here = [model_identity(model)] if None in recorded or not recorded else []
+            self._known[model] = list(dict.fromkeys([i for i in recorded if i is not None] + here))
+        return self._known[model]
 
     def _complete(self, body: dict[str, Any], index: int) -> dict[str, Any]:
         model = str(body.get("model") or "")
@@ -65,13 +112,32 @@ class ReplayServer(ScriptedServer):
             stop=tuple(body["stop"]) if body.get("stop") else None,
             seed=body.get("seed"),
         )
+        messages = canonical(body.get("messages") or [])
         extra = {k: v for k, v in body.items() if k not in _STANDARD}
-        spec = ModelSpec(model=model, backend="openai", logprobs=bool(body.get("logprobs")), extra_body=extra)
-        key = call_key(model_identity(model), canonical(body.get("messages") or []), body.get("tools"), params, spec)
-        recorded = self.cache.get(key)
-        if recorded is None:
-            raise Refused(404, f"no recorded answer for this request to {model!r} in {self.cache.path}")
-        return _response(recorded, model, index)
+        logprobs = bool(body.get("logprobs"))
+        specs = [ModelSpec(model=model, backend="openai", logprobs=logprobs, extra_body=extra)]
+        if isinstance(extra.get("chat_template_kwargs"), dict):  # the spec's chat_template_kwargs, as sent
+            rest = {k: v for k, v in extra.items() if k != "chat_template_kwargs"}
+            kwargs = extra["chat_template_kwargs"]
+            specs.insert(0, specs[0].model_copy(update={"extra_body": rest, "chat_template_kwargs": kwargs}))
+        if any(m.get("role") == "user" and isinstance(m.get("content"), list) for m in messages):
+            specs += [s.model_copy(update={"tool_media": "user_message"}) for s in specs]  # tool results' media
+        for identity in self._identities(model):
+            for spec in specs:
+                recorded = self.cache.get(call_key(identity, messages, body.get("tools"), params, spec))
+                if recorded is not None:
+                    return _response(recorded, model, index)
+        if self._recorded_name(model) not in self.models:
+            raise Refused(
+                404,
+                f"no recorded answer: {model!r} was never recorded in {self.cache.path} "
+                f"(recorded: {', '.join(map(repr, self.models))})",
+            )
+        raise Refused(
+            404,
+            f"no recorded answer for this request to {model!r} in {self.cache.path}: no recorded call has this "
+            "conversation, tools, sampling parameters and options",
+        )
 
 
 def _response(completions: list[Completion], model: str, index: int) -> dict[str, Any]:

@@ -56,7 +56,7 @@ def load_curriculum(path: str | Path, run: str | Path, overrides: list[str] = ()
     """
     from trajkit.pipeline import substitute
 
-    data = substitute(read_yaml(path), {"run": str(run)})
+    data = substitute(read_yaml(path), {"run": str(run)}, str(path))
     try:
         top = CurriculumFile.model_validate(data)
     except ValidationError as e:

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from trajkit import schema as S
 from trajkit.errors import UserError
-from trajkit.store import Store, absent_columns
+from trajkit.store import Store, absent_columns, existing_run
 
 READ_TYPES = ("SELECT", "EXPLAIN")  # DESCRIBE, SHOW, SUMMARIZE, WITH, FROM and VALUES parse as SELECT
 QUERY_TIMEOUT_S = 30.0
@@ -282,7 +282,5 @@ class RunDB:
 
 def open_run(run: str | Path) -> RunDB:
     """A RunDB, or a user error if the directory is not a run."""
-    path = Path(run)
-    if not path.is_dir():
-        raise UserError(f"run directory not found: {path}")
-    return RunDB(path)
+    existing_run(run)
+    return RunDB(Path(run))
