@@ -4,13 +4,14 @@
 with its environment and cwd (ENTRY is ``-m MODULE ARGS...`` or ``SCRIPT ARGS...``, as the server's
 config says). In a mount namespace of its own where the host is read-only (``contain._contain`` with
 SPEC: no writable path; the ``--keep-env-state`` folder written through), it imports once what the
-entry module imports (its libraries and the server's own modules, not the entry module itself, so
-nothing is served; a module that writes files when imported fails here, and is imported by each
-instance in its own overlays), then accepts instances on the listening unix socket:
-each request carries the instance's stdin, stdout and stderr and its containment spec; the zygote forks,
-and the child, like the ``contain.py`` launcher, runs the entry module as ``__main__`` (``runpy``: the
-``if __name__ == "__main__"`` block runs, ``sys.argv`` is the server's) contained as the spec says
-(``contain.run``). The zygote answers ``pid N`` at once and ``exit CODE`` when the instance is gone; a
+entry module imports (a module that writes files when imported fails here, and is imported by each
+instance in its own overlays) and, where the entry ends with an ``if __name__ == "__main__":`` block,
+runs the rest of the entry once as ``__main__`` with the server's ``sys.argv`` (``_prepare``); nothing
+is served yet. Then it accepts instances on the listening unix socket: each request carries the
+instance's stdin, stdout and stderr and its containment spec; the zygote forks, and the child,
+contained as the spec says (``contain.run``), runs that ``__main__`` block alone, or, where there was
+none or the rest failed here, the whole entry module as ``__main__`` (``runpy``), as the ``contain.py``
+launcher does. The zygote answers ``pid N`` at once and ``exit CODE`` when the instance is gone; a
 stand-in that hangs up has its instance killed. The zygote dies with its client (parent-death signal),
 and each instance with the zygote.
 
