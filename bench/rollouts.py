@@ -9,23 +9,29 @@ calls only" loop makes the same model turns through the same ``openai`` backend 
 the tool results faked: the ceiling the HTTP path sets on this machine.
 
 Per concurrency, with the warm pool (``ToolEnv(warm=concurrency)``, filled inside the
-timed run) and without it (each trajectory starts its instance when it starts):
+timed run) and without it (each trajectory starts its instance when it starts), each
+instance forked from the kv server's zygote (trajkit's way for a Python server,
+``trajkit/envs/forks.py``; with ``--spawned`` also spawned, as every other server is):
 seconds, ratio to the bound and to "model calls only", the instance start latency a
 trajectory sees (from taking an instance to its ``initialize`` answer; p50, p99),
-peak memory of the whole process tree, and cross-trajectory leaks (a trajectory whose
-``list_keys`` shows another's marker, or whose ``get`` misses its own).
+peak memory (PSS) of the whole process tree, cross-trajectory leaks (a trajectory whose
+``list_keys`` shows another's marker, or whose ``get`` misses its own), and CPU-seconds per
+trajectory of this process (agent loop, HTTP, MCP client) and of the servers (stand-ins or
+launchers, zygote, instances): on a loaded machine the wall-clock ratios vary from run to
+run; these set the ceiling, cores / CPU-s per trajectory.
 
-Second table: CPU-seconds per instance start (launcher + server, to its ``initialize``
-answer) spawned as trajkit does (``contain.py`` launcher, then ``exec`` of the server),
-bare (no containment), and from a fork server that imported the server once and forks
-a contained instance per request; and the start rate the machine's cores allow.
+Second table: CPU-seconds per instance start through ``ToolEnv`` (to its ``initialize``
+answer, then shut down; server side: stand-in or launcher, zygote and instance; client
+side: this process), forked from the zygote (whose one import is not counted), spawned
+contained (``contain.py`` launcher, then ``exec`` of the server) and spawned bare (no
+containment); and the start rate the machine's cores allow.
 Third: client CPU per model call on the HTTP path ("model calls only", this process).
 
     python bench/rollouts.py              # quick (make bench): 48 trajectories at concurrency 16
+    python bench/rollouts.py --trajectories 256 --concurrency 16 64 --spawned   # docs/sandbox.md's numbers
     python bench/rollouts.py --full       # the issue's run: 1,000 trajectories at 16, 64 and 256
 
-A spawned kv instance costs about 1.2 CPU-seconds to start, so on 2 cores the full run
-is bound by starts (1,000 starts per row), not by the model: hours, not minutes.
+A spawned kv instance costs about a CPU-second to start, a forked one about a tenth of that.
 
 No node server: ``@modelcontextprotocol/server-memory`` is not in this machine's npm
 cache, and the benchmark runs offline.
@@ -35,12 +41,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing as mp
 import os
 import resource
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -51,7 +56,7 @@ import psutil
 
 from trajkit.envs import contain
 from trajkit.envs.agent import AgentLimits, run_episode
-from trajkit.envs.config import ServerConfig, child_environment
+from trajkit.envs.config import ServerConfig
 from trajkit.envs.discovery import discover
 from trajkit.envs.env import ToolEnv
 from trajkit.models import ModelSpec, make_backend
@@ -59,12 +64,6 @@ from trajkit.models.base import SamplingParams
 
 TURNS = 4
 KV = ServerConfig(command=sys.executable, args=["-m", "trajkit.envs.servers.kv"])
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}},
-}
 
 
 def script(messages, tools, body):
@@ -104,7 +103,8 @@ def backend_for(base_url: str, concurrency: int):
 
 
 class Peak:
-    """The peak resident memory of this process and all its descendants, sampled every 0.2 s."""
+    """The peak memory of this process and all its descendants (proportional set size: a page a forked instance
+    shares with its zygote counts once, split between them), sampled every 0.5 s."""
 
     def __init__(self):
         self.mb = 0.0
@@ -115,15 +115,15 @@ class Peak:
             total = 0
             for p in [me, *me.children(recursive=True)]:
                 try:
-                    total += p.memory_info().rss
+                    total += p.memory_full_info().pss
                 except psutil.Error:
                     pass
             self.mb = max(self.mb, total / 2**20)
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.5)
 
 
 # ---------------------------------------------------------------- rollouts
-async def trajkit_run(rows, base_url: str, n: int, concurrency: int, warm: int) -> dict:
+async def trajkit_run(rows, base_url: str, n: int, concurrency: int, warm: int, way: str) -> dict:
     backend = backend_for(base_url, concurrency)
     ids = [r["server_id"] for r in rows]
     sem = asyncio.Semaphore(concurrency)
@@ -132,7 +132,9 @@ async def trajkit_run(rows, base_url: str, n: int, concurrency: int, warm: int) 
     watchers: set[asyncio.Task] = set()
     peak = Peak()
     sampler = asyncio.create_task(peak.watch())
-    async with ToolEnv(rows, config={"kv": KV}, max_processes=concurrency, warm=warm) as env:
+    async with contextlib.AsyncExitStack() as stack:
+        config = stack.enter_context(started(way))
+        env = await stack.enter_async_context(ToolEnv(rows, config=config, max_processes=concurrency, warm=warm))
         take = env.instance
 
         def timed_instance(row):  # the wait a trajectory sees: from taking its instance to initialize's answer
@@ -151,10 +153,11 @@ async def trajkit_run(rows, base_url: str, n: int, concurrency: int, warm: int) 
             async with sem:
                 return await run_episode(task(i, ids), backend, env, SamplingParams(max_tokens=64), limits)
 
-        t0 = time.perf_counter()
+        t0, own0, servers0 = time.perf_counter(), time.process_time(), _children_cpu()
         out = await asyncio.gather(*(one(i) for i in range(n)))
         elapsed = time.perf_counter() - t0
         await asyncio.gather(*watchers, return_exceptions=True)
+    own, servers = time.process_time() - own0, _children_cpu() - servers0  # the zygote's instances: reaped by it
     sampler.cancel()
     await backend.aclose()
     bad = [r for r in out if r["status"] != "completed" or r["num_tool_calls"] != 3]
@@ -168,6 +171,7 @@ async def trajkit_run(rows, base_url: str, n: int, concurrency: int, warm: int) 
         "p99": waits[min(len(waits) - 1, int(len(waits) * 0.99))],
         "peak_mb": peak.mb,
         "leaks": leaks,
+        "cpu": (own / n, servers / n),
     }
 
 
@@ -205,89 +209,51 @@ async def model_only_run(rows, base_url: str, n: int, concurrency: int) -> tuple
 
 
 # ---------------------------------------------------------------- instance starts: spawn vs fork server
-def _handshake(write_fd: int, read_file) -> None:
-    os.write(write_fd, (json.dumps(INIT) + "\n").encode())
-    line = read_file.readline()
-    if b'"result"' not in line:
-        raise SystemExit(f"server did not answer initialize: {line[:200]!r}")
-
-
 def _children_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
 
 
-def spawn_starts(n: int, contained: bool) -> tuple[float, float]:
-    """(CPU-s per start, seconds per start) of n sequential starts spawned as trajkit does (or bare)."""
-    argv = [KV.command, *KV.args]
-    if contained:
-        argv = [sys.executable, *contain.wrap("kv", KV, KV.command, list(KV.args))]
-    cpu0, t0 = _children_cpu(), time.perf_counter()
-    for _ in range(n):
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_environment(KV))
-        _handshake(proc.stdin.fileno(), proc.stdout)
-        proc.stdin.close()
-        proc.wait()
-        proc.stdout.close()
-    return (_children_cpu() - cpu0) / n, (time.perf_counter() - t0) / n
-
-
-ZYGOTE = """
-import json, os, socket, sys, resource
-from trajkit.envs import contain
-from trajkit.envs.servers import kv
-spec = json.loads(sys.argv[1])
-sock = socket.socket(fileno=int(sys.argv[2]))
-while True:
-    msg, fds, _, _ = socket.recv_fds(sock, 16, 2)
-    if not fds:
-        break
-    if os.fork() == 0:
-        sock.close()
-        os.dup2(fds[0], 0)
-        os.dup2(fds[1], 1)
-        os.closerange(3, 1024)
-        os._exit(contain.run(spec, kv.server.run))
-    for fd in fds:
-        os.close(fd)
-    sock.send(b"k")
-while True:
+@contextlib.contextmanager
+def started(way: str):
+    """The servers config whose instances are forked (trajkit's default for kv), spawned (``fork: false``), or
+    spawned bare (not contained) inside the block."""
+    saved = os.environ.get(contain.ENV_OFF)
+    if way == "bare":
+        os.environ[contain.ENV_OFF] = "1"
     try:
-        os.wait()
-    except ChildProcessError:
-        break
-r = resource.getrusage(resource.RUSAGE_CHILDREN)
-sock.send(json.dumps(r.ru_utime + r.ru_stime).encode())
-"""
+        yield {"kv": KV.model_copy(update={"fork": way == "forked"})}
+    finally:
+        if way == "bare" and saved is None:
+            del os.environ[contain.ENV_OFF]
+        elif way == "bare":
+            os.environ[contain.ENV_OFF] = saved
 
 
-def fork_starts(n: int) -> tuple[float, float]:
-    """(CPU-s per start, seconds per start) of n sequential contained starts forked from a zygote that
-    imported the kv server once (the zygote's own import is not counted: it is paid once)."""
-    spec = json.loads(contain.wrap("kv", KV, KV.command, list(KV.args))[3])
-    ours, theirs = socket.socketpair()
-    zygote = subprocess.Popen(
-        [sys.executable, "-c", ZYGOTE, json.dumps(spec), str(theirs.fileno())],
-        pass_fds=[theirs.fileno()],
-        env=dict(child_environment(KV), PYTHONPATH=str(Path(__file__).resolve().parent.parent)),
-    )
-    theirs.close()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        server_in, to_server = os.pipe()
-        from_server, server_out = os.pipe()
-        socket.send_fds(ours, [b"s"], [server_in, server_out])
-        os.close(server_in)
-        os.close(server_out)
-        ours.recv(1)
-        with os.fdopen(to_server, "wb", buffering=0) as w, os.fdopen(from_server, "rb") as r:
-            _handshake(w.fileno(), r)
-    seconds = (time.perf_counter() - t0) / n
-    socket.send_fds(ours, [b"q"], [])
-    ours.shutdown(socket.SHUT_WR)
-    cpu = json.loads(ours.recv(64))
-    zygote.wait()
-    return cpu / n, seconds
+def _zygote_cpu(env: ToolEnv) -> float:
+    """CPU of the kv zygote so far: its own, and its instances' (it reaps them)."""
+    fork = env.forks.get("kv")
+    if fork is None or fork.proc is None:
+        return 0.0
+    t = psutil.Process(fork.proc.pid).cpu_times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+async def starts(rows, n: int, way: str) -> tuple[float, float, float]:
+    """(CPU-s per start of the server side, of this client, seconds per start) of n sequential instance starts
+    (to initialize's answer, then shut down) through trajkit, after one that is not counted (the zygote's imports,
+    paid once per run). ``way``: forked (trajkit's default for kv), spawned, or bare (not contained)."""
+    with started(way) as config:
+        async with ToolEnv(rows, config=config) as env:
+            for i in range(n + 1):
+                if i == 1:
+                    cpu0, own0, t0 = _children_cpu() + _zygote_cpu(env), time.process_time(), time.perf_counter()
+                conn = env.instance(rows[0])
+                await conn.open()
+                await env.close_connection(conn)
+            cpu = _children_cpu() + _zygote_cpu(env) - cpu0
+            own, seconds = time.process_time() - own0, time.perf_counter() - t0
+    return cpu / n, own / n, seconds / n
 
 
 # ---------------------------------------------------------------- report
@@ -298,6 +264,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, nargs="+", default=None, help="default: 16 (16 64 256 with --full)")
     ap.add_argument("--delay", type=float, default=0.2)
     ap.add_argument("--starts", type=int, default=5, help="sequential starts per way of starting")
+    ap.add_argument("--spawned", action="store_true", help="also the rollouts with spawned instances (slow)")
     args = ap.parse_args()
     n = args.trajectories or (1000 if args.full else 48)
     levels = args.concurrency or ([16, 64, 256] if args.full else [16])
@@ -311,29 +278,33 @@ def main() -> None:
         print(f"{n} trajectories x {TURNS} model turns (3 kv calls on a fresh contained instance each),")
         print(f"model delay {args.delay * 1000:.0f} ms, {os.cpu_count()} cores")
         head = f"{'loop':<18}{'conc':>5}{'seconds':>9}{'x bound':>9}{'x model':>9}"
-        print(head + f"{'start p50':>11}{'start p99':>11}{'peak MiB':>10}{'leaks':>7}")
+        print(head + f"{'start p50':>11}{'start p99':>11}{'peak MiB':>10}{'leaks':>7}{'CPU-s/traj client+servers':>27}")
         for c in levels:
             bound = n * TURNS * args.delay / c
             model_s, model_cpu = asyncio.run(model_only_run(rows, base_url, n, c))
             cpu_per_call.append((c, model_cpu / (n * TURNS)))
             print(f"{'model calls only':<18}{c:>5}{model_s:>9.2f}{model_s / bound:>9.2f}{1:>9.2f}")
-            for label, warm in (("warm pool", c), ("no warm pool", 0)):
-                r = asyncio.run(trajkit_run(rows, base_url, n, c, warm))
+            ways = [("warm pool", c, "forked"), ("no warm pool", 0, "forked")]
+            ways += [("spawned, warm pool", c, "spawned"), ("spawned, no pool", 0, "spawned")] if args.spawned else []
+            for label, warm, way in ways:
+                r = asyncio.run(trajkit_run(rows, base_url, n, c, warm, way))
                 print(
                     f"{label:<18}{c:>5}{r['elapsed']:>9.2f}{r['elapsed'] / bound:>9.2f}{r['elapsed'] / model_s:>9.2f}"
                     f"{r['p50'] * 1000:>9.0f}ms{r['p99'] * 1000:>9.0f}ms{r['peak_mb']:>10.0f}{r['leaks']:>7}"
+                    f"{r['cpu'][0]:>19.3f} + {r['cpu'][1]:.3f}"
                 )
     finally:
         proc.terminate()
 
     print(f"\ninstance start (kv server, to its initialize answer), {args.starts} sequential starts each")
-    print(f"{'way':<34}{'CPU-s/start':>12}{'s/start':>9}{'starts/s on all cores':>23}")
-    for label, (cpu, secs) in (
-        ("spawn, contained (trajkit)", spawn_starts(args.starts, contained=True)),
-        ("spawn, bare", spawn_starts(args.starts, contained=False)),
-        ("fork server, contained", fork_starts(args.starts)),
+    print(f"{'way':<30}{'server CPU-s':>13}{'client CPU-s':>13}{'s/start':>9}{'starts/s on all cores':>23}")
+    for label, way in (
+        ("forked, contained (trajkit)", "forked"),
+        ("spawned, contained", "spawned"),
+        ("spawned, bare", "bare"),
     ):
-        print(f"{label:<34}{cpu:>12.3f}{secs:>9.3f}{os.cpu_count() / cpu:>23.1f}")
+        cpu, own, secs = asyncio.run(starts(rows, args.starts, way))
+        print(f"{label:<30}{cpu:>13.3f}{own:>13.3f}{secs:>9.3f}{os.cpu_count() / (cpu + own):>23.1f}")
 
     print("\nclient CPU per model call on the HTTP path (model calls only loop, this process)")
     for c, cpu in cpu_per_call:

@@ -71,6 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from trajkit.envs.config import ServerConfig
 from trajkit.envs.discovery import discover
+from trajkit.executors.ray import remove_session
 from trajkit.store import Store
 
 TURNS = 3
@@ -224,9 +225,10 @@ def run_ray(run: Path, cfg: Path, world: int, workers: int) -> dict:
 
     t0 = time.monotonic()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
-    nodes = [cluster.add_node(num_cpus=world // workers) for _ in range(workers)]
-    start = time.monotonic() - t0
+    session = Path(cluster.head_node.get_session_dir_path())
     try:
+        nodes = [cluster.add_node(num_cpus=world // workers) for _ in range(workers)]
+        start = time.monotonic() - t0
         roots = {n.node_id[:8]: [p.process.pid for ps in n.all_processes.values() for p in ps] for n in nodes}
         head = [p.process.pid for ps in cluster.head_node.all_processes.values() for p in ps]
         sampler = Sampler({**roots, "head": head})
@@ -242,6 +244,7 @@ def run_ray(run: Path, cfg: Path, world: int, workers: int) -> dict:
         used = sampler.spent()
     finally:
         cluster.shutdown()
+        remove_session(session)
     manifests = shards(run, world)
     placed = {int(m.group(1)): m.group(2) for m in map(DONE.search, out) if m}
     rows = {name: 0 for name in roots}

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from trajkit.envs.config import ServerConfig
+from trajkit.executors.ray import remove_session
 
 RAY = str(Path(sys.executable).with_name("ray"))
 NODE = ["--node-ip-address=127.0.0.1", "--num-cpus=1", "--object-store-memory=100000000", "--disable-usage-stats"]
@@ -27,19 +28,23 @@ def _free_port() -> int:
 
 def _stop(port: str) -> None:
     """Stop this cluster's processes and theirs, found by its port (``ray stop`` would stop every Ray cluster
-    of the machine's user, another test run's or a benchmark's included)."""
+    of the machine's user, another test run's or a benchmark's included), and delete its session folders."""
     import psutil
 
     ours = re.compile(rf"--gcs[-_]address=\S+:{port}\b|--gcs_server_port={port}\b")  # nodes name the head's port
-    mine = []
+    mine, sessions = [], set()
     for p in psutil.process_iter(["cmdline"]):
-        if ours.search(" ".join(p.info["cmdline"] or [])):
+        line = " ".join(p.info["cmdline"] or [])
+        if ours.search(line):
+            sessions.update(re.findall(r"--session_dir=(\S+)", line))  # a raylet's
             with contextlib.suppress(psutil.Error):
                 mine += [p, *p.children(recursive=True)]
     for p in mine:  # as ray stop --force does: a test cluster has nothing to save (SIGTERM cost 15 s a module)
         with contextlib.suppress(psutil.Error):
             p.kill()
     psutil.wait_procs(mine, timeout=15)
+    for session in sessions:
+        remove_session(Path(session))
 
 
 @pytest.fixture(scope="module")

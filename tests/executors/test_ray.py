@@ -200,25 +200,40 @@ def test_without_ray_the_executor_fails_with_one_line(tmp_path, monkeypatch):
         run_command("synth.rollouts", tmp_path, {"model": {"model": "m"}}, world_size=2, executor="ray")
 
 
-def test_without_an_address_the_run_starts_a_cluster_of_its_own(monkeypatch):
+def test_without_an_address_the_run_starts_a_cluster_of_its_own(monkeypatch, tmp_path):
     """Not ``ray.init()`` alone, which joins any cluster already running on the machine (another user's, a
-    test's) and then refuses ``num_cpus``."""
+    test's) and then refuses ``num_cpus``. The run's own cluster is stopped at the end and its session folder
+    deleted (each left one behind under /tmp/ray); another cluster's session, and one it only joined, stay."""
+    from types import SimpleNamespace
+
     from trajkit.executors import ray as executor
 
-    calls = []
+    calls, sessions = [], iter(["session_own", "session_joined"])
+    other = tmp_path / "session_other"
+    other.mkdir()
+
+    def start(**kw):
+        calls.append(kw)
+        session = tmp_path / next(sessions)
+        (session / "logs").mkdir(parents=True)
+        (tmp_path / "session_latest").unlink(missing_ok=True)
+        (tmp_path / "session_latest").symlink_to(session)
+        return SimpleNamespace(address_info={"session_dir": str(session)})
 
     class Ray:
         is_initialized = staticmethod(lambda: False)
-        init = staticmethod(lambda **kw: calls.append(kw))
-        shutdown = staticmethod(lambda: calls.append("shutdown"))
+        init = staticmethod(start)
+        shutdown = staticmethod(lambda **kw: calls.append(kw))
 
     monkeypatch.setattr(executor, "_ray", lambda: Ray)
     with executor.cluster(None):
-        pass
+        assert (tmp_path / "session_own" / "logs").is_dir()
+    assert not (tmp_path / "session_own").exists() and not (tmp_path / "session_latest").is_symlink()
     with executor.cluster("127.0.0.1:6379"):
         pass
-    assert calls[0]["address"] == "local" and calls[0]["num_cpus"] >= 1
+    assert calls[0]["address"] == "local" and calls[0]["num_cpus"] >= 1 and calls[1] == {"wait_for_processes": True}
     assert calls[2]["address"] == "127.0.0.1:6379" and "num_cpus" not in calls[2]
+    assert (tmp_path / "session_joined").is_dir() and other.is_dir() and (tmp_path / "session_latest").is_symlink()
 
 
 def test_a_killed_driver_takes_its_shards_with_it_and_a_rerun_resumes(tmp_path, ray_cluster, calculator_rows, brain):

@@ -93,6 +93,7 @@ class ServerConfig(BaseModel):
     type: Literal["stdio", "http", "streamable-http", "streamableHttp"] | None = None
     disabled: bool = False
     network: bool = True  # false: a contained stdio server runs without network
+    fork: bool = True  # false: a contained Python server's instances are spawned, not forked (envs/forks.py)
     state: Literal["stateless", "stateful"] | None = None  # None: inferred at harvest (server_state)
     timeout: float | None = Field(None, gt=0)  # Cline's: seconds per tool call, over the caller's timeout
 

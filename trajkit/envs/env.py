@@ -13,7 +13,9 @@ Start-up is kept off the critical path by a warm pool (``warm``): per stateful s
 server, ``warm`` fresh instances are started ahead of demand; a trajectory takes a
 never-used one (an initialized one first) and a replacement starts at once, so it
 waits for a start only when the pool runs dry. An instance serves one trajectory,
-and its end state is read from it before it is torn down. Bounds:
+and its end state is read from it before it is torn down. A contained Python server's
+instances are forked from a zygote of its own (``forks.py``, about a tenth of a spawn's
+CPU), killed with the env. Bounds:
 
 * ``max_processes`` — live per-trajectory server processes, all servers
   together; a trajectory reserves the processes it needs at once (so two
@@ -52,6 +54,7 @@ from trajkit.envs.config import (
     load_servers_config,
     server_state,
 )
+from trajkit.envs.forks import Zygote, python_entry
 from trajkit.envs.session import Connection, ServerFault, ToolOutput
 from trajkit.envs.tools import ToolRoute, select_servers, tool_routes
 from trajkit.errors import UserError
@@ -204,6 +207,7 @@ class ToolEnv:
         self.slots = _Slots(max_processes or SERVERS_PER_CPU * cpus())
         self.pools: dict[str, Pool] = {}
         self.warm_pools: dict[str, Warm] = {}
+        self.forks: dict[str, Zygote | None] = {}  # per stateful Python server: its zygote (forks.py)
         self.live: set[Connection] = set()
         self._closers: set[asyncio.Task] = set()
         self._routes: dict[tuple[str, ...] | None, list[ToolRoute]] = {}
@@ -257,12 +261,15 @@ class ToolEnv:
     def _connection(self, name: str, cfg: ServerConfig, shared: bool = False) -> Connection:
         if self._closed:
             raise ServerFault("the tool environment is closed")
+        if not shared and name not in self.forks:
+            self.forks[name] = Zygote(name, cfg) if python_entry(cfg) else None
         conn = Connection(
             name,
             cfg,
             startup_timeout_s=self.startup_timeout_s,
             max_concurrency=self.max_concurrency_per_server,
             shared=shared,
+            fork=None if shared else self.forks[name],
         )
         self.live.add(conn)
         return conn
@@ -299,6 +306,9 @@ class ToolEnv:
         self._closed = True
         closing = [self.close_connection(c) for c in list(self.live)]
         await asyncio.shield(asyncio.gather(*closing, *self._closers, return_exceptions=True))
+        for fork in self.forks.values():
+            if fork is not None:
+                fork.close()
         self.pools.clear()
         self.warm_pools.clear()
 

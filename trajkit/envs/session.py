@@ -32,6 +32,7 @@ from typing import Any
 
 from trajkit.envs import contain
 from trajkit.envs.config import ServerConfig, child_environment, resolve_command
+from trajkit.envs.forks import Zygote
 from trajkit.errors import UserError
 
 STDERR_TAIL_CHARS = 300
@@ -111,7 +112,8 @@ class Connection:
 
     ``max_concurrency`` bounds the calls in flight on this connection;
     ``startup_timeout_s`` bounds spawning plus ``initialize``; ``shared``: a stateless server's
-    process that several trajectories use, which (contained) sees the filesystem read-only.
+    process that several trajectories use, which (contained) sees the filesystem read-only; ``fork``:
+    the server's zygote, which (contained) forks the instance instead of a spawn (``forks.py``).
     """
 
     def __init__(
@@ -123,11 +125,13 @@ class Connection:
         max_concurrency: int = 8,
         shared: bool = False,
         warm_caches: bool = False,
+        fork: Zygote | None = None,
     ):
         self.name = name
         self.cfg = cfg
         self.shared = shared
         self.warm_caches = warm_caches  # contained: package caches written through (contain.wrap)
+        self.fork = fork  # contained: forked from this zygote rather than spawned (forks.py)
         self.startup_timeout_s = startup_timeout_s
         self.init_result: Any = None
         self.session: Any = None
@@ -202,6 +206,8 @@ class Connection:
             if contain.enabled():
                 args = contain.wrap(self.name, cfg, command, args, readonly=self.shared, warm_caches=self.warm_caches)
                 command = sys.executable
+                if self.fork is not None:
+                    args = self.fork.wrap(args)
             params = StdioServerParameters(
                 command=command,
                 args=args,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,13 +106,24 @@ def cluster(address: str | None) -> Iterator[None]:
     # without an address, a cluster of its own: ray.init() alone joins any cluster already running here
     opts = {"address": address} if address else {"address": "local", "num_cpus": len(os.sched_getaffinity(0))}
     try:
-        ray.init(**opts, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        context = ray.init(**opts, include_dashboard=False, log_to_driver=False, configure_logging=False)
     except ConnectionError as e:
         raise UserError(f"cannot connect to the Ray cluster at {address}: {e}") from None
     try:
         yield
     finally:
-        ray.shutdown()
+        ray.shutdown(wait_for_processes=not address)
+        if not address:
+            remove_session(Path(context.address_info["session_dir"]))
+
+
+def remove_session(session: Path) -> None:
+    """Delete the session folder (logs, sockets) of a cluster this run started and stopped, and the
+    ``session_latest`` link where it still points there; other clusters' sessions are left alone."""
+    shutil.rmtree(session, ignore_errors=True)
+    latest = session.with_name("session_latest")
+    if latest.is_symlink() and Path(os.readlink(latest)) == session:
+        latest.unlink(missing_ok=True)
 
 
 def _shard(root, spec, cfg, name, rank, world_size, budget_tokens, budget_cost, version) -> dict[str, Any]:

@@ -1,0 +1,224 @@
+"""Instances of a Python server forked from a zygote: contained, started and ended exactly as spawned ones."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import signal
+import sys
+
+import psutil
+import pytest
+
+from tests.envs.test_contain import FILEKV
+from tests.envs.test_leaks import children, open_fds
+from tests.fixtures.envs import RAW_SERVER
+from tests.nonroot import NOBODY, nobody_folder, run_as_nobody
+from trajkit.envs import contain, forks
+from trajkit.envs.config import ServerConfig
+from trajkit.envs.discovery import discover
+from trajkit.envs.env import ToolEnv
+from trajkit.envs.forks import Zygote, python_entry
+from trajkit.envs.session import Connection, ServerFault
+
+WHOAMI = os.path.join(os.path.dirname(__file__), "servers", "whoami.py")
+
+
+def test_python_modules_and_scripts_qualify_and_nothing_else():
+    def entry(command: str, *args: str) -> list[str] | None:
+        return python_entry(ServerConfig(command=command, args=list(args)))
+
+    assert entry("python", "-m", "pkg.server", "--x") == ["-m", "pkg.server", "--x"]
+    assert entry("/opt/venv/bin/python3.12", "srv.py", "a") == ["srv.py", "a"]
+    assert entry("python", "-u", "-m", "pkg") is None  # interpreter options: spawned
+    assert entry("python", "-c", "print(1)") is None
+    assert entry("uvx", "mcp-server-time") is None and entry("npx", "-y", "srv") is None
+    assert entry("python", "srv.py", "--db", "${SESSION_DIR}/db") is None
+    assert python_entry(ServerConfig(command="python", args=["-m", "pkg"], fork=False)) is None
+
+
+async def _state_run(state, victim, n: int = 2, fork: bool = True) -> list:
+    """Two trajectories on a file-backed server through a ToolEnv: what each saw and did."""
+    cfg = ServerConfig(command=sys.executable, args=[FILEKV], env={"STATE_FILE": str(state)}, fork=fork)
+    rows = await discover({"filekv": cfg})
+    seen = []
+    async with ToolEnv(rows, config={"filekv": cfg}) as env:
+        for i in range(n):
+            async with env.episode() as ep:
+                await ep.call("filekv", "put", {"key": f"m{i}", "value": "v"})
+                seen.append(json.loads((await ep.call("filekv", "dump", {})).text))
+                seen.append((await ep.call("filekv", "vandalize", {"path": str(victim)})).text)
+                seen.append((await ep.call("filekv", "fill", {"mb": 600})).text)
+        fork = env.forks["filekv"]
+        seen.append(fork is not None and fork.proc is not None and fork.restarts == 0)
+    return seen
+
+
+async def test_a_forked_instance_is_contained_exactly_like_a_spawned_one(tmp_path):
+    state, victim = tmp_path / "state.json", tmp_path / "keep.txt"
+    state.write_text('{"host": "1"}')
+    victim.write_text("mine")
+    before = hashlib.sha256(state.read_bytes()).hexdigest()
+    forked = await _state_run(state, victim)
+    spawned = await _state_run(state, victim, fork=False)
+    assert forked[:-1] == spawned[:-1] and forked[-1] is True and spawned[-1] is False
+    assert forked[0] == {"host": "1", "m0": "v"} and forked[2] == "error: No space left on device"
+    assert [forked[i] for i in (0, 3)] == [{"host": "1", f"m{i}": "v"} for i in range(2)]  # none saw another's
+    assert hashlib.sha256(state.read_bytes()).hexdigest() == before and victim.read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.txt", "state.json"]
+
+
+@pytest.mark.parametrize("args", [[WHOAMI, "--flag"], ["-m", "tests.envs.servers.whoami", "--flag"]])
+async def test_the_server_runs_as_main_with_its_own_argv_and_path(args):
+    """A server with an ``if __name__ == "__main__"`` block, as a script and as ``-m``: forked, it sees the
+    argv, ``__main__`` and ``sys.path[0]`` a spawned one sees, and module state of its own (the module's body ran
+    once, in the zygote; only the ``__main__`` block runs in the instance)."""
+    cfg = ServerConfig(command=sys.executable, args=args)
+    spawned = Connection("whoami", cfg)
+    try:
+        expected = json.loads((await spawned.call("whoami", {})).text)
+    finally:
+        await spawned.aclose()
+    rows = await discover({"whoami": cfg})
+    async with ToolEnv(rows, config={"whoami": cfg}) as env:
+        for _ in range(2):
+            async with env.episode() as ep:
+                assert json.loads((await ep.call("whoami", "whoami", {})).text) == {**expected, "born_here": False}
+        assert psutil.Process(env.forks["whoami"].proc.pid).is_running()
+    assert expected["argv"][1:] == ["--flag"] and expected["main"][0] == "__main__" and expected["calls"] == 1
+    assert expected["born_here"] is True
+
+
+async def test_a_killed_zygote_is_restarted_then_given_up_for_spawning_with_a_reason(caplog):
+    config = {"fresh": ServerConfig(command=sys.executable, args=[str(RAW_SERVER), "--no-readonly"])}
+    rows = await discover(config)
+    before, fds = children(), open_fds()
+    caplog.set_level(logging.WARNING, logger="trajkit.envs.forks")
+    async with ToolEnv(rows, config=config) as env:
+        for _ in range(forks.MAX_RESTARTS + 1):
+            async with env.episode() as ep:
+                assert (await ep.call("fresh", "count", {})).text == "1"
+                env.forks["fresh"].proc.send_signal(signal.SIGKILL)  # its instance goes with it, with a reason
+                with pytest.raises(ServerFault, match="exited during sleep .*the fork server exited"):
+                    await ep.call("fresh", "sleep", {"seconds": 10})
+        async with env.episode() as ep:  # spawned from now on
+            assert (await ep.call("fresh", "count", {})).text == "1"
+            assert env.forks["fresh"].gone == "exited with status -9" and env.forks["fresh"].proc is None
+        sockets = [env.forks["fresh"]._dir]
+    reasons = [r.getMessage() for r in caplog.records]
+    again = "fork server of 'fresh' exited with status -9; started again"
+    assert reasons == [again] * forks.MAX_RESTARTS + [
+        again.replace("started again", "its instances are spawned from now on")
+    ]
+    assert children() <= before and open_fds() <= fds and sockets == [None]
+
+
+async def test_no_zygote_or_instance_outlives_the_env_and_a_dead_zygote_means_a_spawn(tmp_path):
+    config = {"fresh": ServerConfig(command=sys.executable, args=[str(RAW_SERVER), "--no-readonly"])}
+    rows = await discover(config)
+    before = children()
+    async with ToolEnv(rows, config=config, warm=3) as env:
+        async with env.episode() as ep:
+            assert (await ep.call("fresh", "count", {})).text == "1"
+            fork: Zygote = env.forks["fresh"]
+            family = psutil.Process(fork.proc.pid).children(recursive=True)
+            assert len(family) >= 3 * 2  # instances forked (launcher, pid 1, server each), warm ones included
+            folder = fork._dir
+        fork.proc.kill()  # the warm instances die with it, and are replaced
+        fork.proc.wait()
+        fork.proc.poll = lambda: None  # dead after the check: the stand-in finds nobody listening, and spawns
+        seen = []
+        for _ in range(6):  # warm instances forked before the kill fault (with the reason) when used; the rest spawn
+            async with env.episode() as ep:
+                try:
+                    seen.append((await ep.call("fresh", "count", {})).text)
+                except ServerFault as e:
+                    seen.append("fork server exited" in str(e))
+        assert set(seen) <= {True, "1"} and seen.count(True) <= 3 and seen[-3:] == ["1"] * 3
+    assert children() <= before and not os.path.exists(folder)
+    assert not [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+SCRIBBLER = """
+import os, sys
+import scribble  # writes when imported: read-only in the zygote, so each instance imports it in its overlays
+from mcp.server import MCPServer
+
+server = MCPServer("scribbler", version="1.0", log_level="WARNING")
+
+
+@server.tool()
+def marks() -> str:
+    \"\"\"The marks file as this instance sees it.\"\"\"
+    with open(os.environ["MARKS"]) as f:
+        return f.read()
+
+
+if __name__ == "__main__":
+    server.run()
+"""
+
+
+async def test_what_the_zygotes_imports_write_reaches_neither_the_host_nor_another_instance(tmp_path, monkeypatch):
+    (tmp_path / "scribble.py").write_text('import os\nwith open(os.environ["MARKS"], "a") as f:\n    f.write("x")\n')
+    (tmp_path / "srv.py").write_text(SCRIBBLER)
+    marks = tmp_path / "marks.txt"
+    cfg = ServerConfig(command=sys.executable, args=[str(tmp_path / "srv.py")], env={"MARKS": str(marks)})
+    rows = await discover({"s": cfg})
+    assert rows[0]["status"] == "ok", rows[0]["reason"]
+    (tmp_path / "kept").mkdir()
+    monkeypatch.setenv(contain.ENV_KEEP, str(tmp_path / "kept"))  # the --keep-env-state folder: written through
+    async with ToolEnv(rows, config={"s": cfg}) as env:
+        for _ in range(2):
+            async with env.episode() as ep:
+                assert (await ep.call("s", "marks", {})).text == "x"  # its own import's write, nobody else's
+        assert env.forks["s"].proc is not None
+    assert not marks.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["kept", "scribble.py", "srv.py"]
+    kept = sorted(p.read_text() for p in (tmp_path / "kept").glob("s-*/*/upper/**/marks.txt"))
+    assert kept == ["x", "x"]  # each instance's writes kept, as for a spawned one
+
+
+NOBODY_FORKS = """
+import asyncio, json, os, sys
+from trajkit.envs.config import ServerConfig
+from trajkit.envs.env import ToolEnv
+
+
+async def main() -> dict:
+    cfg = ServerConfig(command=sys.executable, args=[FILEKV], env={"STATE_FILE": os.path.abspath("data/state.json")})
+    found = {}
+    async with ToolEnv([ROW], config={"filekv": cfg}) as env:
+        for i in range(2):
+            async with env.episode() as ep:
+                found[f"put{i}"] = (await ep.call("filekv", "put", {"key": f"m{i}", "value": "v"})).text
+                found[f"dump{i}"] = json.loads((await ep.call("filekv", "dump", {})).text)
+        found["forked"] = env.forks["filekv"].restarts == 0 and env.forks["filekv"].proc.poll() is None
+    return found
+
+
+print(json.dumps(asyncio.run(main())))
+"""
+
+
+async def test_a_non_root_run_forks_contained_instances_through_nested_user_namespaces():
+    cfg = ServerConfig(command=sys.executable, args=[FILEKV])
+    row = (await discover({"filekv": cfg}))[0]
+    with nobody_folder() as folder:
+        data = folder / "data"
+        data.mkdir()
+        (data / "state.json").write_text('{"host": "1"}')
+        for path in (data, data / "state.json"):
+            os.chown(path, NOBODY.pw_uid, NOBODY.pw_gid)
+        done = run_as_nobody(f"FILEKV = {FILEKV!r}\nROW = {row!r}\n{NOBODY_FORKS}", folder)
+        assert done.returncode == 0, done.stderr
+        found = json.loads(done.stdout.splitlines()[-1])
+        assert found == {
+            "put0": "ok",
+            "put1": "ok",
+            "dump0": {"host": "1", "m0": "v"},
+            "dump1": {"host": "1", "m1": "v"},
+            "forked": True,
+        }
+        assert (data / "state.json").read_text() == '{"host": "1"}' and os.listdir(data) == ["state.json"]

@@ -1,0 +1,358 @@
+"""A fork server for one Python stdio MCP server, and the stand-in process the MCP client starts per instance.
+
+``PYTHON zygote.py serve LISTEN_FD CLIENT_PID SPEC -- ENTRY...`` runs on the server's own interpreter,
+with its environment and cwd (ENTRY is ``-m MODULE ARGS...`` or ``SCRIPT ARGS...``, as the server's
+config says). In a mount namespace of its own where the host is read-only (``contain._contain`` with
+SPEC: no writable path; the ``--keep-env-state`` folder written through), it imports once what the
+entry module imports (a module that writes files when imported fails here, and is imported by each
+instance in its own overlays) and, where the entry ends with an ``if __name__ == "__main__":`` block,
+runs the rest of the entry once as ``__main__`` with the server's ``sys.argv`` (``_prepare``); nothing
+is served yet. Then it accepts instances on the listening unix socket: each request carries the
+instance's stdin, stdout and stderr and its containment spec; the zygote forks, and the child,
+contained as the spec says (``contain.run``), runs that ``__main__`` block alone, or, where there was
+none or the rest failed here, the whole entry module as ``__main__`` (``runpy``), as the ``contain.py``
+launcher does. The zygote answers ``pid N`` at once and ``exit CODE`` when the instance is gone; a
+stand-in that hangs up has its instance killed. The zygote dies with its client (parent-death signal),
+and each instance with the zygote.
+
+``python -I -S zygote.py attach SOCKET -- LAUNCHER_ARGS...`` is what the MCP client spawns instead of
+the launcher: it hands its own stdin, stdout and stderr to the fork server, relays SIGTERM/SIGINT/SIGHUP
+to its instance, and exits with the instance's status, so the client's shutdown sequence (close stdin,
+SIGTERM, SIGKILL of the process group) and stderr capture work exactly as for a spawned server. Where
+the fork server is not there (crashed, killed, never started) before the instance was forked, it
+executes ``python LAUNCHER_ARGS...``: the instance is spawned as usual.
+
+A plain script on the standard library and ``contain.py`` (a server's interpreter need not have trajkit
+installed); the stand-in imports only what it uses (it starts once per instance).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+
+TYPE_CHECKING = False  # (typing's import would cost every stand-in)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+_here = os.path.dirname(os.path.abspath(__file__))
+
+
+def _ours(name: str, folder: str) -> object:
+    """A module of ours imported from ``folder``, leaving ``sys.path`` and ``sys.modules`` as they were (the
+    server sees its own path, and no module of ours under a plain name)."""
+    import importlib
+
+    path = list(sys.path)
+    sys.path.insert(0, folder)
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path[:] = path
+        for plain in ("contain", "isolation"):
+            sys.modules.pop(plain, None)
+
+
+def _die_with_parent() -> None:
+    """SIGKILL when the parent exits (``PR_SET_PDEATHSIG``; without isolation.py's imports)."""
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0):
+        raise OSError(ctypes.get_errno(), "prctl PR_SET_PDEATHSIG")
+
+
+MAX_SPEC = 1 << 16
+
+
+def _server_path(entry: list[str]) -> None:
+    """``sys.path[0]`` as ``python ENTRY`` sets it: the working directory for ``-m``, else the script's folder."""
+    if sys.path and os.path.realpath(sys.path[0] or ".") == _here:
+        del sys.path[0]
+    if not getattr(sys.flags, "safe_path", False):
+        sys.path.insert(0, os.getcwd() if entry[0] == "-m" else os.path.dirname(os.path.realpath(entry[0])))
+
+
+def _entry(entry: list[str]) -> tuple[str, object, dict] | None:
+    """The entry module's file, its parsed source, and the globals ``python ENTRY`` gives it (None: not found)."""
+    import ast
+    import importlib.util
+
+    if entry[0] == "-m":
+        spec = importlib.util.find_spec(entry[1])
+        if spec is not None and spec.submodule_search_locations is not None:
+            spec = importlib.util.find_spec(entry[1] + ".__main__")
+        if spec is None or not spec.has_location:
+            return None
+        path = spec.origin
+        init = {"__cached__": spec.cached, "__loader__": spec.loader, "__package__": spec.parent, "__spec__": spec}
+    else:
+        path = entry[0]
+        init = {"__cached__": None, "__loader__": None, "__package__": None, "__spec__": None}
+    with open(path, "rb") as f:
+        return path, ast.parse(f.read()), {"__name__": "__main__", "__file__": path, **init}
+
+
+def _preload(tree: object, package: str) -> None:
+    """Import what the entry module's source imports (relative imports made absolute), each name too; a module
+    that fails to import is left to the instances."""
+    import ast
+    import contextlib
+    import importlib
+    import importlib.util
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found = [(alias.name, []) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = importlib.util.resolve_name("." * node.level + base, package)
+            found = [(base, [alias.name for alias in node.names])]
+        else:
+            continue
+        for module, names in found:
+            if module == "__main__" or module.endswith(".__main__"):
+                continue
+            with contextlib.suppress(Exception, SystemExit):
+                loaded = importlib.import_module(module)
+                for name in names:
+                    if name != "*" and not hasattr(loaded, name):
+                        with contextlib.suppress(Exception, SystemExit):
+                            importlib.import_module(f"{module}.{name}")
+
+
+def _prepare(path: str, tree: object, init: dict, argv: list[str]) -> object | None:
+    """Where the entry module ends with an ``if __name__ == "__main__":`` block (and no ``else``): run the rest
+    as ``__main__`` here, once, with the server's ``sys.argv``, and return that block's code, all an instance
+    then runs. None (each instance runs the whole module) where it has no such block, or the rest failed here
+    (a write refused, say) or started a thread (a fork would not carry it)."""
+    import ast
+    import threading
+    import types
+
+    last = tree.body[-1] if tree.body else None
+    guard = "__name__ == '__main__'", "'__main__' == __name__"
+    if not isinstance(last, ast.If) or last.orelse or ast.unparse(last.test) not in guard:
+        return None
+    main = types.ModuleType("__main__")
+    main.__dict__.update(init)
+    saved = sys.modules["__main__"], sys.argv
+    sys.modules["__main__"], sys.argv = main, argv
+    try:
+        exec(compile(ast.Module(body=tree.body[:-1], type_ignores=[]), path, "exec"), main.__dict__)  # noqa: S102
+        ok = threading.active_count() == 1
+    except BaseException:  # noqa: BLE001 - the instances run it whole, and meet the error themselves
+        ok = False
+    if not ok:
+        sys.modules["__main__"], sys.argv = saved
+        return None
+    return compile(ast.Module(body=last.body, type_ignores=[]), path, "exec")
+
+
+def _exit_code(code: object) -> int:
+    """The status ``sys.exit(code)`` ends an interpreter with (a message goes to stderr, as Python does)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _run_server(entry: list[str], main: object | None) -> None:
+    """The instance's server process: the entry module as ``__main__`` (``main``: only its ``__main__`` block, the
+    rest ran in the zygote), then the interpreter's exit."""
+    import atexit
+    import runpy
+    import traceback
+
+    code = 0
+    try:
+        if main is not None:
+            exec(main, sys.modules["__main__"].__dict__)  # noqa: S102
+        elif entry[0] == "-m":
+            sys.argv = [entry[1], *entry[2:]]  # runpy puts the module's file in argv[0], as ``python -m`` does
+            runpy.run_module(entry[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = list(entry)
+            runpy.run_path(entry[0], run_name="__main__")
+    except SystemExit as e:
+        code = _exit_code(e.code)
+    except BaseException:  # noqa: BLE001 - an uncaught exception: its traceback, status 1
+        traceback.print_exc()
+        code = 1
+    try:
+        if "threading" in sys.modules:
+            sys.modules["threading"]._shutdown()  # non-daemon threads are waited for, as at interpreter exit
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
+def _instance(spec: dict, fds: list[int], entry: list[str], own: list, run: Callable, main: object) -> None:
+    """In the forked child: the client's pipes as 0, 1 and 2, nothing of the zygote's, then contained."""
+    import contextlib
+    import traceback
+
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+    for fd in {*fds, *(x if isinstance(x, int) else x.fileno() for x in own)}:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    sys.dont_write_bytecode = bool(sys.flags.dont_write_bytecode)
+    code = 1
+    try:
+        _die_with_parent()  # the zygote's child: dies with it, as it dies with the client
+        os.setsid()
+        code = run(spec, lambda: _run_server(entry, main))
+    except BaseException:  # noqa: BLE001 - as the spawned launcher: a traceback on stderr
+        traceback.print_exc()
+    finally:
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def serve(listen_fd: int, client: int, spec: dict, entry: list[str]) -> None:
+    import contextlib
+    import selectors
+
+    _die_with_parent()
+    if os.getppid() != client:  # the client died before the line above
+        return
+    contain = _ours("contain", _here)
+    userns = contain.iso.enter_namespaces(contain.iso.CLONE_NEWNS)
+    contain._contain(spec, userns)  # the host read-only to what the imports do: only the instances may write
+    run = contain.run
+    _server_path(entry)
+    sys.dont_write_bytecode = True  # (the host is read-only here)
+    try:
+        path, tree, init = _entry(entry)
+    except (Exception, SystemExit):  # noqa: BLE001 - an unreadable entry fails in each instance, as spawned
+        path = None
+    main = None
+    if path is not None:
+        _preload(tree, init["__package__"] or "")
+        argv = [path, *entry[2:]] if entry[0] == "-m" else list(entry)  # as python sets it
+        main = _prepare(path, tree, init, argv)
+    listener = socket.socket(fileno=listen_fd)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w)
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ, "accept")
+    sel.register(wake_r, selectors.EVENT_READ, "reap")
+    instances: dict[int, socket.socket] = {}
+    while True:
+        for key, _ in sel.select():
+            if key.data == "accept":
+                sel.register(listener.accept()[0], selectors.EVENT_READ, "request")
+            elif key.data == "reap":
+                os.read(wake_r, 4096)
+                _reap(sel, instances)
+            elif key.data == "request":
+                conn = key.fileobj
+                sel.unregister(conn)
+                own = [wake_w, sel.fileno(), *(k.fd for k in sel.get_map().values()), *instances.values()]
+                pid = _fork(conn, own, lambda spec, fds, own: _instance(spec, fds, entry, own, run, main))
+                if pid is not None:
+                    instances[pid] = conn
+                    sel.register(conn, selectors.EVENT_READ, pid)
+            else:  # the stand-in hung up (killed): its instance goes too
+                sel.unregister(key.fileobj)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(key.data, signal.SIGKILL)
+
+
+def _fork(conn: socket.socket, own: list, instance: Callable) -> int | None:
+    """Fork one instance (``instance(spec, fds, own)`` in the child) for the request on ``conn``; its pid, or
+    None (a bad request, closed)."""
+    import json
+
+    try:
+        msg, fds, _, _ = socket.recv_fds(conn, MAX_SPEC, 3)
+    except OSError:
+        msg, fds = b"", []
+    if len(fds) != 3 or not msg:
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+        return None
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        instance(json.loads(msg), fds, [*own, conn])
+    for fd in fds:
+        os.close(fd)
+    try:
+        conn.send(f"pid {pid}".encode())
+    except OSError:
+        os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def _reap(sel: object, instances: dict[int, socket.socket]) -> None:
+    """Collect exited instances; tell each one's stand-in its status."""
+    import contextlib
+
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = instances.pop(pid, None)
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                conn.send(f"exit {os.waitstatus_to_exitcode(status)}".encode())
+            with contextlib.suppress(KeyError, ValueError):
+                sel.unregister(conn)
+            conn.close()
+
+
+def attach(path: str, launcher: list[str]) -> None:
+    """The stand-in: one instance from the fork server at ``path``, else ``python LAUNCHER...`` (spawned)."""
+    client = os.getppid()  # killed, the client takes the zygote and so the instance with it: the stand-in
+    # sees the end of its socket then, and needs no parent-death signal (nor ctypes' import)
+    spec = launcher[launcher.index("--") - 1]
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        sock.connect(path)
+        socket.send_fds(sock, [spec.encode()], [0, 1, 2])
+        reply = sock.recv(64)
+    except OSError:
+        reply = b""
+    if not reply.startswith(b"pid "):  # no fork server: spawn the instance as usual, for a client still there
+        sock.close()
+        if os.getppid() != client:
+            os._exit(1)
+        os.execv(sys.executable, [sys.executable, *launcher])
+    pid = int(reply.split()[1])  # the pipes stay open here too, as in the launcher: the client reads the end of
+    # stdout only once this process, and the reason it writes on stderr, is done
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda s, _f: os.kill(pid, s))
+    reply = sock.recv(64)
+    if reply.startswith(b"exit "):
+        code = int(reply.split()[1])
+    else:
+        print("trajkit: the fork server exited, and this server with it", file=sys.stderr, flush=True)
+        code = 1
+    os._exit(code if code >= 0 else 128 - code)
+
+
+if __name__ == "__main__":
+    cut = sys.argv.index("--")
+    if sys.argv[1] == "serve":
+        import json
+
+        serve(int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4]), sys.argv[cut + 1 :])
+    else:
+        attach(sys.argv[2], sys.argv[cut + 1 :])
