@@ -81,6 +81,9 @@ def test_harvest_and_warmup(demo_run):
     counts = warmup["counts"]
     assert counts["requests_recorded"] > 50 and counts["fixture_rollouts.pass"] > 0
     assert not any(k.startswith("fixture_rollouts.") and k != "fixture_rollouts.pass" for k in counts)
+    record = Store(demo_run / "warmup" / "record")  # what the model learns: judged, kept and extended
+    kept = record.manifest("filter")["counts"].get("kept", 0)
+    assert kept > 0 and record.manifest("extend")["summary"]["extended"] == kept
     base = demo_run / "models" / "demo-base"
     assert (base / "config.json").is_file() and (base / "tokenizer.json").is_file()
     loss = sql(
