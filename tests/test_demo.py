@@ -31,9 +31,9 @@ def shortened(path: Path) -> Path:
     data = yaml.safe_load(text)
     stages = {s.get("name") or s["stage"].split(".")[-1]: s for s in data["stages"]}
     warmup = stages["warmup"]["config"]
-    # the warm-up records the requests the shortened stages make (2 per mode), no more: 47 sequences
-    # (8.6k tokens), learnt in 340 steps (loss 0.006; 55 of 56 first-turn trajectories pass); it was
-    # the suite's largest cost at 3 per mode and 450 steps
+    # the warm-up records the requests the shortened stages make (2 per mode), no more: 62 sequences
+    # (12.0k tokens), learnt in 340 steps (loss 0.03; 49 of 55 first-turn trajectories pass, 9 of 11
+    # rollouts kept and extended); it was the suite's largest cost at 3 per mode and 450 steps
     warmup["record"][0]["config"]["requests_per_mode"] = 2
     warmup["sft"]["max_steps"] = 340
     stages["tasks"]["config"]["requests_per_mode"] = 2
