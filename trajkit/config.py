@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import os
 import re
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -205,13 +207,25 @@ def config_hash(cfg: BaseModel) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def _import_user_module(name: str) -> Any:
+    """``name`` imported; a module next to the user (the current directory) is found as ``python -m`` finds it,
+    though the installed ``trajkit`` command's ``sys.path`` lacks that directory (appended: installed ones win)."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name != name.split(".")[0] or os.getcwd() in sys.path:
+            raise
+        sys.path.append(os.getcwd())
+        return importlib.import_module(name)
+
+
 def load_object(path: str, what: str = "object") -> Any:
     """Import ``package.module:attr`` (or ``package.module.attr``); a clear error if absent."""
     module_name, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
     if not module_name or not attr:
         raise UserError(f"{what} {path!r} is not a dotted path like package.module:name")
     try:
-        module = importlib.import_module(module_name)
+        module = _import_user_module(module_name)
     except Exception as e:  # noqa: BLE001 - any failure importing user code (a syntax error, a relative name) is a user error
         raise UserError(f"cannot import {what} {path!r}: {type(e).__name__}: {e}") from None
     try:

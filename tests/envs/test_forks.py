@@ -222,3 +222,42 @@ async def test_a_non_root_run_forks_contained_instances_through_nested_user_name
             "forked": True,
         }
         assert (data / "state.json").read_text() == '{"host": "1"}' and os.listdir(data) == ["state.json"]
+
+
+DAEMON = """
+import subprocess, sys
+from mcp.server import MCPServer
+
+CHILD = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "MARKER"])  # at import: in the zygote
+server = MCPServer("daemon", version="1.0", log_level="WARNING")
+
+
+@server.tool()
+def ping() -> str:
+    \"\"\"pong\"\"\"
+    return "pong"
+
+
+if __name__ == "__main__":
+    server.run()
+"""
+
+
+async def test_what_the_servers_body_starts_in_the_zygote_dies_with_it(tmp_path):
+    marker = f"trajkit-zygote-child-{os.getpid()}"
+    script = tmp_path / "daemon.py"
+    script.write_text(DAEMON.replace("MARKER", marker))
+    config = {"daemon": ServerConfig(command=sys.executable, args=[str(script)])}
+    rows = await discover(config)
+
+    def started() -> list[psutil.Process]:
+        return [p for p in psutil.process_iter(["cmdline"]) if marker in (p.info["cmdline"] or [])]
+
+    async with ToolEnv(rows, config=config) as env:
+        async with env.episode() as ep:
+            assert (await ep.call("daemon", "ping", {})).text == "pong"
+        assert env.forks["daemon"].proc is not None
+        alive = started()
+        assert alive  # the body ran once, in the zygote
+    _, left = psutil.wait_procs(alive, timeout=10)
+    assert not left

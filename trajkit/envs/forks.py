@@ -24,11 +24,13 @@ names the reason, and a start that found no zygote spawns its instance.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -119,9 +121,10 @@ class Zygote:
         return f" (stderr: {tail})" if tail else ""
 
     def close(self) -> None:
-        """Kill the zygote (its instances, if any are left, with it) and remove its socket."""
+        """Kill the zygote and its process group (its instances, if any are left, die with it) and remove its socket."""
         if self.proc is not None:
-            self.proc.kill()
+            with contextlib.suppress(ProcessLookupError):  # its group: what the server's body started at import too
+                os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
             self.proc = None
         if self._log is not None:

@@ -58,8 +58,6 @@ def serve(
 ) -> None:
     """Serve a stand-in OpenAI-compatible model (chat completions with tools) on loopback until Ctrl-C: answers
     from a Python function (--script), or a recorded run's calls replayed (--replay) to dry-run a pipeline."""
-    import os
-    import sys
     import threading
 
     from trajkit.errors import UserError
@@ -75,8 +73,6 @@ def serve(
         from trajkit.config import load_object
         from trajkit.models.scripted_server import ScriptedServer
 
-        if os.getcwd() not in sys.path:  # `trajkit` as installed imports the script as `python -m` would
-            sys.path.insert(0, os.getcwd())
         fn = load_object(script, "script")
         if not callable(fn):
             raise UserError(f"--script {script!r} is not callable")
