@@ -35,6 +35,22 @@ async def test_results_errors_and_faults_of_one_connection(raw_server):
         await conn.aclose()
 
 
+async def test_results_are_checked_against_the_harvested_output_schema_and_no_session_lists_tools(raw_server):
+    """Structured content must fit the output schema harvest recorded; a trajectory's session never lists the tools
+    itself (the SDK's ``call_tool`` would, in every session, and compile each schema again)."""
+    rows = await discover({"raw": raw_server("--no-readonly")})
+    async with ToolEnv(rows, config={"raw": raw_server("--no-readonly")}) as env:
+        for _ in range(2):  # fresh instances, the second on a schema compiled before
+            async with env.episode() as ep:
+                assert (await ep.call("raw", "shaped", {"text": "good"})).text == "1"
+                with pytest.raises(ServerFault, match="structured content returned by tool shaped: 'one' is not of"):
+                    await ep.call("raw", "shaped", {"text": "bad"})
+                with pytest.raises(ServerFault, match="tool shaped has an output schema but returned no structured"):
+                    await ep.call("raw", "shaped", {"text": "none"})
+                assert (await ep.call("raw", "echo", {"text": "hi"})).text == "hi"
+                assert (await ep.call("raw", "lists", {})).text == "0"
+
+
 async def test_a_servers_own_timeout_replaces_the_callers(raw_server):
     """Cline's per-server ``timeout`` (seconds): shorter or longer than the stage's tool timeout, it wins."""
     short = Connection("short", raw_server().model_copy(update={"timeout": 0.3}))
@@ -64,7 +80,7 @@ async def test_tools_list_follows_pages(raw_server):
         tools = await conn.list_all()
     finally:
         await conn.aclose()
-    assert [t.name for t in tools][:3] == ["echo", "sleep", "big"] and len(tools) == 11
+    assert [t.name for t in tools][:3] == ["echo", "sleep", "big"] and len(tools) == 13
 
 
 @pytest.mark.parametrize(
@@ -163,4 +179,4 @@ async def test_a_server_that_failed_at_harvest_fails_the_episode(raw_server):
                 pass
         async with env.episode() as ep:  # no server list: every server that harvested ok
             assert list(ep.rows) == ["fine"] and (await ep.call("fine", "echo", {"text": "ok"})).text == "ok"
-        assert [r.server for r in env.routes()] == ["fine"] * 11
+        assert [r.server for r in env.routes()] == ["fine"] * 13
