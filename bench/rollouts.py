@@ -47,6 +47,7 @@ import multiprocessing as mp
 import os
 import resource
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -102,16 +103,19 @@ def backend_for(base_url: str, concurrency: int):
     return make_backend(spec)
 
 
-class Peak:
+class Peak(threading.Thread):
     """The peak memory of this process and all its descendants (proportional set size: a page a forked instance
-    shares with its zygote counts once, split between them), sampled every 0.5 s."""
+    shares with its zygote counts once, split between them), sampled every 0.5 s on a thread of its own, whose
+    CPU (``cpu``, reading smaps is not cheap) is not the client's."""
 
     def __init__(self):
-        self.mb = 0.0
+        super().__init__(daemon=True)
+        self.mb, self.cpu = 0.0, 0.0
+        self._done = threading.Event()
 
-    async def watch(self) -> None:
+    def run(self) -> None:
         me = psutil.Process()
-        while True:
+        while not self._done.wait(0.5):
             total = 0
             for p in [me, *me.children(recursive=True)]:
                 try:
@@ -119,7 +123,11 @@ class Peak:
                 except psutil.Error:
                     pass
             self.mb = max(self.mb, total / 2**20)
-            await asyncio.sleep(0.5)
+        self.cpu = time.thread_time()
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join()
 
 
 # ---------------------------------------------------------------- rollouts
@@ -131,7 +139,7 @@ async def trajkit_run(rows, base_url: str, n: int, concurrency: int, warm: int, 
     waits: list[float] = []
     watchers: set[asyncio.Task] = set()
     peak = Peak()
-    sampler = asyncio.create_task(peak.watch())
+    peak.start()
     async with contextlib.AsyncExitStack() as stack:
         config = stack.enter_context(started(way))
         env = await stack.enter_async_context(ToolEnv(rows, config=config, max_processes=concurrency, warm=warm))
@@ -157,8 +165,8 @@ async def trajkit_run(rows, base_url: str, n: int, concurrency: int, warm: int, 
         out = await asyncio.gather(*(one(i) for i in range(n)))
         elapsed = time.perf_counter() - t0
         await asyncio.gather(*watchers, return_exceptions=True)
-    own, servers = time.process_time() - own0, _children_cpu() - servers0  # the zygote's instances: reaped by it
-    sampler.cancel()
+    peak.stop()
+    own, servers = time.process_time() - own0 - peak.cpu, _children_cpu() - servers0  # (the zygote's: reaped by it)
     await backend.aclose()
     bad = [r for r in out if r["status"] != "completed" or r["num_tool_calls"] != 3]
     if bad:

@@ -37,6 +37,7 @@ import tempfile
 
 from trajkit.envs import contain
 from trajkit.envs.config import ServerConfig, child_environment, resolve_command
+from trajkit.envs.zygote import THREADED
 
 ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
 PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
@@ -67,6 +68,7 @@ class Zygote:
         self.proc: subprocess.Popen | None = None
         self.restarts = 0
         self.gone: str | None = None  # why its instances are spawned from now on
+        self.rehearse = True  # the zygote imports what a rehearsal start imported (zygote._rehearse)
         self._dir: str | None = None
         self._log = None
 
@@ -83,14 +85,17 @@ class Zygote:
         if self.proc is not None:
             if self.proc.poll() is None:
                 return True
-            reason = f"exited with status {self.proc.returncode}{self._tail()}"
+            code, reason = self.proc.returncode, f"exited with status {self.proc.returncode}{self._tail()}"
             self.close()
-            if self.restarts >= MAX_RESTARTS:
+            if code == THREADED and self.rehearse:  # perhaps what its rehearsal imported: again, without
+                self.rehearse = False
+            elif code == THREADED or self.restarts >= MAX_RESTARTS:
                 self.gone = reason
                 log.warning("fork server of %r %s; its instances are spawned from now on", self.name, reason)
                 return False
-            self.restarts += 1
-            log.warning("fork server of %r %s; started again", self.name, reason)
+            else:
+                self.restarts += 1
+                log.warning("fork server of %r %s; started again", self.name, reason)
         self._start()
         return True
 
@@ -102,7 +107,13 @@ class Zygote:
             listener.bind(os.path.join(self._dir, "sock"))
             listener.listen(1024)
             keep = os.environ.get(contain.ENV_KEEP)
-            spec = {"writable": [], "disk_mb": 1, "keep": None, "through": [keep] if keep else []}
+            spec = {
+                "writable": [],
+                "disk_mb": 1,
+                "keep": None,
+                "through": [keep] if keep else [],
+                "rehearse": self.rehearse,
+            }
             fd, spec = str(listener.fileno()), json.dumps(spec)
             self.proc = subprocess.Popen(
                 [resolve_command(cfg.command), ZYGOTE, "serve", fd, str(os.getpid()), spec, "--", *cfg.args],

@@ -127,9 +127,8 @@ def _prepare(path: str, tree: object, init: dict, argv: list[str]) -> object | N
     """Where the entry module ends with an ``if __name__ == "__main__":`` block (and no ``else``): run the rest
     as ``__main__`` here, once, with the server's ``sys.argv``, and return that block's code, all an instance
     then runs. None (each instance runs the whole module) where it has no such block, or the rest failed here
-    (a write refused, say) or started a thread (a fork would not carry it)."""
+    (a write refused, say)."""
     import ast
-    import threading
     import types
 
     last = tree.body[-1] if tree.body else None
@@ -142,13 +141,56 @@ def _prepare(path: str, tree: object, init: dict, argv: list[str]) -> object | N
     sys.modules["__main__"], sys.argv = main, argv
     try:
         exec(compile(ast.Module(body=tree.body[:-1], type_ignores=[]), path, "exec"), main.__dict__)  # noqa: S102
-        ok = threading.active_count() == 1
     except BaseException:  # noqa: BLE001 - the instances run it whole, and meet the error themselves
-        ok = False
-    if not ok:
         sys.modules["__main__"], sys.argv = saved
         return None
     return compile(ast.Module(body=last.body, type_ignores=[]), path, "exec")
+
+
+REHEARSAL_S = 2.0
+THREADED = 75  # the zygote's exit status when a module it imported started a thread: it cannot fork
+
+
+def _rehearse(main: object, close: list[int]) -> None:
+    """Run the ``__main__`` block once in a throwaway child whose stdin is at its end (a server that starts and
+    finds its client gone), and import here what that imported: the modules a server loads only once it runs
+    (its event loop's, its transport's) are then loaded once for every instance instead of by each. The child
+    sees the host read-only, as this process does, and serves nothing; it is killed after ``REHEARSAL_S``.
+    (A module whose import starts a thread leaves the zygote unfit to fork: ``serve`` checks.)"""
+    import contextlib
+    import importlib
+    import select
+    import time
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        _die_with_parent()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        for fd in (r, null, *close):
+            os.close(fd)
+        before = set(sys.modules)
+        with contextlib.suppress(BaseException):
+            exec(main, sys.modules["__main__"].__dict__)  # noqa: S102
+        with contextlib.suppress(OSError):  # (under a pipe's buffer: the write never blocks)
+            os.write(w, " ".join(sorted(set(sys.modules) - before)).encode()[:60_000])
+        os._exit(0)
+    os.close(w)
+    found, deadline = b"", time.monotonic() + REHEARSAL_S
+    while select.select([r], [], [], max(0.0, deadline - time.monotonic()))[0]:
+        chunk = os.read(r, 1 << 16)
+        if not chunk:
+            break
+        found += chunk
+    os.close(r)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    for name in found.decode().split():
+        with contextlib.suppress(Exception, SystemExit):
+            importlib.import_module(name)
 
 
 def _exit_code(code: object) -> int:
@@ -220,7 +262,9 @@ def _instance(spec: dict, fds: list[int], entry: list[str], own: list, run: Call
 
 def serve(listen_fd: int, client: int, spec: dict, entry: list[str]) -> None:
     import contextlib
+    import gc
     import selectors
+    import threading
 
     _die_with_parent()
     if os.getppid() != client:  # the client died before the line above
@@ -240,6 +284,13 @@ def serve(listen_fd: int, client: int, spec: dict, entry: list[str]) -> None:
         _preload(tree, init["__package__"] or "")
         argv = [path, *entry[2:]] if entry[0] == "-m" else list(entry)  # as python sets it
         main = _prepare(path, tree, init, argv)
+    if main is not None and spec.get("rehearse", True):
+        _rehearse(main, [listen_fd])
+    if threading.active_count() > 1:  # a fork carries one thread: locks another one holds would stay held
+        print("trajkit: a module this server imports starts a thread when imported", file=sys.stderr, flush=True)
+        os._exit(THREADED)
+    gc.collect()
+    gc.freeze()  # what the instances inherit is never scanned (nor so copied) by their collector
     listener = socket.socket(fileno=listen_fd)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
