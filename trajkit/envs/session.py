@@ -33,7 +33,7 @@ from typing import Any
 
 from trajkit.envs import contain
 from trajkit.envs.config import ServerConfig, child_environment, resolve_command
-from trajkit.envs.forks import Zygote
+from trajkit.envs.forks import NotForked, Zygote
 from trajkit.errors import UserError
 
 STDERR_TAIL_CHARS = 300
@@ -243,7 +243,8 @@ class Connection:
                 args = contain.wrap(self.name, cfg, command, args, readonly=self.shared, warm_caches=self.warm_caches)
                 command = sys.executable
                 if self.fork is not None:
-                    args = self.fork.wrap(args)
+                    with contextlib.suppress(NotForked):  # no zygote (given up, or dead): spawned
+                        return await stack.enter_async_context(self.fork.instance(args, self._stderr))
             params = StdioServerParameters(
                 command=command,
                 args=args,
