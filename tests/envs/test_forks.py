@@ -278,7 +278,8 @@ DAEMON = """
 import subprocess, sys
 from mcp.server import MCPServer
 
-CHILD = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "MARKER"])  # at import: in the zygote
+# at import (so in the zygote), in a session of its own: out of reach of a kill of the zygote's process group
+CHILD = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "MARKER"], start_new_session=True)
 server = MCPServer("daemon", version="1.0", log_level="WARNING")
 
 
@@ -294,6 +295,8 @@ if __name__ == "__main__":
 
 
 async def test_what_the_servers_body_starts_in_the_zygote_dies_with_it(tmp_path):
+    """The zygote is PID 1 of a namespace of its own: what the server's body starts there, even a process that
+    left its session, dies with it."""
     marker = f"trajkit-zygote-child-{os.getpid()}"
     script = tmp_path / "daemon.py"
     script.write_text(DAEMON.replace("MARKER", marker))

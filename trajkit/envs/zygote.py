@@ -254,6 +254,16 @@ def _instance(spec: dict, fds: list[int], entry: list[str], own: list, run: Call
         os._exit(code)
 
 
+def _outside(zygote: int) -> None:
+    """The client's child, outside the zygote's PID namespace: killed, it takes the zygote and so the whole
+    namespace with it (the zygote's parent-death signal); otherwise it ends with the zygote's status."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda _s, _f: os.kill(zygote, signal.SIGKILL))
+    _, status = os.waitpid(zygote, 0)
+    code = os.waitstatus_to_exitcode(status)
+    os._exit(code if code >= 0 else 128 - code)
+
+
 def serve(listen_fd: int, client: int, spec: dict, entry: list[str]) -> None:
     import contextlib
     import gc
@@ -264,7 +274,11 @@ def serve(listen_fd: int, client: int, spec: dict, entry: list[str]) -> None:
     if os.getppid() != client:  # the client died before the line above
         return
     contain = _ours("contain", _here)
-    userns = contain.iso.enter_namespaces(contain.iso.CLONE_NEWNS)
+    userns = contain.iso.enter_namespaces(contain.iso.CLONE_NEWNS | contain.iso.CLONE_NEWPID)
+    zygote = os.fork()  # PID 1 of the new namespace: what the server's body starts there dies with it
+    if zygote:
+        _outside(zygote)
+    _die_with_parent()
     contain._contain(spec, userns)  # the host read-only to what the imports do: only the instances may write
     run = contain.run
     _server_path(entry)
