@@ -227,6 +227,7 @@ class _Streams:
         self.status.set_result(int(word.split()[1]) if word.startswith(b"exit ") else None)
 
     async def _reader(self) -> None:
+        import anyio
         from mcp.shared.message import SessionMessage
         from mcp_types import jsonrpc_message_adapter
 
@@ -240,13 +241,13 @@ class _Streams:
                         message = SessionMessage(jsonrpc_message_adapter.validate_json(text, by_name=False))
                     except ValueError as e:  # not JSON-RPC: the session's message handler records the line
                         message = e
-                    await self.to_session.send(message)
+                    with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                        await self.to_session.send(message)  # (the session gone: what is left is drained, so
+                        # a server writing on its way out never blocks on a full pipe)
                 await asyncio.wait([self.status], timeout=1)  # the instance is gone: with its zygote?
                 if self.status.done() and self.status.result() is None:
                     self.errlog.write("trajkit: the fork server exited, and this server with it\n")
                     self.errlog.flush()
-        except Exception:  # noqa: BLE001 - the session is gone, or the line too long: it ends here
-            self.to_session.close()
         finally:
             transport.close()
 
