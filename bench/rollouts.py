@@ -186,8 +186,9 @@ async def trajkit_run(rows, cfg: ServerConfig, base_url: str, n: int, concurrenc
         out = await asyncio.gather(*(one(i) for i in range(n)))
         elapsed = time.perf_counter() - t0
         await asyncio.gather(*watchers, return_exceptions=True)
+        zygote = _zygote_cpu(env)
     peak.stop()
-    own, servers = time.process_time() - own0 - peak.cpu, _children_cpu() - servers0  # (the zygote's: reaped by it)
+    own, servers = time.process_time() - own0 - peak.cpu, _children_cpu() - servers0 + zygote
     await backend.aclose()
     bad = [r for r in out if r["status"] != "completed" or r["num_tool_calls"] != 3]
     if bad:
@@ -264,12 +265,15 @@ def started(way: str, name: str, cfg: ServerConfig):
 
 
 def _zygote_cpu(env: ToolEnv) -> float:
-    """CPU of the zygote so far (None for a server not forked): its own, and its instances' (it reaps them)."""
+    """CPU so far of the zygote (0 for a server not forked), PID 1 of its namespace under the process this one
+    started: their own and their reaped children's (the instances), read while they live (killed at the env's
+    close, the zygote is never reaped by a waiting parent, and its time would be lost)."""
     fork = next(iter(env.forks.values()), None)
     if fork is None or fork.proc is None:
         return 0.0
-    t = psutil.Process(fork.proc.pid).cpu_times()
-    return t.user + t.system + t.children_user + t.children_system
+    outside = psutil.Process(fork.proc.pid)
+    times = [p.cpu_times() for p in [outside, *outside.children()]]
+    return sum(t.user + t.system + t.children_user + t.children_system for t in times)
 
 
 async def starts(rows, cfg: ServerConfig, n: int, way: str) -> tuple[float, float, float]:
