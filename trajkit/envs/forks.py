@@ -99,6 +99,11 @@ class Zygote:
             reply = await loop.sock_recv(sock, 64)
         except OSError:
             reply = b""
+        except BaseException:  # cancelled: nothing left open (the zygote kills an instance whose socket closes)
+            sock.close()
+            os.close(stdin[1])
+            os.close(stdout[0])
+            raise
         finally:
             os.close(stdin[0])
             os.close(stdout[1])
