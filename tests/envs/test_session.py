@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 
 import pytest
 
+from tests.fixtures.envs import RAW_SERVER
+from trajkit.envs.config import ServerConfig
 from trajkit.envs.discovery import discover
 from trajkit.envs.env import ToolEnv
+from trajkit.envs.forks import Zygote
 from trajkit.envs.session import Connection, ServerFault
 from trajkit.errors import UserError
 
 
-async def test_results_errors_and_faults_of_one_connection(raw_server):
-    conn = Connection("raw", raw_server())
+@pytest.mark.parametrize("forked", [False, True])
+async def test_results_errors_and_faults_of_one_connection(raw_server, forked):
+    """Spawned by the SDK's stdio client, or forked from a zygote (``Zygote.instance``): the same answers."""
+    cfg = raw_server() if not forked else ServerConfig(command=sys.executable, args=[str(RAW_SERVER)])
+    fork = Zygote("raw", cfg) if forked else None
+    conn = Connection("raw", cfg, fork=fork)
     try:
         assert (await conn.call("echo", {"text": "hi"})).text == "hi"
         failed = await conn.call("fail", {})
@@ -21,8 +29,8 @@ async def test_results_errors_and_faults_of_one_connection(raw_server):
         rejected = await conn.call("reject", {})  # a JSON-RPC error response is an answer, for the model
         assert rejected.is_error and "rejected on purpose (code -32602)" in rejected.text
         assert (await conn.call("junk", {})).text == "after junk"  # stray stdout lines are skipped
-        big = await conn.call("big", {"seconds": 5000}, max_chars=100)
-        assert big.truncated and big.text.startswith("x" * 100) and "truncated 4900 characters" in big.text
+        big = await conn.call("big", {"seconds": 300_000}, max_chars=100)  # one line of 300 kB on stdout
+        assert big.truncated and big.text.startswith("x" * 100) and "truncated 299900 characters" in big.text
         with pytest.raises(ServerFault, match="malformed malformed result from 'raw': content"):
             await conn.call("malformed", {})
         with pytest.raises(ServerFault, match="hang timed out after 0.3s"):
@@ -31,8 +39,11 @@ async def test_results_errors_and_faults_of_one_connection(raw_server):
             await conn.call("crash", {})
         with pytest.raises(ServerFault, match="is gone"):
             await conn.call("echo", {"text": "again"})
+        assert not forked or (fork.proc.poll() is None and fork.restarts == 0)  # (forked: the zygote served it)
     finally:
         await conn.aclose()
+        if fork is not None:
+            fork.close()
 
 
 async def test_results_are_checked_against_the_harvested_output_schema_and_no_session_lists_tools(raw_server):
