@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 
 import psutil
@@ -314,3 +315,40 @@ async def test_what_the_servers_body_starts_in_the_zygote_dies_with_it(tmp_path)
         assert alive  # the body ran once, in the zygote
     _, left = psutil.wait_procs(alive, timeout=10)
     assert not left
+
+
+NETWORK_AT_IMPORT = """
+import os, socket
+from mcp.server import MCPServer
+
+try:  # at import (so in the zygote): a connection every instance would inherit
+    KEPT = socket.create_connection(("127.0.0.1", int(os.environ["PORT"])), timeout=5)
+    SEEN = "connected"
+except OSError as e:
+    SEEN = type(e).__name__
+server = MCPServer("net", version="1.0", log_level="WARNING")
+
+
+@server.tool()
+def seen() -> str:
+    \"\"\"What the module body's connection attempt did.\"\"\"
+    return SEEN
+
+
+if __name__ == "__main__":
+    server.run()
+"""
+
+
+async def test_a_server_without_network_has_none_in_its_zygote_either(tmp_path):
+    """The server's body runs in the zygote: for a ``network: false`` server it must find no network there, as a
+    spawned instance finds none (it reached a loopback listener, and every instance inherited the connection)."""
+    (tmp_path / "net.py").write_text(NETWORK_AT_IMPORT)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        env = {"PORT": str(listener.getsockname()[1])}
+        cfg = ServerConfig(command=sys.executable, args=[str(tmp_path / "net.py")], env=env, network=False)
+        rows = await discover({"net": cfg})
+        async with ToolEnv(rows, config={"net": cfg}) as env:
+            async with env.episode() as ep:
+                assert (await ep.call("net", "seen", {})).text == "OSError"
+            assert env.forks["net"].proc is not None

@@ -149,6 +149,7 @@ class Zygote:
                 "keep": None,
                 "through": [keep] if keep else [],
                 "rehearse": self.rehearse,
+                "network": cfg.network,
             }
             fd, spec = str(listener.fileno()), json.dumps(spec)
             self.proc = subprocess.Popen(

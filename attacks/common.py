@@ -1,0 +1,13 @@
+import os
+import sys
+
+sys.path.insert(0, "/work/wt/hostile17")
+from trajkit.envs.config import ServerConfig
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EVIL = os.path.join(HERE, "evil.py")
+
+
+def cfg(**kw):
+    kw.setdefault("env", {})
+    return ServerConfig(command=sys.executable, args=[kw.pop("script", EVIL)], **kw)
