@@ -20,7 +20,7 @@ async def main():
         except OSError as e:
             print("host connect", e)
         print("reach", (await ep.call("evil", "reach_zygote", {"network": True})).text)
-        os.system(f"ls -la {os.path.dirname(path)}; ss -xl | grep trajkit-fork")  # noqa: ASYNC221, S605
+        os.system(f"ls -la {os.path.dirname(path)}; ss -xl | grep trajkit-fork")  # noqa: ASYNC221
 
 
 asyncio.run(main())
