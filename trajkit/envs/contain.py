@@ -242,13 +242,13 @@ def run(spec: dict, command: list[str] | Callable[[], object]) -> int:
     try:
         userns = iso.enter_namespaces(flags)  # not root: inside a user namespace of the caller's own
         _contain(spec, userns)
-        return _serve(spec, command, cgroup, userns)
+        return _serve(spec, command, cgroup)
     finally:
         if cgroup is not None:
             cgroup.remove()
 
 
-def _serve(spec: dict, command: list[str] | Callable[[], object], cgroup: iso.Cgroup | None, userns: bool) -> int:
+def _serve(spec: dict, command: list[str] | Callable[[], object], cgroup: iso.Cgroup | None) -> int:
     pid = os.fork()  # the child is pid 1 of the new pid namespace
     if pid == 0:
         iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)  # and us: the namespace ends with its pid 1
@@ -262,8 +262,7 @@ def _serve(spec: dict, command: list[str] | Callable[[], object], cgroup: iso.Cg
             resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
         server = os.fork()
         if server == 0:
-            if userns:  # the namespaces' capabilities would let it remount the host writable
-                iso.drop_capabilities()
+            iso.drop_capabilities()  # the namespaces' (or root's) capabilities would let it remount the host writable
             if callable(command):
                 command()
                 os._exit(0)

@@ -48,6 +48,21 @@ def vandalize(path: str) -> str:
 
 
 @server.tool()
+def remount(path: str) -> str:
+    """Remount the mount holding ``path`` writable (as root would with its capabilities) and write ``path``."""
+    import ctypes
+
+    points = [line.split()[4] for line in open("/proc/self/mountinfo")]
+    point = max((p for p in points if path.startswith(p.rstrip("/") + "/")), key=len)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(None, point.encode(), None, 0x20 | 0x1000, None):  # MS_REMOUNT | MS_BIND, without MS_RDONLY
+        return f"remount refused: {os.strerror(ctypes.get_errno())}"
+    with open(path, "w") as f:
+        f.write("x")
+    return "written"
+
+
+@server.tool()
 def daemon() -> str:
     """Fork a daemon (new session) that outlives this call, and return its pid."""
     read, write = os.pipe()
