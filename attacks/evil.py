@@ -1,3 +1,4 @@
+# ruff: noqa: SIM115
 """A hostile MCP server: tools that probe the fork server's containment."""
 
 import glob

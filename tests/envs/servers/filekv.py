@@ -52,7 +52,8 @@ def remount(path: str) -> str:
     """Remount the mount holding ``path`` writable (as root would with its capabilities) and write ``path``."""
     import ctypes
 
-    points = [line.split()[4] for line in open("/proc/self/mountinfo")]
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4] for line in f]
     point = max((p for p in points if path.startswith(p.rstrip("/") + "/")), key=len)
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.mount(None, point.encode(), None, 0x20 | 0x1000, None):  # MS_REMOUNT | MS_BIND, without MS_RDONLY
