@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -352,3 +354,28 @@ async def test_a_server_without_network_has_none_in_its_zygote_either(tmp_path):
             async with env.episode() as ep:
                 assert (await ep.call("net", "seen", {})).text == "OSError"
             assert env.forks["net"].proc is not None
+
+
+async def test_a_zygote_that_never_answers_is_killed_and_the_instance_spawned(caplog):
+    """A zygote alive but wedged (a server's body can do it: a signal handler that never returns) must not hold a
+    start forever: nothing, not even cancelling the episode, ended the wait for its answer."""
+    cfg = ServerConfig(command=sys.executable, args=[str(RAW_SERVER)])
+    fork = Zygote("raw", cfg)
+    try:
+        first = Connection("raw", cfg, fork=fork, startup_timeout_s=2)
+        assert (await first.call("pid", {})).text
+        await first.aclose()
+        zygote = psutil.Process(fork.proc.pid).children()[0]
+        zygote.suspend()
+        second = Connection("raw", cfg, fork=fork, startup_timeout_s=2)
+        try:
+            async with asyncio.timeout(30):
+                assert (await second.call("echo", {"text": "spawned"})).text == "spawned"
+        finally:
+            await asyncio.wait_for(second.aclose(), 10)
+        assert fork.proc.wait(10) == -signal.SIGKILL
+        with contextlib.suppress(psutil.NoSuchProcess):
+            assert zygote.wait(10) is None or zygote.status() == psutil.STATUS_ZOMBIE
+        assert [r.getMessage() for r in caplog.records] == ["fork server of 'raw' did not answer in 2s; killed"]
+    finally:
+        fork.close()

@@ -79,13 +79,16 @@ class Zygote:
         self._log = None
 
     @contextlib.asynccontextmanager
-    async def instance(self, launcher: list[str], errlog: IO[str]) -> AsyncIterator[tuple[Any, Any]]:
+    async def instance(
+        self, launcher: list[str], errlog: IO[str], timeout_s: float = 60.0
+    ) -> AsyncIterator[tuple[Any, Any]]:
         """One instance forked from the zygote, contained as ``launcher`` (``contain.wrap``'s arguments) says,
         its stderr written to ``errlog``: the (read, write) streams of an MCP session over its stdin and stdout,
         as the SDK's ``stdio_client`` gives for a spawned server (no process is spawned for it). On the way out
         as there: stdin closed, ``STOP_S`` for it to exit, SIGTERM, ``STOP_S``, SIGKILL. An instance whose
         zygote died says so on ``errlog``. ``NotForked`` (before anything started) when there is no zygote to
-        ask (given up, or dead since it was checked): the caller spawns the instance."""
+        ask (given up, or dead since it was checked), or it did not answer in ``timeout_s`` (alive but wedged, by a
+        server's body, say: it is killed, and started again next time): the caller spawns the instance."""
         if not self._running():
             raise NotForked(self.gone)
         loop = asyncio.get_running_loop()
@@ -93,10 +96,15 @@ class Zygote:
         sock.setblocking(False)
         stdin, stdout = os.pipe(), os.pipe()
         try:
-            await loop.sock_connect(sock, os.path.join(self._dir, "sock"))
-            spec = launcher[launcher.index("--") - 1]
-            socket.send_fds(sock, [spec.encode()], [stdin[0], stdout[1], errlog.fileno()])
-            reply = await loop.sock_recv(sock, 64)
+            async with asyncio.timeout(timeout_s):
+                await loop.sock_connect(sock, os.path.join(self._dir, "sock"))
+                spec = launcher[launcher.index("--") - 1]
+                socket.send_fds(sock, [spec.encode()], [stdin[0], stdout[1], errlog.fileno()])
+                reply = await loop.sock_recv(sock, 64)
+        except TimeoutError:
+            log.warning("fork server of %r did not answer in %gs; killed", self.name, timeout_s)
+            self.proc.kill()  # (the zygote with it: its parent-death signal)
+            reply = b""
         except OSError:
             reply = b""
         except BaseException:  # cancelled: nothing left open (the zygote kills an instance whose socket closes)

@@ -248,7 +248,8 @@ class Connection:
                 command = sys.executable
                 if self.fork is not None:
                     with contextlib.suppress(NotForked):  # no zygote (given up, or dead): spawned
-                        return await stack.enter_async_context(self.fork.instance(args, self._stderr))
+                        instance = self.fork.instance(args, self._stderr, self.startup_timeout_s)
+                        return await stack.enter_async_context(instance)
             params = StdioServerParameters(
                 command=command,
                 args=args,
