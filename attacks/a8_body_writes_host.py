@@ -1,3 +1,4 @@
+# ruff: noqa: ASYNC230, SIM115
 """Attack: the server's import-time code runs in the zygote, which keeps its capabilities (it needs them to
 contain each instance): it remounts the host writable and writes a host file. Spawned, the same body runs
 after the capabilities are dropped."""

@@ -241,7 +241,7 @@ def run(spec: dict, command: list[str] | Callable[[], object]) -> int:
     cgroup = _cgroup(spec["memory_mb"]) if spec.get("memory_mb") else None
     try:
         userns = iso.enter_namespaces(flags)  # not root: inside a user namespace of the caller's own
-        _contain(spec, userns)
+        _contain(spec, userns or spec.get("in_userns", False))  # (a fork server's child: inside the zygote's)
         return _serve(spec, command, cgroup)
     finally:
         if cgroup is not None:

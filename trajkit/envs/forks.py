@@ -7,7 +7,8 @@ qualifies when its ``command`` is a Python interpreter (``python``, ``python3.12
 ``.../bin/python``) running ``-m MODULE`` or a ``.py`` script, with nothing else before them, and uses
 no ``${SESSION_DIR}``; ``uvx``, ``uv run``, console scripts and node servers are spawned, as are
 stateless servers' shared instances and harvest's start. A server whose entry has ``fork: false``
-in the servers config is spawned too.
+in the servers config is spawned too, and every server under ``--keep-env-state`` (an instance's layers
+bound from a host folder: the zygote's read-only host, locked, could not let them through).
 
 The zygote sees the host read-only (as a stateless server does): a module that writes when imported
 fails there and is imported by each instance, in its own overlays. It imports what the entry module
@@ -54,7 +55,7 @@ log = logging.getLogger(__name__)
 
 def python_entry(cfg: ServerConfig) -> list[str] | None:
     """``[-m, MODULE, ARGS...]`` or ``[SCRIPT, ARGS...]`` of a server that qualifies for forking, else None."""
-    if not cfg.fork or cfg.transport != "stdio" or cfg.uses_session_dir:
+    if not cfg.fork or cfg.transport != "stdio" or cfg.uses_session_dir or os.environ.get(contain.ENV_KEEP):
         return None
     if not PYTHON.fullmatch(os.path.basename(resolve_command(cfg.command))):
         return None
@@ -150,12 +151,10 @@ class Zygote:
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as listener:
             listener.bind(os.path.join(self._dir, "sock"))
             listener.listen(1024)
-            keep = os.environ.get(contain.ENV_KEEP)
             spec = {
                 "writable": [],
                 "disk_mb": 1,
                 "keep": None,
-                "through": [keep] if keep else [],
                 "rehearse": self.rehearse,
                 "network": cfg.network,
             }
