@@ -39,7 +39,11 @@ Reported per run:
   in seconds and as a share of the Ray run's slowest shard. This is the figure the
   goal below speaks of: any executor starts a Python process, imports trajkit and
   the stage and exits, so that part of the total is not Ray's; the total is
-  printed beside it;
+  printed beside it. A Ray run's total is split into the driver's part (``driver s``:
+  the command's wall time minus the time from the submission to the last shard's
+  result, as the driver prints it, to 0.1 s) and the tasks' (``tasks s``: from the
+  submission to the last result, minus the slowest shard's own time: the workers'
+  start and imports, the shards' start skew, returning the manifests);
 * CPU-seconds per trajectory on each node, over the trajectories its shards wrote:
   for ``local``, each rank's process and the servers it started (``wait4``); for a
   Ray worker node, its workers and the servers they started ("shard"), plus its
@@ -82,7 +86,7 @@ from trajkit.store import Store
 TURNS = 3
 SAMPLE_S = 0.25
 AGENTS = ("DashboardAgent", "RuntimeEnvAgent")  # a raylet's children that are not workers
-DONE = re.compile(r"shard (\d+) done on (\w+)")
+DONE = re.compile(r"shard (\d+) done on (\w+) .*, ([\d.]+)s\)")  # the driver's line: shard, node, s since submit
 
 
 def script(messages, tools, body):
@@ -251,7 +255,8 @@ def run_ray(run: Path, cfg: Path, world: int, workers: int) -> dict:
         cluster.shutdown()
         remove_session(session)
     manifests = shards(run, world)
-    placed = {int(m.group(1)): m.group(2) for m in map(DONE.search, out) if m}
+    done = [m for m in map(DONE.search, out) if m]
+    placed = {int(m.group(1)): m.group(2) for m in done}
     rows = {name: 0 for name in roots}
     for r, m in enumerate(manifests):
         rows[placed[r]] += m["counts"]["rows.trajectories"]
@@ -261,6 +266,7 @@ def run_ray(run: Path, cfg: Path, world: int, workers: int) -> dict:
         "nodes": {name: (used[name]["shard"], used[name]["ray"], rows[name]) for name in roots},
         "head": used["head"]["ray"] + driver,
         "start": start,
+        "last": max(float(m.group(3)) for m in done),
     }
 
 
@@ -297,7 +303,7 @@ def main() -> None:
     )
     print(
         f"{'executor':<8} {'traj/s':>7} {'wall s':>7} {'shard s':>8} {'x bound':>8} {'overhead s':>11} "
-        f"{'% of shard':>10} {'Ray adds s':>11} {'% of shard':>10} {'start s':>8}  "
+        f"{'% of shard':>10} {'Ray adds s':>11} {'% of shard':>10} {'driver s':>9} {'tasks s':>8} {'start s':>8}  "
         "CPU-s per trajectory, per node: shard+Ray (head)"
     )
     local = {rep: r["wall"] - slowest(r) for rep, name, r in results if name == "local"}
@@ -306,9 +312,10 @@ def main() -> None:
         assert rows == n, (name, rows)
         shard = slowest(r)
         overhead = r["wall"] - shard
-        added = f"{'-':>11} {'-':>10}"
+        added = f"{'-':>11} {'-':>10} {'-':>9} {'-':>8}"
         if name != "local":  # the process start, imports and exit any executor pays are in local's overhead
             added = f"{overhead - local[rep]:>11.2f} {100 * (overhead - local[rep]) / shard:>9.1f}%"
+            added += f" {r['wall'] - r['last']:>9.2f} {r['last'] - shard:>8.2f}"
         per_node = " ".join(f"{c / max(k, 1):.4f}+{d / max(k, 1):.4f}" for c, d, k in r["nodes"].values())
         head = "" if r["head"] is None else f" ({r['head'] / n:.4f})"
         start = f"{r['start']:.1f}" if "start" in r else "-"
