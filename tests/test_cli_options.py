@@ -131,6 +131,20 @@ def test_a_removed_flag_names_the_new_one(tmp_path):
     assert not (tmp_path / "_stages").exists()
 
 
+def test_help_shows_flags_without_a_type_and_repeatable_options_by_one_value():
+    """typer's own placeholders read as a value to give: ``<bool>`` beside a flag, ``<list[str]>``."""
+
+    def rows(*args: str) -> dict[str, str]:
+        out = CliRunner().invoke(app, [*args, "--help"], env={"COLUMNS": "250"}).output
+        assert "<bool>" not in out and "<list[" not in out, out
+        return {line.split()[1].split(",")[0]: line for line in out.splitlines() if line.startswith("│ ")}
+
+    top, dedup, push = rows(), rows("curate", "dedup"), rows("push")
+    assert "<" not in top["--allow-weaker-sandbox"] and "<path>" in top["--keep-env-state"]
+    assert "<" not in dedup["--fresh"] and "<" not in dedup["--exact"] and "<" not in dedup["--help"]
+    assert "<str>..." in dedup["--set"] and "<" not in push["--dry-run"]
+
+
 def test_help_shows_every_default_and_the_short_names():
     out = CliRunner().invoke(app, ["synth", "tasks", "--help"], env={"COLUMNS": "250"}).output
     assert "--requests-per-mode,--requests" in out and "Generation requests per mode; default 10." in out

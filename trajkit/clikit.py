@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union, get_
 
 import click
 import typer
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -40,6 +40,26 @@ Address = Annotated[
 ]
 BudgetTokens = Annotated[int | None, typer.Option("--budget-tokens", help="Stop cleanly after this many tokens.")]
 BudgetCost = Annotated[float | None, typer.Option("--budget-cost", help="Stop cleanly after this cost.")]
+
+
+def _help_types_as_typed() -> None:
+    """typer's help shows a Python type beside every option: ``<bool>`` beside a flag too, as though it took
+    a value, and ``<list[str]>`` beside a repeatable option, as though it took a list. A flag (``--fresh``,
+    ``--exact/--no-exact``, ``--help``) shows none; a repeatable option the type of one value, ``<str>...``."""
+    typed = TyperOption.display_type_rich
+
+    def shown(self: TyperOption, ctx: click.Context) -> str | None:
+        if self.is_flag:
+            return None
+        text = typed(self, ctx)
+        if self.multiple and text and text.startswith("<list[") and text.endswith("]>"):
+            return f"<{text[6:-2]}>..."
+        return text
+
+    TyperOption.display_type_rich = shown
+
+
+_help_types_as_typed()
 
 
 def model_spec(
