@@ -390,7 +390,7 @@ def _plain_progress(label: str, total: int | None) -> Iterator[Callable[[int], N
 def _console():
     from rich.console import Console
 
-    return Console(stderr=True)
+    return Console(stderr=True, soft_wrap=True)  # a log line stays one line, whatever the width
 
 
 @functools.cache
@@ -482,7 +482,7 @@ def run_stage(
                     f"it wrote; rerun with --fresh to redo it"
                 )
         if not quiet:
-            _console().print(f"[dim]{name}[/]: already complete, skipped ({_summary(done)})", highlight=False)
+            _console().print(f"[dim]{name}[/]: already complete, skipped{_summary(done, spec)}", highlight=False)
         return done
     store = store.leased(name, rank)  # an older run of this shard still alive is fenced off from here on
     store.clean_temp(name, rank)
@@ -542,11 +542,14 @@ def run_stage(
     store.lease.check()
     atomic_write_json(store.manifest_path(name, rank, world_size), redact.current().value(manifest))
     if not quiet:
-        _console().print(f"[dim]{name}[/]: done in {manifest['seconds']:.1f}s ({_summary(manifest)})", highlight=False)
+        _console().print(
+            f"[dim]{name}[/]: done in {manifest['seconds']:.1f}s{_summary(manifest, spec)}", highlight=False
+        )
     return manifest
 
 
-def _summary(manifest: dict[str, Any]) -> str:
+def _summary(manifest: dict[str, Any], spec: StageSpec) -> str:
+    """`` (tasks 12, rejected 3)``: the rows a stage wrote; nothing for a stage that writes no table (card)."""
     counts = manifest.get("counts", {})
     rows = ", ".join(f"{k.split('.', 1)[1]} {v}" for k, v in counts.items() if k.startswith("rows."))
-    return rows or "no rows"
+    return f" ({rows or 'no rows'})" if rows or spec.outputs else ""
