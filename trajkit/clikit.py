@@ -325,7 +325,8 @@ PATH_FLAGS |= {"--completions", "--output-dir", "--keep-env-state", "--pipeline"
 class TopGroup(TyperGroup):
     """The ``trajkit`` group: a command line click cannot parse (an unknown option, a value of the wrong
     type) and a file-system error on a path the user gave or a run directory holds (a folder where a
-    file belongs, a read-only or full disk, a missing parent) are user errors: one line."""
+    file belongs, a read-only or full disk, a missing parent) are user errors: one line. A command that
+    stops on one (or on a missing sandbox protection) leaves no run folder it created and wrote nothing to."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         from trajkit.errors import UserError
@@ -340,12 +341,28 @@ class TopGroup(TyperGroup):
             return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
+        from trajkit.errors import UserError
+        from trajkit.verify.isolation import ProtectionMissing
+
+        made = len(store.CREATED_RUNS) if (store := _store_module()) else 0
         try:
             with _user_errors():
                 return super().invoke(ctx)
         except KeyboardInterrupt:  # typer turns it into exit status 130 without a word
             typer.echo("interrupted; rerun the same command to resume", err=True)
             raise
+        except (UserError, ProtectionMissing):
+            if store := _store_module():
+                store.remove_new_empty_runs(since=made)
+            raise
+
+
+def _store_module() -> Any:
+    """``trajkit.store`` where it is loaded, else None (then no run folder was made): a usage error or
+    ``--help`` imports no pyarrow."""
+    import sys
+
+    return sys.modules.get("trajkit.store")
 
 
 # click's UsageError as the installed typer raises it (recent typers carry their own copy of click)

@@ -39,7 +39,7 @@ from trajkit.concurrency import bounded, cpus
 from trajkit.config import StageConfig, config_differences, config_hash, hashed_dict
 from trajkit.errors import Fenced, StageStopped, UserError
 from trajkit.redact import Redactor, clean_endpoint, clean_endpoints
-from trajkit.store import ShardWriter, Store, atomic_write_json
+from trajkit.store import STAGES_DIR, ShardWriter, Store, atomic_write_json
 
 
 @dataclass(frozen=True)
@@ -484,6 +484,7 @@ def run_stage(
         if not quiet:
             _console().print(f"[dim]{name}[/]: already complete, skipped{_summary(done, spec)}", highlight=False)
         return done
+    made = [d for d in (store.root / STAGES_DIR, store.stage_dir(name)) if not d.is_dir()]
     store = store.leased(name, rank)  # an older run of this shard still alive is fenced off from here on
     store.clean_temp(name, rank)
     if pin:
@@ -511,9 +512,13 @@ def run_stage(
         raise StageStopped(f"stage {name!r} stopped: {e}; rerun to resume") from None
     except BaseException:
         ctx.flush()
-        if not any(store.shards(t, name) for t in S.TABLES):  # no rows: pin nothing
+        if not any(store.shards(t, name) for t in S.TABLES):  # no rows: pin nothing, hold nothing
             (store.stage_dir(name) / "_config.json").unlink(missing_ok=True)
             (store.stage_dir(name) / "_served.json").unlink(missing_ok=True)
+            store.lease.release()
+            for folder in reversed(made):  # the stage's folders this run made, left empty
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
         raise
     finally:
         ctx.flush()
