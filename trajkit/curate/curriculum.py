@@ -186,7 +186,8 @@ def run_curriculum(ctx: StageContext, cfg: CurriculumConfig) -> dict[str, Any]:
     summary: dict[str, Any] = {"train_tasks": len(tasks), "stages": stages}
     if missing := ctx.counts["curriculum.no_difficulty"]:
         summary["note"] = (
-            f"{missing} train task(s) have no difficulty and are left out: run `trajkit curate passk` on them first"
+            f"{missing} train task(s) have no difficulty and are left out (`trajkit curate passk` tags a task "
+            "with a verifier)"
         )
         ctx.log(summary["note"])
     return summary
