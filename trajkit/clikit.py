@@ -45,8 +45,11 @@ BudgetCost = Annotated[float | None, typer.Option("--budget-cost", help="Stop cl
 def _help_types_as_typed() -> None:
     """typer's help shows a Python type beside every option: ``<bool>`` beside a flag too, as though it took
     a value, and ``<list[str]>`` beside a repeatable option, as though it took a list. A flag (``--fresh``,
-    ``--exact/--no-exact``, ``--help``) shows none; a repeatable option the type of one value, ``<str>...``."""
-    typed = TyperOption.display_type_rich
+    ``--exact/--no-exact``, ``--help``) shows none; a repeatable option the type of one value, ``<str>...``.
+    Older typers (``typer>=0.15`` is allowed) print click's metavars instead, without a type beside a flag."""
+    typed = getattr(TyperOption, "display_type_rich", None)
+    if typed is None:
+        return
 
     def shown(self: TyperOption, ctx: click.Context) -> str | None:
         if self.is_flag:
