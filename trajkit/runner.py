@@ -415,16 +415,23 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
-def check_config(store: Store, name: str, cfg: StageConfig, fresh: bool) -> tuple[str, bool]:
+def check_config(store: Store, name: str, cfg: StageConfig, fresh: bool, kind: str | None = None) -> tuple[str, bool]:
     """Drop the stage if ``fresh``, else refuse a config whose data-changing fields differ from the one
     it was run with (each differing field named with both values); return the hash and whether the
-    config is to be (re)pinned: a new or fresh stage, or one pinned before a field left the hash."""
+    config is to be (re)pinned: a new or fresh stage, or one pinned before a field left the hash.
+    A stage of another ``kind`` under the same name is refused, fresh or not (``synth filter`` and
+    ``curate filter`` are both ``filter`` by default): it would be skipped as complete, or dropped."""
     chash = config_hash(cfg)
     previous = store.stage_config(name)
     if previous is not None and previous.get("stage", name) != name:
         raise UserError(
             f"stage names {name!r} and {previous['stage']!r} (already in {store.root}) share the folder "
             f"{store.stage_dir(name).relative_to(store.root)}; give this stage another name"
+        )
+    if previous is not None and kind is not None and previous.get("kind", kind) != kind:
+        raise UserError(
+            f"stage {name!r} in {store.root} is a {previous['kind']} stage, not {kind}; give this one another "
+            "name (--name, or name: in a pipeline file)"
         )
     if fresh:
         store.drop_stage(name)
@@ -467,7 +474,7 @@ def run_stage(
     name = name or spec.kind.split(".")[-1]
     check_runner_options(rank, world_size, budget_tokens, budget_cost)
     redact.activate(Redactor.for_stage(cfg))  # rows, manifests, log lines and cache entries go through it
-    chash, pin = check_config(store, name, cfg, fresh)
+    chash, pin = check_config(store, name, cfg, fresh, spec.kind)
     done = store.manifest(name, rank, world_size)
     if done is not None and not fresh:
         for table in spec.outputs:  # a complete stage whose shard was damaged since: name it, never skip silently
