@@ -179,12 +179,19 @@ def _default_text(field: Any) -> str:
     return str(value)
 
 
-def _help(field: Any, annotation: Any) -> str:
-    """The field's description, its choices and its default, e.g. ``How servers are drawn (uniform, list); default uniform.``"""
+def _help(field: Any, annotation: Any, how: str = "") -> str:
+    """The field's description, its choices, ``how`` it is given and its default, e.g. ``How servers are
+    drawn (uniform, list); default uniform.`` A field unset by default whose description says what that
+    means (``(default: one per CPU)``) gets no ``default unset``; a required one ``required unless in --config``."""
     text = (field.description or "").rstrip(".")
     if get_origin(annotation) is Literal:
         text += f" ({', '.join(str(v) for v in get_args(annotation))})"
-    return f"{text}; default {_default_text(field)}." if text else f"Default {_default_text(field)}."
+    text += how
+    default = _default_text(field)
+    if default == "unset" and "default" in text.lower():
+        return f"{text}."
+    tail = default if field.is_required() else f"default {default}"
+    return f"{text}; {tail}." if text else f"{tail[0].upper()}{tail[1:]}."
 
 
 def _pairs(items: list[str] | None, flag: str) -> dict[str, str] | None:
@@ -240,7 +247,7 @@ def config_options(
             readers[field_name] = _model_reader(field_name, many=item is not None)
             continue
         if origin is dict and (_scalar(get_args(annotation)[1]) is not None or get_args(annotation)[1] is Any):
-            help_text = _help(field, annotation).replace("; default", " (KEY=VALUE, repeatable); default")
+            help_text = _help(field, annotation, " (KEY=VALUE, repeatable)")
             decls = [_flag(field_name), *aliases.get(field_name, [])]
             params.append((f"f_{field_name}", Annotated[list[str] | None, typer.Option(*decls, help=help_text)]))
             readers[field_name] = lambda values, key=f"f_{field_name}", flag=decls[-1]: _pairs(values[key], flag)
