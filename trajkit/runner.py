@@ -39,7 +39,7 @@ from trajkit.concurrency import bounded, cpus
 from trajkit.config import StageConfig, config_differences, config_hash, hashed_dict
 from trajkit.errors import Fenced, StageStopped, UserError
 from trajkit.redact import Redactor, clean_endpoint, clean_endpoints
-from trajkit.store import STAGES_DIR, ShardWriter, Store, atomic_write_json
+from trajkit.store import STAGES_DIR, ShardWriter, Store, atomic_write_json, remove_empty_tree
 
 
 @dataclass(frozen=True)
@@ -523,9 +523,8 @@ def run_stage(
             (store.stage_dir(name) / "_config.json").unlink(missing_ok=True)
             (store.stage_dir(name) / "_served.json").unlink(missing_ok=True)
             store.lease.release()
-            for folder in reversed(made):  # the stage's folders this run made, left empty
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
+            for folder in reversed(made):  # the stage's folders this run made, left empty (a trainer's output_dir)
+                remove_empty_tree(folder)
         raise
     finally:
         ctx.flush()

@@ -217,12 +217,16 @@ def remove_new_empty_runs(since: int = 0) -> None:
     """Remove the run folders made after the first ``since`` of ``CREATED_RUNS`` that hold only empty folders,
     as a command that failed on bad input leaves them; a folder that held anything, or existed before, stays."""
     while len(CREATED_RUNS) > since:
-        top = CREATED_RUNS.pop()
-        if any(p.is_symlink() or not p.is_dir() for p in top.rglob("*")):
-            continue
-        for folder, _, _ in os.walk(top, topdown=False):
-            with contextlib.suppress(OSError):  # written to meanwhile: it stays
-                os.rmdir(folder)
+        remove_empty_tree(CREATED_RUNS.pop())
+
+
+def remove_empty_tree(top: Path) -> None:
+    """Remove ``top`` if it holds only (nested) empty folders; one that holds any file stays whole."""
+    if any(p.is_symlink() or not p.is_dir() for p in top.rglob("*")):
+        return
+    for folder, _, _ in os.walk(top, topdown=False):
+        with contextlib.suppress(OSError):  # written to meanwhile: it stays
+            os.rmdir(folder)
 
 
 def opened_runs() -> list[str]:
