@@ -491,7 +491,9 @@ def run_stage(
         if not quiet:
             _console().print(f"[dim]{name}[/]: already complete, skipped{_summary(done, spec)}", highlight=False)
         return done
-    made = [d for d in (store.root / STAGES_DIR, store.stage_dir(name)) if not d.is_dir()]
+    # the stage's folders this run makes, removed if it fails leaving them empty; not with other ranks
+    # starting beside it in the same folders
+    made = [d for d in (store.root / STAGES_DIR, store.stage_dir(name)) if not d.is_dir() and world_size == 1]
     store = store.leased(name, rank)  # an older run of this shard still alive is fenced off from here on
     store.clean_temp(name, rank)
     if pin:
@@ -523,7 +525,7 @@ def run_stage(
             (store.stage_dir(name) / "_config.json").unlink(missing_ok=True)
             (store.stage_dir(name) / "_served.json").unlink(missing_ok=True)
             store.lease.release()
-            for folder in reversed(made):  # the stage's folders this run made, left empty (a trainer's output_dir)
+            for folder in reversed(made):  # left empty, or holding empty folders (a trainer's output_dir)
                 remove_empty_tree(folder)
         raise
     finally:
