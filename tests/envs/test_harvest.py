@@ -87,7 +87,7 @@ def test_harvest_writes_one_row_per_server(tmp_path, run_dir, http_calculator, m
     assert status["dup-names"] == ("failed", "invalid tools: duplicate tool name 'echo'")
 
     paged = rows["paged"]
-    assert paged["num_tools"] == 11 and paged["tools"][0]["name"] == "echo"
+    assert paged["num_tools"] == 13 and paged["tools"][0]["name"] == "echo"
     assert json.loads(paged["tools"][0]["input_schema"])["type"] == "object"
     assert json.loads(paged["tools"][0]["annotations"]) == {"readOnlyHint": True}
     assert paged["server_info"]["name"] == "raw" and paged["transport"] == "stdio"
