@@ -180,6 +180,56 @@ async def test_what_the_zygotes_imports_write_reaches_neither_the_host_nor_anoth
     assert kept == ["x", "x"]  # each instance's writes kept, as for a spawned one
 
 
+LATE = """
+import importlib, sys
+from mcp.server import MCPServer
+
+server = MCPServer("late", version="1.0", log_level="WARNING")
+SEEN = {}
+
+
+@server.tool()
+def preloaded() -> str:
+    \"\"\"Whether latemod was loaded before this server's __main__ block imported it.\"\"\"
+    return str(SEEN["late"])
+
+
+if __name__ == "__main__":
+    SEEN["late"] = "latemod" in sys.modules
+    importlib.import_module("latemod")  # what a server imports only once it runs
+    server.run()
+"""
+THREAD = "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+
+
+@pytest.mark.parametrize("mode", ["late", "late thread", "thread at import"])
+async def test_what_a_server_imports_once_it_runs_is_imported_by_the_zygote_and_threads_are_never_forked(
+    tmp_path, caplog, mode
+):
+    """The zygote's rehearsal start finds the modules a server imports only once it runs, and imports them for
+    every instance. A module whose import starts a thread makes a process unfit to fork (a fork carries one
+    thread): found by the rehearsal, the zygote starts again without it, silently, and its instances import it
+    themselves; imported by the server's own body, its instances are spawned (a warning says why)."""
+    (tmp_path / "latemod.py").write_text("x = 1\n" if mode == "late" else THREAD)
+    entry = (
+        LATE if mode != "thread at import" else LATE.replace("import importlib, sys", "import importlib, sys, latemod")
+    )
+    (tmp_path / "late.py").write_text(entry)
+    cfg = ServerConfig(command=sys.executable, args=[str(tmp_path / "late.py")])
+    rows = await discover({"late": cfg})
+    caplog.set_level(logging.WARNING, logger="trajkit.envs.forks")
+    async with ToolEnv(rows, config={"late": cfg}) as env:
+        for _ in range(3):  # (at import: the second start is without the rehearsal, the third finds it failed too)
+            async with env.episode() as ep:
+                assert (await ep.call("late", "preloaded", {})).text == str(mode != "late thread")
+        fork = env.forks["late"]
+    if mode == "thread at import":
+        assert fork.gone.startswith("exited with status 75 (stderr: trajkit: a module this server imports starts")
+        assert [r.getMessage().endswith("its instances are spawned from now on") for r in caplog.records] == [True]
+    else:
+        assert fork.gone is None and fork.restarts == 0 and fork.rehearse is (mode == "late") and not caplog.records
+
+
 NOBODY_FORKS = """
 import asyncio, json, os, sys
 from trajkit.envs.config import ServerConfig
@@ -228,7 +278,8 @@ DAEMON = """
 import subprocess, sys
 from mcp.server import MCPServer
 
-CHILD = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "MARKER"])  # at import: in the zygote
+# at import (so in the zygote), in a session of its own: out of reach of a kill of the zygote's process group
+CHILD = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "MARKER"], start_new_session=True)
 server = MCPServer("daemon", version="1.0", log_level="WARNING")
 
 
@@ -244,6 +295,8 @@ if __name__ == "__main__":
 
 
 async def test_what_the_servers_body_starts_in_the_zygote_dies_with_it(tmp_path):
+    """The zygote is PID 1 of a namespace of its own: what the server's body starts there, even a process that
+    left its session, dies with it."""
     marker = f"trajkit-zygote-child-{os.getpid()}"
     script = tmp_path / "daemon.py"
     script.write_text(DAEMON.replace("MARKER", marker))

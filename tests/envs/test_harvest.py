@@ -87,7 +87,7 @@ def test_harvest_writes_one_row_per_server(tmp_path, run_dir, http_calculator, m
     assert status["dup-names"] == ("failed", "invalid tools: duplicate tool name 'echo'")
 
     paged = rows["paged"]
-    assert paged["num_tools"] == 11 and paged["tools"][0]["name"] == "echo"
+    assert paged["num_tools"] == 13 and paged["tools"][0]["name"] == "echo"
     assert json.loads(paged["tools"][0]["input_schema"])["type"] == "object"
     assert json.loads(paged["tools"][0]["annotations"]) == {"readOnlyHint": True}
     assert paged["server_info"]["name"] == "raw" and paged["transport"] == "stdio"
@@ -167,6 +167,22 @@ def test_a_server_that_errors_on_tools_list_is_a_failed_row(tmp_path, run_dir):
     rows = {r["name"]: (r["status"], r["reason"]) for r in Store(run_dir).rows("servers")}
     assert rows["fine"] == ("ok", None)
     assert rows["broken"][0] == "failed" and "tools/list is broken here" in rows["broken"][1]
+
+
+def test_optional_lists_not_served_are_none_and_real_errors_are_notes(tmp_path, run_dir):
+    """Resources, templates and prompts are asked for only where declared; "Method not found" means none, quietly."""
+    config = {"mcpServers": {"plain": raw(), "optional": raw("--optional-lists")}}
+    path = tmp_path / "servers.json"
+    path.write_text(json.dumps(config))
+    result = CliRunner().invoke(app, ["synth", "harvest", "-s", str(path), "-r", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in Store(run_dir).rows("servers")}
+    plain, optional = rows["plain"], rows["optional"]
+    assert plain["resources"] is plain["resource_templates"] is plain["prompts"] is plain["notes"] is None
+    assert [r["uri"] for r in optional["resources"]] == ["raw://one"] and optional["status"] == "ok"
+    assert optional["resource_templates"] is optional["prompts"] is None
+    assert optional["notes"] == ["listing prompts failed: prompts/list is broken here (code -32603)"]
+    assert "prompts/list is broken here" in result.output and "resource_templates" not in result.output
 
 
 def test_bad_servers_file_is_a_user_error(tmp_path, run_dir):

@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 
 import pytest
 
+from tests.fixtures.envs import RAW_SERVER
+from trajkit.envs.config import ServerConfig
 from trajkit.envs.discovery import discover
 from trajkit.envs.env import ToolEnv
+from trajkit.envs.forks import Zygote
 from trajkit.envs.session import Connection, ServerFault
 from trajkit.errors import UserError
 
 
-async def test_results_errors_and_faults_of_one_connection(raw_server):
-    conn = Connection("raw", raw_server())
+@pytest.mark.parametrize("forked", [False, True])
+async def test_results_errors_and_faults_of_one_connection(raw_server, forked):
+    """Spawned by the SDK's stdio client, or forked from a zygote (``Zygote.instance``): the same answers."""
+    cfg = raw_server() if not forked else ServerConfig(command=sys.executable, args=[str(RAW_SERVER)])
+    fork = Zygote("raw", cfg) if forked else None
+    conn = Connection("raw", cfg, fork=fork)
     try:
         assert (await conn.call("echo", {"text": "hi"})).text == "hi"
         failed = await conn.call("fail", {})
@@ -21,8 +29,8 @@ async def test_results_errors_and_faults_of_one_connection(raw_server):
         rejected = await conn.call("reject", {})  # a JSON-RPC error response is an answer, for the model
         assert rejected.is_error and "rejected on purpose (code -32602)" in rejected.text
         assert (await conn.call("junk", {})).text == "after junk"  # stray stdout lines are skipped
-        big = await conn.call("big", {"seconds": 5000}, max_chars=100)
-        assert big.truncated and big.text.startswith("x" * 100) and "truncated 4900 characters" in big.text
+        big = await conn.call("big", {"seconds": 300_000}, max_chars=100)  # one line of 300 kB on stdout
+        assert big.truncated and big.text.startswith("x" * 100) and "truncated 299900 characters" in big.text
         with pytest.raises(ServerFault, match="malformed malformed result from 'raw': content"):
             await conn.call("malformed", {})
         with pytest.raises(ServerFault, match="hang timed out after 0.3s"):
@@ -31,8 +39,27 @@ async def test_results_errors_and_faults_of_one_connection(raw_server):
             await conn.call("crash", {})
         with pytest.raises(ServerFault, match="is gone"):
             await conn.call("echo", {"text": "again"})
+        assert not forked or (fork.proc.poll() is None and fork.restarts == 0)  # (forked: the zygote served it)
     finally:
         await conn.aclose()
+        if fork is not None:
+            fork.close()
+
+
+async def test_results_are_checked_against_the_harvested_output_schema_and_no_session_lists_tools(raw_server):
+    """Structured content must fit the output schema harvest recorded; a trajectory's session never lists the tools
+    itself (the SDK's ``call_tool`` would, in every session, and compile each schema again)."""
+    rows = await discover({"raw": raw_server("--no-readonly")})
+    async with ToolEnv(rows, config={"raw": raw_server("--no-readonly")}) as env:
+        for _ in range(2):  # fresh instances, the second on a schema compiled before
+            async with env.episode() as ep:
+                assert (await ep.call("raw", "shaped", {"text": "good"})).text == "1"
+                with pytest.raises(ServerFault, match="structured content returned by tool shaped: 'one' is not of"):
+                    await ep.call("raw", "shaped", {"text": "bad"})
+                with pytest.raises(ServerFault, match="tool shaped has an output schema but returned no structured"):
+                    await ep.call("raw", "shaped", {"text": "none"})
+                assert (await ep.call("raw", "echo", {"text": "hi"})).text == "hi"
+                assert (await ep.call("raw", "lists", {})).text == "0"
 
 
 async def test_a_servers_own_timeout_replaces_the_callers(raw_server):
@@ -64,7 +91,7 @@ async def test_tools_list_follows_pages(raw_server):
         tools = await conn.list_all()
     finally:
         await conn.aclose()
-    assert [t.name for t in tools][:3] == ["echo", "sleep", "big"] and len(tools) == 11
+    assert [t.name for t in tools][:3] == ["echo", "sleep", "big"] and len(tools) == 13
 
 
 @pytest.mark.parametrize(
@@ -163,4 +190,4 @@ async def test_a_server_that_failed_at_harvest_fails_the_episode(raw_server):
                 pass
         async with env.episode() as ep:  # no server list: every server that harvested ok
             assert list(ep.rows) == ["fine"] and (await ep.call("fine", "echo", {"text": "ok"})).text == "ok"
-        assert [r.server for r in env.routes()] == ["fine"] * 11
+        assert [r.server for r in env.routes()] == ["fine"] * 13

@@ -214,7 +214,8 @@ def main(argv: list[str]) -> int:
 def _cgroup(memory_mb: int) -> iso.Cgroup | None:
     """A memory cgroup of ``memory_mb`` that this launcher joins (its children are born in it), or None."""
     try:
-        cgroup = iso.Cgroup(f"trajkit-{os.getpid()}-env-0")
+        host_pid = os.readlink("/proc/self")  # (a fork server's child has a small pid of the zygote's namespace)
+        cgroup = iso.Cgroup(f"trajkit-{host_pid}-env-0")
     except OSError:
         return None
     try:

@@ -208,6 +208,7 @@ class ToolEnv:
         self.pools: dict[str, Pool] = {}
         self.warm_pools: dict[str, Warm] = {}
         self.forks: dict[str, Zygote | None] = {}  # per stateful Python server: its zygote (forks.py)
+        self.output_schemas = {r["name"]: _output_schemas(r) for r in self.rows}
         self.live: set[Connection] = set()
         self._closers: set[asyncio.Task] = set()
         self._routes: dict[tuple[str, ...] | None, list[ToolRoute]] = {}
@@ -270,6 +271,7 @@ class ToolEnv:
             max_concurrency=self.max_concurrency_per_server,
             shared=shared,
             fork=None if shared else self.forks[name],
+            output_schemas=self.output_schemas.get(name),
         )
         self.live.add(conn)
         return conn
@@ -311,6 +313,11 @@ class ToolEnv:
                 fork.close()
         self.pools.clear()
         self.warm_pools.clear()
+
+
+def _output_schemas(row: dict[str, Any]) -> dict[str, str]:
+    """Each harvested tool's output schema (JSON text), where it declared one."""
+    return {t["name"]: t["output_schema"] for t in row.get("tools") or [] if t.get("output_schema")}
 
 
 class Episode:

@@ -24,6 +24,7 @@ names the reason, and a start that found no zygote spawns its instance.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -34,14 +35,20 @@ import signal
 import socket
 import subprocess
 import tempfile
+from collections.abc import AsyncIterator
+from typing import IO, Any
 
 from trajkit.envs import contain
 from trajkit.envs.config import ServerConfig, child_environment, resolve_command
+from trajkit.envs.zygote import THREADED
 
 ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
 PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
 MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 MAX_RESTARTS = 2
+STOP_S = 2.0  # as the SDK's stdio client: the wait for the exit after stdin closes, and after SIGTERM
+FLUSH_S = 0.5  # and for the last message to be written
+MAX_LINE = 1 << 30  # one JSON-RPC message from a server
 log = logging.getLogger(__name__)
 
 
@@ -67,15 +74,46 @@ class Zygote:
         self.proc: subprocess.Popen | None = None
         self.restarts = 0
         self.gone: str | None = None  # why its instances are spawned from now on
+        self.rehearse = True  # the zygote imports what a rehearsal start imported (zygote._rehearse)
         self._dir: str | None = None
         self._log = None
 
-    def wrap(self, launcher: list[str]) -> list[str]:
-        """The arguments (after ``python``) that start one instance: the stand-in for a fork from the zygote,
-        or ``launcher`` (``contain.wrap``'s) as it is when the zygote gave up."""
+    @contextlib.asynccontextmanager
+    async def instance(self, launcher: list[str], errlog: IO[str]) -> AsyncIterator[tuple[Any, Any]]:
+        """One instance forked from the zygote, contained as ``launcher`` (``contain.wrap``'s arguments) says,
+        its stderr written to ``errlog``: the (read, write) streams of an MCP session over its stdin and stdout,
+        as the SDK's ``stdio_client`` gives for a spawned server (no process is spawned for it). On the way out
+        as there: stdin closed, ``STOP_S`` for it to exit, SIGTERM, ``STOP_S``, SIGKILL. An instance whose
+        zygote died says so on ``errlog``. ``NotForked`` (before anything started) when there is no zygote to
+        ask (given up, or dead since it was checked): the caller spawns the instance."""
         if not self._running():
-            return launcher
-        return ["-I", "-S", ZYGOTE, "attach", os.path.join(self._dir, "sock"), "--", *launcher]
+            raise NotForked(self.gone)
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sock.setblocking(False)
+        stdin, stdout = os.pipe(), os.pipe()
+        try:
+            await loop.sock_connect(sock, os.path.join(self._dir, "sock"))
+            spec = launcher[launcher.index("--") - 1]
+            socket.send_fds(sock, [spec.encode()], [stdin[0], stdout[1], errlog.fileno()])
+            reply = await loop.sock_recv(sock, 64)
+        except OSError:
+            reply = b""
+        except BaseException:  # cancelled: nothing left open (the zygote kills an instance whose socket closes)
+            sock.close()
+            os.close(stdin[1])
+            os.close(stdout[0])
+            raise
+        finally:
+            os.close(stdin[0])
+            os.close(stdout[1])
+        if not reply.startswith(b"pid "):
+            sock.close()
+            os.close(stdin[1])
+            os.close(stdout[0])
+            raise NotForked("the fork server did not answer")
+        async with _Streams(loop, sock, stdin[1], stdout[0], errlog) as streams:
+            yield streams
 
     def _running(self) -> bool:
         if self.gone is not None:
@@ -83,14 +121,17 @@ class Zygote:
         if self.proc is not None:
             if self.proc.poll() is None:
                 return True
-            reason = f"exited with status {self.proc.returncode}{self._tail()}"
+            code, reason = self.proc.returncode, f"exited with status {self.proc.returncode}{self._tail()}"
             self.close()
-            if self.restarts >= MAX_RESTARTS:
+            if code == THREADED and self.rehearse:  # perhaps what its rehearsal imported: again, without
+                self.rehearse = False
+            elif code == THREADED or self.restarts >= MAX_RESTARTS:
                 self.gone = reason
                 log.warning("fork server of %r %s; its instances are spawned from now on", self.name, reason)
                 return False
-            self.restarts += 1
-            log.warning("fork server of %r %s; started again", self.name, reason)
+            else:
+                self.restarts += 1
+                log.warning("fork server of %r %s; started again", self.name, reason)
         self._start()
         return True
 
@@ -102,7 +143,13 @@ class Zygote:
             listener.bind(os.path.join(self._dir, "sock"))
             listener.listen(1024)
             keep = os.environ.get(contain.ENV_KEEP)
-            spec = {"writable": [], "disk_mb": 1, "keep": None, "through": [keep] if keep else []}
+            spec = {
+                "writable": [],
+                "disk_mb": 1,
+                "keep": None,
+                "through": [keep] if keep else [],
+                "rehearse": self.rehearse,
+            }
             fd, spec = str(listener.fileno()), json.dumps(spec)
             self.proc = subprocess.Popen(
                 [resolve_command(cfg.command), ZYGOTE, "serve", fd, str(os.getpid()), spec, "--", *cfg.args],
@@ -133,6 +180,95 @@ class Zygote:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
+
+
+class NotForked(Exception):
+    """No zygote forked the instance (nothing started): it is spawned instead."""
+
+
+class _Streams:
+    """The MCP session's streams over a forked instance's pipes, and its shutdown (``Zygote.instance``)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, stdin: int, stdout: int, errlog: IO[str]):
+        import anyio
+
+        self.loop, self.sock, self.errlog = loop, sock, errlog
+        self._stdin, self._stdout = os.fdopen(stdin, "wb", 0), os.fdopen(stdout, "rb", 0)
+        self.to_session, self.read = anyio.create_memory_object_stream(0)
+        self.write, self.from_session = anyio.create_memory_object_stream(0)
+        self.status: asyncio.Future[int | None] = loop.create_future()  # None: the zygote went first
+        self._tasks: list[asyncio.Task] = []
+
+    async def __aenter__(self) -> tuple[Any, Any]:
+        self._tasks = [asyncio.create_task(c) for c in (self._watch(), self._reader(), self._writer())]
+        return self.read, self.write
+
+    async def __aexit__(self, *exc: object) -> None:
+        import anyio
+
+        with anyio.CancelScope(shield=True):
+            self.read.close()
+            self.write.close()
+            await asyncio.wait([self._tasks[2]], timeout=FLUSH_S)  # what the session sent last, flushed; then its
+            self._tasks[2].cancel()  # stdin is closed (the writer's last act): the MCP way to end a stdio server
+            for word in (b"term", None):  # then SIGTERM, then SIGKILL (the zygote kills it when we hang up)
+                await asyncio.wait([self.status], timeout=STOP_S)
+                if self.status.done() or word is None:
+                    break
+                with contextlib.suppress(OSError):
+                    self.sock.send(word)
+            self.sock.close()
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            self._stdin.close()  # (where a pipe's transport never took it)
+            self._stdout.close()
+
+    async def _watch(self) -> None:
+        try:
+            word = await self.loop.sock_recv(self.sock, 64)
+        except OSError:
+            word = b""
+        self.status.set_result(int(word.split()[1]) if word.startswith(b"exit ") else None)
+
+    async def _reader(self) -> None:
+        import anyio
+        from mcp.shared.message import SessionMessage
+        from mcp_types import jsonrpc_message_adapter
+
+        reader = asyncio.StreamReader(limit=MAX_LINE)
+        transport, _ = await self.loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), self._stdout)
+        try:
+            async with self.to_session:
+                while line := await reader.readline():
+                    text = line.decode(errors="replace").removesuffix("\n")
+                    try:
+                        message = SessionMessage(jsonrpc_message_adapter.validate_json(text, by_name=False))
+                    except ValueError as e:  # not JSON-RPC: the session's message handler records the line
+                        message = e
+                    with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                        await self.to_session.send(message)  # (the session gone: what is left is drained, so
+                        # a server writing on its way out never blocks on a full pipe)
+                await asyncio.wait([self.status], timeout=1)  # the instance is gone: with its zygote?
+                if self.status.done() and self.status.result() is None:
+                    self.errlog.write("trajkit: the fork server exited, and this server with it\n")
+                    self.errlog.flush()
+        finally:
+            transport.close()
+
+    async def _writer(self) -> None:
+        transport, protocol = await self.loop.connect_write_pipe(asyncio.streams.FlowControlMixin, self._stdin)
+        writer = asyncio.StreamWriter(transport, protocol, None, self.loop)
+        try:
+            async with self.from_session:
+                async for message in self.from_session:
+                    writer.write(message.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n")
+                    await writer.drain()
+        except Exception:  # noqa: BLE001 - the instance closed its stdin (gone): the session hears of it once
+            await asyncio.wait([self._tasks[1]], timeout=1)  # the reader has its reason on errlog
+            self.to_session.close()
+        finally:
+            transport.close()
 
 
 def _environment(cfg: ServerConfig) -> dict[str, str]:

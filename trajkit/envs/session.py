@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import sys
@@ -32,7 +33,7 @@ from typing import Any
 
 from trajkit.envs import contain
 from trajkit.envs.config import ServerConfig, child_environment, resolve_command
-from trajkit.envs.forks import Zygote
+from trajkit.envs.forks import NotForked, Zygote
 from trajkit.errors import UserError
 
 STDERR_TAIL_CHARS = 300
@@ -107,10 +108,43 @@ def render_content(result: Any) -> tuple[str, list[dict[str, Any]]]:
     return "\n".join(parts), media
 
 
+@functools.lru_cache(maxsize=256)
+def output_validator(schema: str) -> Any:
+    """The compiled validator of a tool's output schema (its JSON text), checked and built once per process: the
+    SDK's ``call_tool`` lists the tools and compiles each schema again in every session, a trajectory's worth of
+    CPU for a short one. RuntimeError (not cached) for a schema that is not JSON Schema."""
+    from jsonschema import SchemaError
+    from jsonschema.validators import validator_for
+    from referencing import Registry
+
+    parsed = json.loads(schema)
+    cls = validator_for(parsed)
+    try:
+        cls.check_schema(parsed)
+    except SchemaError as e:
+        raise RuntimeError(f"invalid output schema: {e.message}") from None
+    return cls(parsed, registry=Registry())  # an empty registry: $refs resolve within the schema, as in the SDK
+
+
+def check_structured(tool: str, schema: str | None, result: Any) -> None:
+    """A successful result of a tool that declares an output schema must carry structured content that fits it
+    (as the MCP spec says and the SDK checks); RuntimeError otherwise."""
+    if schema is None or result.is_error:
+        return
+    from jsonschema.exceptions import best_match
+
+    if result.structured_content is None:
+        raise RuntimeError(f"tool {tool} has an output schema but returned no structured content")
+    error = best_match(output_validator(schema).iter_errors(result.structured_content))
+    if error is not None:
+        raise RuntimeError(f"invalid structured content returned by tool {tool}: {error.message}")
+
+
 class Connection:
     """One MCP session to one server; ``await open()``, ``await call(...)``, ``await aclose()``.
 
-    ``max_concurrency`` bounds the calls in flight on this connection;
+    ``output_schemas``: the harvested output schema (JSON text) of each tool that has one, which
+    ``call`` checks results against (``check_structured``); ``max_concurrency`` bounds the calls in flight on this connection;
     ``startup_timeout_s`` bounds spawning plus ``initialize``; ``shared``: a stateless server's
     process that several trajectories use, which (contained) sees the filesystem read-only; ``fork``:
     the server's zygote, which (contained) forks the instance instead of a spawn (``forks.py``).
@@ -126,8 +160,10 @@ class Connection:
         shared: bool = False,
         warm_caches: bool = False,
         fork: Zygote | None = None,
+        output_schemas: dict[str, str] | None = None,
     ):
         self.name = name
+        self.output_schemas = output_schemas or {}
         self.cfg = cfg
         self.shared = shared
         self.warm_caches = warm_caches  # contained: package caches written through (contain.wrap)
@@ -207,7 +243,8 @@ class Connection:
                 args = contain.wrap(self.name, cfg, command, args, readonly=self.shared, warm_caches=self.warm_caches)
                 command = sys.executable
                 if self.fork is not None:
-                    args = self.fork.wrap(args)
+                    with contextlib.suppress(NotForked):  # no zygote (given up, or dead): spawned
+                        return await stack.enter_async_context(self.fork.instance(args, self._stderr))
             params = StdioServerParameters(
                 command=command,
                 args=args,
@@ -296,9 +333,7 @@ class Connection:
                     raise ServerFault(f"server {self.name!r} is gone: {self.dead}")
                 t0 = time.monotonic()
                 try:
-                    result = await self._request(
-                        f"{tool}", self.session.call_tool(tool, arguments, read_timeout_seconds=timeout_s), timeout_s
-                    )
+                    result = await self._request(tool, self._call_tool(tool, arguments, timeout_s), timeout_s)
                 except ProtocolError as e:
                     return ToolOutput(f"Error: {e}", is_error=True, seconds=time.monotonic() - t0)
                 self._junk = None  # stray output before a good answer is noise, not this call's fault
@@ -309,6 +344,16 @@ class Connection:
                 return ToolOutput(text, bool(result.is_error), cut, time.monotonic() - t0, tuple(media))
         finally:
             self.load -= 1
+
+    async def _call_tool(self, tool: str, arguments: dict[str, Any], timeout_s: float) -> Any:
+        """``tools/call``, its result checked against the harvested output schema (the SDK's ``call_tool`` would
+        list the tools first in every session)."""
+        from mcp.types import CallToolRequest, CallToolRequestParams, CallToolResult
+
+        request = CallToolRequest(params=CallToolRequestParams(name=tool, arguments=arguments))
+        result = await self.session.send_request(request, CallToolResult, request_read_timeout_seconds=timeout_s)
+        check_structured(tool, self.output_schemas.get(tool), result)
+        return result
 
     async def _request(self, what: str, coro: Any, timeout_s: float) -> Any:
         from mcp import MCPError

@@ -1,4 +1,4 @@
-"""A fork server for one Python stdio MCP server, and the stand-in process the MCP client starts per instance.
+"""A fork server for one Python stdio MCP server.
 
 ``PYTHON zygote.py serve LISTEN_FD CLIENT_PID SPEC -- ENTRY...`` runs on the server's own interpreter,
 with its environment and cwd (ENTRY is ``-m MODULE ARGS...`` or ``SCRIPT ARGS...``, as the server's
@@ -6,24 +6,18 @@ config says). In a mount namespace of its own where the host is read-only (``con
 SPEC: no writable path; the ``--keep-env-state`` folder written through), it imports once what the
 entry module imports (a module that writes files when imported fails here, and is imported by each
 instance in its own overlays) and, where the entry ends with an ``if __name__ == "__main__":`` block,
-runs the rest of the entry once as ``__main__`` with the server's ``sys.argv`` (``_prepare``); nothing
-is served yet. Then it accepts instances on the listening unix socket: each request carries the
-instance's stdin, stdout and stderr and its containment spec; the zygote forks, and the child,
-contained as the spec says (``contain.run``), runs that ``__main__`` block alone, or, where there was
-none or the rest failed here, the whole entry module as ``__main__`` (``runpy``), as the ``contain.py``
-launcher does. The zygote answers ``pid N`` at once and ``exit CODE`` when the instance is gone; a
-stand-in that hangs up has its instance killed. The zygote dies with its client (parent-death signal),
-and each instance with the zygote.
+runs the rest of the entry once as ``__main__`` with the server's ``sys.argv`` (``_prepare``), then
+imports what a rehearsal start of that block imports (``_rehearse``); nothing is served yet. Then it
+accepts instances on the listening unix socket: each request carries the instance's stdin, stdout and
+stderr and its containment spec; the zygote forks, and the child, contained as the spec says
+(``contain.run``), runs that ``__main__`` block alone, or, where there was none or the rest failed
+here, the whole entry module as ``__main__`` (``runpy``), as the ``contain.py`` launcher does. The
+zygote answers ``pid N`` at once and ``exit CODE`` when the instance is gone; ``term`` on the request's
+socket sends the instance SIGTERM, and a client that hangs up has it killed (``forks.Zygote.instance``
+is that client). The zygote dies with its client (parent-death signal), and each instance with the zygote.
 
-``python -I -S zygote.py attach SOCKET -- LAUNCHER_ARGS...`` is what the MCP client spawns instead of
-the launcher: it hands its own stdin, stdout and stderr to the fork server, relays SIGTERM/SIGINT/SIGHUP
-to its instance, and exits with the instance's status, so the client's shutdown sequence (close stdin,
-SIGTERM, SIGKILL of the process group) and stderr capture work exactly as for a spawned server. Where
-the fork server is not there (crashed, killed, never started) before the instance was forked, it
-executes ``python LAUNCHER_ARGS...``: the instance is spawned as usual.
-
-A plain script on the standard library and ``contain.py`` (a server's interpreter need not have trajkit
-installed); the stand-in imports only what it uses (it starts once per instance).
+A plain script on the standard library and ``contain.py``: a server's interpreter need not have trajkit
+installed.
 """
 
 from __future__ import annotations
@@ -32,8 +26,8 @@ import os
 import signal
 import socket
 import sys
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # (typing's import would cost every stand-in)
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -127,9 +121,8 @@ def _prepare(path: str, tree: object, init: dict, argv: list[str]) -> object | N
     """Where the entry module ends with an ``if __name__ == "__main__":`` block (and no ``else``): run the rest
     as ``__main__`` here, once, with the server's ``sys.argv``, and return that block's code, all an instance
     then runs. None (each instance runs the whole module) where it has no such block, or the rest failed here
-    (a write refused, say) or started a thread (a fork would not carry it)."""
+    (a write refused, say)."""
     import ast
-    import threading
     import types
 
     last = tree.body[-1] if tree.body else None
@@ -142,13 +135,56 @@ def _prepare(path: str, tree: object, init: dict, argv: list[str]) -> object | N
     sys.modules["__main__"], sys.argv = main, argv
     try:
         exec(compile(ast.Module(body=tree.body[:-1], type_ignores=[]), path, "exec"), main.__dict__)  # noqa: S102
-        ok = threading.active_count() == 1
     except BaseException:  # noqa: BLE001 - the instances run it whole, and meet the error themselves
-        ok = False
-    if not ok:
         sys.modules["__main__"], sys.argv = saved
         return None
     return compile(ast.Module(body=last.body, type_ignores=[]), path, "exec")
+
+
+REHEARSAL_S = 2.0
+THREADED = 75  # the zygote's exit status when a module it imported started a thread: it cannot fork
+
+
+def _rehearse(main: object, close: list[int]) -> None:
+    """Run the ``__main__`` block once in a throwaway child whose stdin is at its end (a server that starts and
+    finds its client gone), and import here what that imported: the modules a server loads only once it runs
+    (its event loop's, its transport's) are then loaded once for every instance instead of by each. The child
+    sees the host read-only, as this process does, and serves nothing; it is killed after ``REHEARSAL_S``.
+    (A module whose import starts a thread leaves the zygote unfit to fork: ``serve`` checks.)"""
+    import contextlib
+    import importlib
+    import select
+    import time
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        _die_with_parent()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        for fd in (r, null, *close):
+            os.close(fd)
+        before = set(sys.modules)
+        with contextlib.suppress(BaseException):
+            exec(main, sys.modules["__main__"].__dict__)  # noqa: S102
+        with contextlib.suppress(OSError):  # (under a pipe's buffer: the write never blocks)
+            os.write(w, " ".join(sorted(set(sys.modules) - before)).encode()[:60_000])
+        os._exit(0)
+    os.close(w)
+    found, deadline = b"", time.monotonic() + REHEARSAL_S
+    while select.select([r], [], [], max(0.0, deadline - time.monotonic()))[0]:
+        chunk = os.read(r, 1 << 16)
+        if not chunk:
+            break
+        found += chunk
+    os.close(r)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    for name in found.decode().split():
+        with contextlib.suppress(Exception, SystemExit):
+            importlib.import_module(name)
 
 
 def _exit_code(code: object) -> int:
@@ -218,15 +254,31 @@ def _instance(spec: dict, fds: list[int], entry: list[str], own: list, run: Call
         os._exit(code)
 
 
+def _outside(zygote: int) -> None:
+    """The client's child, outside the zygote's PID namespace: killed, it takes the zygote and so the whole
+    namespace with it (the zygote's parent-death signal); otherwise it ends with the zygote's status."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda _s, _f: os.kill(zygote, signal.SIGKILL))
+    _, status = os.waitpid(zygote, 0)
+    code = os.waitstatus_to_exitcode(status)
+    os._exit(code if code >= 0 else 128 - code)
+
+
 def serve(listen_fd: int, client: int, spec: dict, entry: list[str]) -> None:
     import contextlib
+    import gc
     import selectors
+    import threading
 
     _die_with_parent()
     if os.getppid() != client:  # the client died before the line above
         return
     contain = _ours("contain", _here)
-    userns = contain.iso.enter_namespaces(contain.iso.CLONE_NEWNS)
+    userns = contain.iso.enter_namespaces(contain.iso.CLONE_NEWNS | contain.iso.CLONE_NEWPID)
+    zygote = os.fork()  # PID 1 of the new namespace: what the server's body starts there dies with it
+    if zygote:
+        _outside(zygote)
+    _die_with_parent()
     contain._contain(spec, userns)  # the host read-only to what the imports do: only the instances may write
     run = contain.run
     _server_path(entry)
@@ -240,6 +292,13 @@ def serve(listen_fd: int, client: int, spec: dict, entry: list[str]) -> None:
         _preload(tree, init["__package__"] or "")
         argv = [path, *entry[2:]] if entry[0] == "-m" else list(entry)  # as python sets it
         main = _prepare(path, tree, init, argv)
+    if main is not None and spec.get("rehearse", True):
+        _rehearse(main, [listen_fd])
+    if threading.active_count() > 1:  # a fork carries one thread: locks another one holds would stay held
+        print("trajkit: a module this server imports starts a thread when imported", file=sys.stderr, flush=True)
+        os._exit(THREADED)
+    gc.collect()
+    gc.freeze()  # what the instances inherit is never scanned (nor so copied) by their collector
     listener = socket.socket(fileno=listen_fd)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -264,10 +323,15 @@ def serve(listen_fd: int, client: int, spec: dict, entry: list[str]) -> None:
                 if pid is not None:
                     instances[pid] = conn
                     sel.register(conn, selectors.EVENT_READ, pid)
-            else:  # the stand-in hung up (killed): its instance goes too
-                sel.unregister(key.fileobj)
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(key.data, signal.SIGKILL)
+            else:  # from the client: "term", or its end (it closed the instance, or died): SIGKILL
+                try:
+                    word = key.fileobj.recv(64)
+                except OSError:
+                    word = b""
+                if word != b"term":
+                    sel.unregister(key.fileobj)
+                with contextlib.suppress(ProcessLookupError):  # (not reaped yet: the pid is still the instance's)
+                    os.kill(key.data, signal.SIGTERM if word == b"term" else signal.SIGKILL)
 
 
 def _fork(conn: socket.socket, own: list, instance: Callable) -> int | None:
@@ -299,7 +363,7 @@ def _fork(conn: socket.socket, own: list, instance: Callable) -> int | None:
 
 
 def _reap(sel: object, instances: dict[int, socket.socket]) -> None:
-    """Collect exited instances; tell each one's stand-in its status."""
+    """Collect exited instances; tell each one's client its status."""
     import contextlib
 
     while True:
@@ -318,41 +382,8 @@ def _reap(sel: object, instances: dict[int, socket.socket]) -> None:
             conn.close()
 
 
-def attach(path: str, launcher: list[str]) -> None:
-    """The stand-in: one instance from the fork server at ``path``, else ``python LAUNCHER...`` (spawned)."""
-    client = os.getppid()  # killed, the client takes the zygote and so the instance with it: the stand-in
-    # sees the end of its socket then, and needs no parent-death signal (nor ctypes' import)
-    spec = launcher[launcher.index("--") - 1]
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        sock.connect(path)
-        socket.send_fds(sock, [spec.encode()], [0, 1, 2])
-        reply = sock.recv(64)
-    except OSError:
-        reply = b""
-    if not reply.startswith(b"pid "):  # no fork server: spawn the instance as usual, for a client still there
-        sock.close()
-        if os.getppid() != client:
-            os._exit(1)
-        os.execv(sys.executable, [sys.executable, *launcher])
-    pid = int(reply.split()[1])  # the pipes stay open here too, as in the launcher: the client reads the end of
-    # stdout only once this process, and the reason it writes on stderr, is done
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda s, _f: os.kill(pid, s))
-    reply = sock.recv(64)
-    if reply.startswith(b"exit "):
-        code = int(reply.split()[1])
-    else:
-        print("trajkit: the fork server exited, and this server with it", file=sys.stderr, flush=True)
-        code = 1
-    os._exit(code if code >= 0 else 128 - code)
-
-
 if __name__ == "__main__":
-    cut = sys.argv.index("--")
-    if sys.argv[1] == "serve":
-        import json
+    import json
 
-        serve(int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4]), sys.argv[cut + 1 :])
-    else:
-        attach(sys.argv[2], sys.argv[cut + 1 :])
+    cut = sys.argv.index("--")
+    serve(int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4]), sys.argv[cut + 1 :])

@@ -2,14 +2,19 @@
 
     python tests/envs/servers/raw.py [--hang-init] [--exit-init] [--junk-init] [--bad-tools] [--dup-tools]
                                      [--pages N] [--no-readonly] [--hang-init-while FILE] [--error-list]
-                                     [--linger]
+                                     [--linger] [--optional-lists]
 
 Tools: ``echo(text)``; ``sleep(seconds)`` returns the most calls it saw in flight
 at once; ``big(n)`` returns n characters; ``count()`` increments a per-process
 counter (state); ``pid()``; ``fail()`` reports a tool error (isError);
 ``reject()`` answers with a JSON-RPC error; ``crash()`` exits mid-call;
 ``hang()`` never answers; ``malformed()`` answers a result that is not a
-CallToolResult; ``junk()`` prints a non-JSON line on stdout, then answers.
+CallToolResult; ``junk()`` prints a non-JSON line on stdout, then answers;
+``shaped(text)`` declares an output schema (``{"n": integer}``) and answers structured
+content that fits it (text ``good``), does not (``bad``), or none (``none``);
+``lists()`` returns how many ``tools/list`` requests this process answered.
+``--optional-lists`` declares resources and prompts: resources/list lists one,
+resources/templates/list is not served (Method not found), prompts/list errs.
 """
 
 from __future__ import annotations
@@ -23,10 +28,25 @@ import time
 ARGS = set(sys.argv[1:])
 PAGES = int(sys.argv[sys.argv.index("--pages") + 1]) if "--pages" in sys.argv else 1
 READ_ONLY = {"readOnlyHint": True} if "--no-readonly" not in ARGS else {"readOnlyHint": False}
-NAMES = ["echo", "sleep", "big", "count", "pid", "fail", "reject", "crash", "hang", "malformed", "junk"]
+NAMES = [
+    "echo",
+    "sleep",
+    "big",
+    "count",
+    "pid",
+    "fail",
+    "reject",
+    "crash",
+    "hang",
+    "malformed",
+    "junk",
+    "shaped",
+    "lists",
+]
+SHAPED = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 
 lock = threading.Lock()
-state = {"count": 0, "in_flight": 0, "max_in_flight": 0}
+state = {"count": 0, "in_flight": 0, "max_in_flight": 0, "lists": 0}
 
 
 def send(obj: dict) -> None:
@@ -40,6 +60,7 @@ def tools() -> list[dict]:
     for name in NAMES:
         schema = {"type": "object", "properties": {"text": {"type": "string"}, "seconds": {"type": "number"}}}
         out.append({"name": name, "description": f"test tool {name}", "inputSchema": schema, "annotations": READ_ONLY})
+    out[NAMES.index("shaped")]["outputSchema"] = SHAPED
     if "--bad-tools" in ARGS:
         out[0]["inputSchema"] = {"type": "object", "properties": {"x": {"type": 12}}}
     if "--dup-tools" in ARGS:
@@ -88,6 +109,11 @@ def call(rid, name: str, args: dict) -> None:
             sys.stdout.write("this is not JSON-RPC\n")
             sys.stdout.flush()
         send({"jsonrpc": "2.0", "id": rid, "result": text("after junk")})
+    elif name == "shaped":
+        shape = {"good": {"structuredContent": {"n": 1}}, "bad": {"structuredContent": {"n": "one"}}}
+        send({"jsonrpc": "2.0", "id": rid, "result": text("1") | shape.get(args.get("text"), {})})
+    elif name == "lists":
+        send({"jsonrpc": "2.0", "id": rid, "result": text(str(state["lists"]))})
 
 
 def handle(msg: dict) -> None:
@@ -107,13 +133,14 @@ def handle(msg: dict) -> None:
                 sys.stdout.write("Starting raw server v0 ... banner on stdout\n")
         result = {
             "protocolVersion": params.get("protocolVersion", "2025-11-25"),
-            "capabilities": {"tools": {}},
+            "capabilities": {"tools": {}} | ({"resources": {}, "prompts": {}} if "--optional-lists" in ARGS else {}),
             "serverInfo": {"name": "raw", "version": "0.1"},
         }
         send({"jsonrpc": "2.0", "id": rid, "result": result})
     elif method == "tools/list" and "--error-list" in ARGS:
         send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": "tools/list is broken here"}})
     elif method == "tools/list":
+        state["lists"] += 1
         all_tools = tools()
         page = int(params.get("cursor") or 0)
         size = -(-len(all_tools) // PAGES)
@@ -122,6 +149,10 @@ def handle(msg: dict) -> None:
         if page + 1 < PAGES:
             result["nextCursor"] = str(page + 1)
         send({"jsonrpc": "2.0", "id": rid, "result": result})
+    elif method == "resources/list":
+        send({"jsonrpc": "2.0", "id": rid, "result": {"resources": [{"uri": "raw://one", "name": "one"}]}})
+    elif method == "prompts/list":
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": "prompts/list is broken here"}})
     elif method == "tools/call":
         threading.Thread(
             target=call, args=(rid, params.get("name"), params.get("arguments") or {}), daemon=True
