@@ -131,6 +131,20 @@ def test_a_removed_flag_names_the_new_one(tmp_path):
     assert not (tmp_path / "_stages").exists()
 
 
+def test_help_shows_flags_without_a_type_and_repeatable_options_by_one_value():
+    """typer's own placeholders read as a value to give: ``<bool>`` beside a flag, ``<list[str]>``."""
+
+    def rows(*args: str) -> dict[str, str]:
+        out = CliRunner().invoke(app, [*args, "--help"], env={"COLUMNS": "250"}).output
+        assert "<bool>" not in out and "<list[" not in out, out
+        return {line.split()[1].split(",")[0]: line for line in out.splitlines() if line.startswith("│ ")}
+
+    top, dedup, push = rows(), rows("curate", "dedup"), rows("push")
+    assert "<" not in top["--allow-weaker-sandbox"] and "<path>" in top["--keep-env-state"]
+    assert "<" not in dedup["--fresh"] and "<" not in dedup["--exact"] and "<" not in dedup["--help"]
+    assert "<str>..." in dedup["--set"] and "<" not in push["--dry-run"]
+
+
 def test_help_shows_every_default_and_the_short_names():
     out = CliRunner().invoke(app, ["synth", "tasks", "--help"], env={"COLUMNS": "250"}).output
     assert "--requests-per-mode,--requests" in out and "Generation requests per mode; default 10." in out
@@ -144,4 +158,7 @@ def test_help_shows_every_default_and_the_short_names():
             flag = "--" + field_name.replace("_", "-")
             if flag in out and not clikit._is_model(clikit._unwrap(config.model_fields[field_name].annotation)[0]):
                 row = re.search(rf"(?<![\w-]){flag}(?![\w-])(.*?)(│ │ (\* )?--|╰)", out)
-                assert row and "default" in row.group(1).lower(), (group, name, flag)
+                said = row and row.group(1).lower()
+                assert said and ("default" in said or "required unless in --config" in said), (group, name, flag)
+                # said once: not "(default: one per CPU); default unset", nor "default required unless ..."
+                assert not re.search(r"default:.*default unset|default required", row.group(1)), row.group(1)

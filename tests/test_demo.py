@@ -187,3 +187,21 @@ def test_fixture_reads_the_quoted_data_blocks_of_judge_prompts():
     question, conversation = "How many?", "[user]\nHow many?"
     prompt = f"## Question\n{quote_data(question)}\n\n## Conversation\n{quote_data(conversation)}\n"
     assert (_block(prompt, "Question"), _block(prompt, "Conversation")) == (question, conversation)
+
+
+def test_warmup_config_covers_the_fixture_code(tmp_path, monkeypatch):
+    """The fixture's script is part of the warm-up's config, as a model would be: a rerun after it changed
+    names the difference and refuses the old recording, instead of resuming with it."""
+    from trajkit.config import build, config_differences, config_hash, hashed_dict
+    from trajkit.demo import warmup
+
+    copies = tuple(tmp_path / path.name for path in warmup.FIXTURE_FILES)
+    for path, copy in zip(warmup.FIXTURE_FILES, copies):
+        copy.write_bytes(path.read_bytes())
+    monkeypatch.setattr(warmup, "FIXTURE_FILES", copies)
+    cfg = build(warmup.WarmupConfig, {"record": [{"stage": "curate.split"}]})
+    old, old_hash = hashed_dict(cfg), config_hash(cfg)
+    copies[0].write_text(copies[0].read_text() + "# another script\n")
+    assert config_hash(cfg) != old_hash
+    [differs] = config_differences(old, hashed_dict(cfg))
+    assert differs.startswith("fixture: ")

@@ -86,3 +86,19 @@ def test_manifests_keep_endpoints_without_credentials(run_dir):
     assert manifest["config"]["model"]["base_url"] == "https://api.example.com/v1"
     assert "pw" not in (store.stage_dir("gen") / "_manifest.json").read_text()
     assert "pw" not in (store.stage_dir("gen") / "_config.json").read_text()
+
+
+def test_differences_of_a_list_of_models_are_named_item_by_item():
+    from trajkit.config import config_differences
+
+    one = {"models": [{"model": "a", "backend": "openai"}], "split": "train", "ks": [1, 2]}
+    other = {"models": [{"model": "b", "backend": "openai"}], "split": "held_out", "ks": [1, 4]}
+    assert config_differences(one, other) == [
+        "ks: [1, 2] -> [1, 4]",
+        'models.0.model: "a" -> "b"',
+        'split: "train" -> "held_out"',
+    ]
+    two = {**one, "models": [{"model": "a"}, {"model": "c"}]}  # another number of models: the lists whole
+    assert config_differences(one, two) == [
+        'models: [{"model": "a", "backend": "openai"}] -> [{"model": "a"}, {"model": "c"}]'
+    ]

@@ -540,3 +540,37 @@ def test_read_commands_refuse_what_is_not_a_run(tmp_path):
     for args in (*reads[:2], reads[3]):
         assert CliRunner().invoke(app, [*args, "--run", str(tmp_path / "empty")]).exit_code == 0, args
     assert (tmp_path / "out.jsonl").read_text() == ""
+
+
+def test_a_command_stopped_by_bad_input_leaves_no_run_folder_it_made(tmp_path):
+    args = ["synth", "tasks", "--model", "m", "-r"]
+    assert "no servers" in user_error(*args, str(tmp_path / "runs" / "new"))
+    assert not (tmp_path / "runs").exists()  # the run folder and the parent made for it
+    for before in ({}, {"notes.txt": "mine"}):  # a folder that existed is kept, as it was
+        folder = tmp_path / f"existing{len(before)}"
+        folder.mkdir()
+        for name, text in before.items():
+            (folder / name).write_text(text)
+        assert "no servers" in user_error(*args, str(folder))
+        assert sorted(p.name for p in folder.iterdir()) == sorted(before)
+    # a run folder this process made and wrote to stays
+    from trajkit.store import CREATED_RUNS, remove_new_empty_runs
+
+    since = len(CREATED_RUNS)
+    Store(tmp_path / "made", create=True).stage_dir("s").mkdir()
+    (tmp_path / "made" / "_stages" / "s" / "_manifest.json").write_text("{}")
+    remove_new_empty_runs(since)
+    assert (tmp_path / "made" / "_stages" / "s" / "_manifest.json").is_file()
+
+
+def test_a_stage_of_another_kind_under_the_same_name(run_dir):
+    """``curate filter`` and ``synth filter`` are both ``filter`` by default: the second was skipped as complete."""
+    assert CliRunner().invoke(app, ["curate", "filter", "--zero-variance", "-r", str(run_dir)]).exit_code == 0
+    for fresh in ([], ["--fresh"]):  # nor is the other stage's output dropped
+        message = user_error("synth", "filter", "-r", str(run_dir), *fresh)
+        assert message == (
+            f"stage 'filter' in {run_dir} is a curate.filter stage, not synth.filter; give this one another name "
+            "(--name, or name: in a pipeline file)"
+        )
+        assert Store(run_dir).manifest("filter")["kind"] == "curate.filter"
+    assert CliRunner().invoke(app, ["synth", "filter", "-r", str(run_dir), "--name", "synth-filter"]).exit_code == 0

@@ -6,6 +6,8 @@ line and exits 2; heavy libraries are imported inside the commands only.
 
 from __future__ import annotations
 
+import atexit
+import gc
 import json
 import os
 import sys
@@ -269,11 +271,22 @@ def _redacted(error: BaseException) -> str:
     return redact.current().text(str(error))
 
 
+def _lighter_teardown() -> None:
+    """At exit, after the exit hooks the command added (Ray's disconnect, ...): finalize the garbage
+    there is, then leave the objects still alive (modules, classes, caches: ~150,000 after a stage)
+    out of the interpreter's teardown collections, which took 0.3-0.4 s of every command (0.37 s
+    -> 0.14 s from a stage's end to the process's, `synth rollouts`). Python does not promise to
+    finalize objects alive at exit; the standard streams are still flushed after this."""
+    gc.collect()
+    gc.freeze()
+
+
 def main() -> None:
     """Entry point: user errors become one line and exit status 2."""
     from trajkit.errors import StageStopped, UserError
     from trajkit.verify.isolation import ProtectionMissing
 
+    atexit.register(_lighter_teardown)
     try:
         app()
     except (UserError, ProtectionMissing) as e:

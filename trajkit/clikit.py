@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union, get_
 
 import click
 import typer
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -40,6 +40,29 @@ Address = Annotated[
 ]
 BudgetTokens = Annotated[int | None, typer.Option("--budget-tokens", help="Stop cleanly after this many tokens.")]
 BudgetCost = Annotated[float | None, typer.Option("--budget-cost", help="Stop cleanly after this cost.")]
+
+
+def _help_types_as_typed() -> None:
+    """typer's help shows a Python type beside every option: ``<bool>`` beside a flag too, as though it took
+    a value, and ``<list[str]>`` beside a repeatable option, as though it took a list. A flag (``--fresh``,
+    ``--exact/--no-exact``, ``--help``) shows none; a repeatable option the type of one value, ``<str>...``.
+    Older typers (``typer>=0.15`` is allowed) print click's metavars instead, without a type beside a flag."""
+    typed = getattr(TyperOption, "display_type_rich", None)
+    if typed is None:
+        return
+
+    def shown(self: TyperOption, ctx: click.Context) -> str | None:
+        if self.is_flag:
+            return None
+        text = typed(self, ctx)
+        if self.multiple and text and text.startswith("<list[") and text.endswith("]>"):
+            return f"<{text[6:-2]}>..."
+        return text
+
+    TyperOption.display_type_rich = shown
+
+
+_help_types_as_typed()
 
 
 def model_spec(
@@ -156,12 +179,19 @@ def _default_text(field: Any) -> str:
     return str(value)
 
 
-def _help(field: Any, annotation: Any) -> str:
-    """The field's description, its choices and its default, e.g. ``How servers are drawn (uniform, list); default uniform.``"""
+def _help(field: Any, annotation: Any, how: str = "") -> str:
+    """The field's description, its choices, ``how`` it is given and its default, e.g. ``How servers are
+    drawn (uniform, list); default uniform.`` A field unset by default whose description says what that
+    means (``(default: one per CPU)``) gets no ``default unset``; a required one ``required unless in --config``."""
     text = (field.description or "").rstrip(".")
     if get_origin(annotation) is Literal:
         text += f" ({', '.join(str(v) for v in get_args(annotation))})"
-    return f"{text}; default {_default_text(field)}." if text else f"Default {_default_text(field)}."
+    text += how
+    default = _default_text(field)
+    if default == "unset" and "default" in text.lower():
+        return f"{text}."
+    tail = default if field.is_required() else f"default {default}"
+    return f"{text}; {tail}." if text else f"{tail[0].upper()}{tail[1:]}."
 
 
 def _pairs(items: list[str] | None, flag: str) -> dict[str, str] | None:
@@ -217,7 +247,7 @@ def config_options(
             readers[field_name] = _model_reader(field_name, many=item is not None)
             continue
         if origin is dict and (_scalar(get_args(annotation)[1]) is not None or get_args(annotation)[1] is Any):
-            help_text = _help(field, annotation).replace("; default", " (KEY=VALUE, repeatable); default")
+            help_text = _help(field, annotation, " (KEY=VALUE, repeatable)")
             decls = [_flag(field_name), *aliases.get(field_name, [])]
             params.append((f"f_{field_name}", Annotated[list[str] | None, typer.Option(*decls, help=help_text)]))
             readers[field_name] = lambda values, key=f"f_{field_name}", flag=decls[-1]: _pairs(values[key], flag)
@@ -305,7 +335,8 @@ PATH_FLAGS |= {"--completions", "--output-dir", "--keep-env-state", "--pipeline"
 class TopGroup(TyperGroup):
     """The ``trajkit`` group: a command line click cannot parse (an unknown option, a value of the wrong
     type) and a file-system error on a path the user gave or a run directory holds (a folder where a
-    file belongs, a read-only or full disk, a missing parent) are user errors: one line."""
+    file belongs, a read-only or full disk, a missing parent) are user errors: one line. A command that
+    stops on one (or on a missing sandbox protection) leaves no run folder it created and wrote nothing to."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         from trajkit.errors import UserError
@@ -320,12 +351,28 @@ class TopGroup(TyperGroup):
             return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
+        from trajkit.errors import UserError
+        from trajkit.verify.isolation import ProtectionMissing
+
+        made = len(store.CREATED_RUNS) if (store := _store_module()) else 0
         try:
             with _user_errors():
                 return super().invoke(ctx)
         except KeyboardInterrupt:  # typer turns it into exit status 130 without a word
             typer.echo("interrupted; rerun the same command to resume", err=True)
             raise
+        except (UserError, ProtectionMissing):
+            if store := _store_module():
+                store.remove_new_empty_runs(since=made)
+            raise
+
+
+def _store_module() -> Any:
+    """``trajkit.store`` where it is loaded, else None (then no run folder was made): a usage error or
+    ``--help`` imports no pyarrow."""
+    import sys
+
+    return sys.modules.get("trajkit.store")
 
 
 # click's UsageError as the installed typer raises it (recent typers carry their own copy of click)

@@ -8,7 +8,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -186,20 +186,25 @@ def config_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[
     """``field: stored -> current`` for each field that both configs have and that differs.
 
     Fields only one side has are left out: a field that left the hash (an endpoint, say)
-    or a field added since keeps a stored run resumable.
+    or a field added since keeps a stored run resumable. Lists of mappings of one length (``models``)
+    are compared item by item (``models.0.model: "a" -> "b"``), not printed whole.
     """
-    old, new = _flatten(stored), _flatten(current)
-    return [
-        f"{k}: {json.dumps(old[k])} -> {json.dumps(new[k])}"
-        for k in sorted(old.keys() & new.keys())
-        if old[k] != new[k]
-    ]
+    return sorted(_differences(stored, current, ""))
 
 
-def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(data, dict) and data:
-        return {k: v for key, value in data.items() for k, v in _flatten(value, f"{prefix}{key}.").items()}
-    return {prefix.rstrip("."): data}
+def _differences(old: Any, new: Any, path: str) -> Iterator[str]:
+    if isinstance(old, dict) and isinstance(new, dict) and old and new:
+        for key in old.keys() & new.keys():
+            yield from _differences(old[key], new[key], f"{path}{key}.")
+    elif _records(old) and _records(new) and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(old, new)):
+            yield from _differences(a, b, f"{path}{i}.")
+    elif old != new:
+        yield f"{path.rstrip('.')}: {json.dumps(old)} -> {json.dumps(new)}"
+
+
+def _records(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
 
 
 def config_hash(cfg: BaseModel) -> str:

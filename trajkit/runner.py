@@ -39,7 +39,7 @@ from trajkit.concurrency import bounded, cpus
 from trajkit.config import StageConfig, config_differences, config_hash, hashed_dict
 from trajkit.errors import Fenced, StageStopped, UserError
 from trajkit.redact import Redactor, clean_endpoint, clean_endpoints
-from trajkit.store import ShardWriter, Store, atomic_write_json
+from trajkit.store import STAGES_DIR, ShardWriter, Store, atomic_write_json, remove_empty_tree
 
 
 @dataclass(frozen=True)
@@ -390,7 +390,7 @@ def _plain_progress(label: str, total: int | None) -> Iterator[Callable[[int], N
 def _console():
     from rich.console import Console
 
-    return Console(stderr=True)
+    return Console(stderr=True, soft_wrap=True)  # a log line stays one line, whatever the width
 
 
 @functools.cache
@@ -415,16 +415,23 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
-def check_config(store: Store, name: str, cfg: StageConfig, fresh: bool) -> tuple[str, bool]:
+def check_config(store: Store, name: str, cfg: StageConfig, fresh: bool, kind: str | None = None) -> tuple[str, bool]:
     """Drop the stage if ``fresh``, else refuse a config whose data-changing fields differ from the one
     it was run with (each differing field named with both values); return the hash and whether the
-    config is to be (re)pinned: a new or fresh stage, or one pinned before a field left the hash."""
+    config is to be (re)pinned: a new or fresh stage, or one pinned before a field left the hash.
+    A stage of another ``kind`` under the same name is refused, fresh or not (``synth filter`` and
+    ``curate filter`` are both ``filter`` by default): it would be skipped as complete, or dropped."""
     chash = config_hash(cfg)
     previous = store.stage_config(name)
     if previous is not None and previous.get("stage", name) != name:
         raise UserError(
             f"stage names {name!r} and {previous['stage']!r} (already in {store.root}) share the folder "
             f"{store.stage_dir(name).relative_to(store.root)}; give this stage another name"
+        )
+    if previous is not None and kind is not None and previous.get("kind", kind) != kind:
+        raise UserError(
+            f"stage {name!r} in {store.root} is a {previous['kind']} stage, not {kind}; give this one another "
+            "name (--name, or name: in a pipeline file)"
         )
     if fresh:
         store.drop_stage(name)
@@ -467,7 +474,7 @@ def run_stage(
     name = name or spec.kind.split(".")[-1]
     check_runner_options(rank, world_size, budget_tokens, budget_cost)
     redact.activate(Redactor.for_stage(cfg))  # rows, manifests, log lines and cache entries go through it
-    chash, pin = check_config(store, name, cfg, fresh)
+    chash, pin = check_config(store, name, cfg, fresh, spec.kind)
     done = store.manifest(name, rank, world_size)
     if done is not None and not fresh:
         for table in spec.outputs:  # a complete stage whose shard was damaged since: name it, never skip silently
@@ -482,8 +489,11 @@ def run_stage(
                     f"it wrote; rerun with --fresh to redo it"
                 )
         if not quiet:
-            _console().print(f"[dim]{name}[/]: already complete, skipped ({_summary(done)})", highlight=False)
+            _console().print(f"[dim]{name}[/]: already complete, skipped{_summary(done, spec)}", highlight=False)
         return done
+    # the stage's folders this run makes, removed if it fails leaving them empty; not with other ranks
+    # starting beside it in the same folders
+    made = [d for d in (store.root / STAGES_DIR, store.stage_dir(name)) if not d.is_dir() and world_size == 1]
     store = store.leased(name, rank)  # an older run of this shard still alive is fenced off from here on
     store.clean_temp(name, rank)
     if pin:
@@ -511,9 +521,12 @@ def run_stage(
         raise StageStopped(f"stage {name!r} stopped: {e}; rerun to resume") from None
     except BaseException:
         ctx.flush()
-        if not any(store.shards(t, name) for t in S.TABLES):  # no rows: pin nothing
+        if not any(store.shards(t, name) for t in S.TABLES):  # no rows: pin nothing, hold nothing
             (store.stage_dir(name) / "_config.json").unlink(missing_ok=True)
             (store.stage_dir(name) / "_served.json").unlink(missing_ok=True)
+            store.lease.release()
+            for folder in reversed(made):  # left empty, or holding empty folders (a trainer's output_dir)
+                remove_empty_tree(folder)
         raise
     finally:
         ctx.flush()
@@ -542,11 +555,14 @@ def run_stage(
     store.lease.check()
     atomic_write_json(store.manifest_path(name, rank, world_size), redact.current().value(manifest))
     if not quiet:
-        _console().print(f"[dim]{name}[/]: done in {manifest['seconds']:.1f}s ({_summary(manifest)})", highlight=False)
+        _console().print(
+            f"[dim]{name}[/]: done in {manifest['seconds']:.1f}s{_summary(manifest, spec)}", highlight=False
+        )
     return manifest
 
 
-def _summary(manifest: dict[str, Any]) -> str:
+def _summary(manifest: dict[str, Any], spec: StageSpec) -> str:
+    """`` (tasks 12, rejected 3)``: the rows a stage wrote; nothing for a stage that writes no table (card)."""
     counts = manifest.get("counts", {})
     rows = ", ".join(f"{k.split('.', 1)[1]} {v}" for k, v in counts.items() if k.startswith("rows."))
-    return rows or "no rows"
+    return f" ({rows or 'no rows'})" if rows or spec.outputs else ""

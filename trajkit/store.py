@@ -19,6 +19,7 @@ alive (a killed driver's Ray tasks, a second shell).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -99,6 +100,12 @@ class Lease:
         self.path, self.stage, self.rank = path, stage, rank
         self.token = uuid.uuid4().hex
         atomic_write_bytes(path, self.token.encode())
+
+    def release(self) -> None:
+        """Give the shard up (a run that wrote nothing): the lease file goes, unless a newer run holds it."""
+        with contextlib.suppress(FileNotFoundError):
+            if self.path.read_text() == self.token:
+                self.path.unlink()
 
     def check(self) -> None:
         try:
@@ -203,6 +210,23 @@ def _read_json(
 
 
 _OPENED: set[str] = set()
+CREATED_RUNS: list[Path] = []  # the topmost folder each Store(create=True) of this process made, in order
+
+
+def remove_new_empty_runs(since: int = 0) -> None:
+    """Remove the run folders made after the first ``since`` of ``CREATED_RUNS`` that hold only empty folders,
+    as a command that failed on bad input leaves them; a folder that held anything, or existed before, stays."""
+    while len(CREATED_RUNS) > since:
+        remove_empty_tree(CREATED_RUNS.pop())
+
+
+def remove_empty_tree(top: Path) -> None:
+    """Remove ``top`` if it holds only (nested) empty folders; one that holds any file stays whole."""
+    if any(p.is_symlink() or not p.is_dir() for p in top.rglob("*")):
+        return
+    for folder, _, _ in os.walk(top, topdown=False):
+        with contextlib.suppress(OSError):  # written to meanwhile: it stays
+            os.rmdir(folder)
 
 
 def opened_runs() -> list[str]:
@@ -233,10 +257,14 @@ class Store:
         if not self.root.is_dir():
             if not create:
                 raise UserError(f"run directory not found: {self.root}")
+            top = self.root
+            while not top.parent.exists():
+                top = top.parent
             try:
                 (self.root / STAGES_DIR).mkdir(parents=True)  # what marks a run (``existing_run``)
             except OSError as e:
                 raise UserError(f"cannot create the run directory {self.root}: {e.strerror or e}") from None
+            CREATED_RUNS.append(top)
         elif create and not os.access(self.root, os.W_OK | os.X_OK):
             raise UserError(f"the run directory {self.root} is not writable (read-only file system or permissions)")
         _OPENED.add(os.path.realpath(self.root))

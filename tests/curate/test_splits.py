@@ -158,7 +158,9 @@ def test_curriculum_stage_reads_splits_and_passk(run_dir):
     assert {r["stage"] for r in rows} == {"wide", "deep"} and {
         r["rollouts_per_prompt"] for r in rows if r["stage"] == "deep"
     } == {32}
-    assert m["counts"]["curriculum.no_difficulty"] == len(train & {t["task_id"] for t in tasks[36:]})
+    missing = len(train & {t["task_id"] for t in tasks[36:]})
+    assert m["counts"]["curriculum.no_difficulty"] == missing and missing
+    assert m["summary"]["note"].startswith(f"{missing} train task(s) have no difficulty and are left out")
     view = store.sql(
         "SELECT stage, difficulty, count(*) AS n FROM tasks WHERE stage IS NOT NULL GROUP BY ALL ORDER BY ALL"
     ).to_pylist()

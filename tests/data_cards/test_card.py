@@ -109,7 +109,10 @@ def test_card_cli_renders_afresh_each_time(carded_run, run_dir):
     args = ["card", "--run", str(run_dir), "--title", "Weather agents", "--license", "cc-by-4.0"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "with 0 plot(s)" in result.output
+    # said once (the stage's line; the command printed it again), on one line, without a row count it never has
+    line = f"card: wrote {run_dir / 'card' / 'README.md'} with 0 plot(s); views: sft 0 rows, rl 40 rows\n"
+    assert result.output.count("plot(s)") == 1 and line in result.output, result.output
+    assert "card: done in" in result.output and "no rows" not in result.output
     meta = _front((run_dir / "card" / "README.md").read_text())
     assert meta["pretty_name"] == "Weather agents" and meta["license"] == "cc-by-4.0"
     # tasks only: the rl view (every task, unjudged) is the default; no trajectories, so no sft view

@@ -169,6 +169,22 @@ def test_a_server_that_errors_on_tools_list_is_a_failed_row(tmp_path, run_dir):
     assert rows["broken"][0] == "failed" and "tools/list is broken here" in rows["broken"][1]
 
 
+def test_optional_lists_not_served_are_none_and_real_errors_are_notes(tmp_path, run_dir):
+    """Resources, templates and prompts are asked for only where declared; "Method not found" means none, quietly."""
+    config = {"mcpServers": {"plain": raw(), "optional": raw("--optional-lists")}}
+    path = tmp_path / "servers.json"
+    path.write_text(json.dumps(config))
+    result = CliRunner().invoke(app, ["synth", "harvest", "-s", str(path), "-r", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in Store(run_dir).rows("servers")}
+    plain, optional = rows["plain"], rows["optional"]
+    assert plain["resources"] is plain["resource_templates"] is plain["prompts"] is plain["notes"] is None
+    assert [r["uri"] for r in optional["resources"]] == ["raw://one"] and optional["status"] == "ok"
+    assert optional["resource_templates"] is optional["prompts"] is None
+    assert optional["notes"] == ["listing prompts failed: prompts/list is broken here (code -32603)"]
+    assert "prompts/list is broken here" in result.output and "resource_templates" not in result.output
+
+
 def test_bad_servers_file_is_a_user_error(tmp_path, run_dir):
     path = tmp_path / "servers.json"
     path.write_text('{"mcpServers": {"a": {"args": []}}}')

@@ -164,7 +164,12 @@ def test_config_is_checked_before_work(run_dir):
         build_cfg(EvalPasskConfig, {"models": [{"model": "m"}], "split": "test"})
     Store(run_dir).write("tasks", "t", [{"task_id": "a", "mode": "imported"}])
     cfg = EvalPasskConfig(models=[ModelSpec(model="m", backend="openai", base_url="http://127.0.0.1:9/v1")])
-    with pytest.raises(UserError, match="no tasks in split 'held_out'.*curate split"):
+    with pytest.raises(UserError, match="no tasks in split 'held_out'.*; run `trajkit curate split` first"):
+        run_stage(Store(run_dir), EVAL_PASSK, cfg, quiet=True)
+    Store(run_dir).write("splits", "split", [{"task_id": "a", "split": "train"}])  # split, none held out
+    with pytest.raises(
+        UserError, match=r"'held_out'.*; curate split put none there \(rerun `trajkit curate split --fresh`"
+    ):
         run_stage(Store(run_dir), EVAL_PASSK, cfg, quiet=True)
 
 

@@ -148,3 +148,16 @@ def test_sft_command_trains_and_saves_full_weights(run_dir, server_rows, tiny_mo
     assert manifest["counts"]["examples.tokens"] == 1 and manifest["counts"]["examples.messages"] == 3
     assert manifest["counts"]["examples.trace_mismatch"] == 2
     assert (run_dir / "plots" / "sft.png").is_file()
+
+
+def test_no_trained_token_within_max_length_is_a_user_error(run_dir, server_rows, tiny_model_dir):
+    """TRL truncates each example to max_length and drops those left without loss: with none left it raised
+    a traceback (num_samples=0); the stage says why in one line, and leaves no folder of its own."""
+    from trajkit.errors import UserError
+
+    _write_trajectories(run_dir, server_rows, tiny_model_dir)
+    args = ["train", "sft", "--run", str(run_dir), "--model", str(tiny_model_dir), "--set", "sft.max_length=8"]
+    result = CliRunner().invoke(app, args)
+    assert isinstance(result.exception, UserError), result.output + repr(result.exception)
+    assert str(result.exception).startswith("stage 'sft': no example has a trained token within sft.max_length (8 ")
+    assert not (run_dir / "_stages" / "sft").exists()

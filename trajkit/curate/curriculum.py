@@ -183,7 +183,14 @@ def run_curriculum(ctx: StageContext, cfg: CurriculumConfig) -> dict[str, Any]:
     for start in range(0, len(todo), 5000):
         ctx.write("curriculum", todo[start : start + 5000])
     stages = {name: counts[f"curriculum.{name}"] for name in (cfg.broad_name, cfg.hard_name)}
-    return {"train_tasks": len(tasks), "stages": stages}
+    summary: dict[str, Any] = {"train_tasks": len(tasks), "stages": stages}
+    if missing := ctx.counts["curriculum.no_difficulty"]:
+        summary["note"] = (
+            f"{missing} train task(s) have no difficulty and are left out (`trajkit curate passk` tags a task "
+            "with a verifier)"
+        )
+        ctx.log(summary["note"])
+    return summary
 
 
 CURRICULUM = StageSpec(

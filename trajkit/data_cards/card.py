@@ -319,7 +319,8 @@ def run_card(ctx: StageContext, cfg: CardConfig) -> dict[str, Any]:
     meta = front_matter(stats, cfg, pretty, view_rows)
     text = compose(meta, render_body(stats, cfg, pretty, plots, manifests, tasks, trajs, view_rows, reviews))
     atomic_write_bytes(root / layout.README, text.encode())
-    ctx.log(f"wrote {root / layout.README}, {len(plots)} plot(s) and views " + str(view_rows))
+    rows = ", ".join(f"{view} {n:,} rows" for view, n in view_rows.items())
+    ctx.log(f"wrote {root / layout.README} with {len(plots)} plot(s); views: {rows or 'none'}")
     return {
         "card": str(root / layout.README),
         "views": view_rows,

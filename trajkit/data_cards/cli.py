@@ -31,11 +31,8 @@ def card(
 
     existing_run(run)  # a card describes a run: it never makes one
     options = {"pretty_name": pretty_name, "license": license_, "tags": tags, "repo_id": repo_id, "examples": examples}
-    # The card describes the run as it is now, so it is always rendered afresh.
-    manifest = run_command("card", run, options, config=config, overrides=overrides, name=name, fresh=True)
-    summary = manifest.get("summary", {})
-    rows = ", ".join(f"{view} {n:,} rows" for view, n in summary.get("views", {}).items())
-    typer.echo(f"wrote {summary.get('card')} with {len(summary.get('plots', []))} plot(s); views: {rows}")
+    # The card describes the run as it is now, so it is always rendered afresh; the stage says what it wrote.
+    run_command("card", run, options, config=config, overrides=overrides, name=name, fresh=True)
 
 
 def push(

@@ -20,24 +20,38 @@
 
 The scratch runs start over whenever this stage runs (it runs again only if it
 did not complete), so a recording is never half from one attempt and half
-from another.
+from another. The fixture's code is part of the config (``fixture``, a hash of
+its files): a rerun after the fixture changed refuses the completed warm-up
+(``--fresh`` starts over) instead of reusing a recording of the old script.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import threading
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, computed_field, model_validator
 
 from trajkit import schema as S
 from trajkit.config import StageConfig, build
 from trajkit.errors import UserError
 from trajkit.runner import StageContext, StageSpec, run_stage
 from trajkit.store import Store
+
+FIXTURE_FILES = tuple(Path(__file__).parent / name for name in ("fixture.py", "world.py"))  # the scripted answers
+
+
+def fixture_hash() -> str:
+    """A short hash of the reference fixture's code: what the warm-up records depends on it as on a model."""
+    digest = hashlib.sha256()
+    for path in FIXTURE_FILES:
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
 
 DEFAULT_SHAPE: dict[str, Any] = {
     "hidden_size": 64,
@@ -66,6 +80,11 @@ class WarmupConfig(StageConfig):
     sft: dict[str, Any] = Field(default_factory=dict, description="Passed to train.sft's `sft:` (trl.SFTConfig).")
     output_dir: str | None = Field(None, description="Where the warm model goes (default RUN/models/demo-base).")
     concurrency: int = Field(8, ge=1, json_schema_extra={"hash": False}, description="Fixture requests in flight.")
+
+    @computed_field(description="Hash of the reference fixture's code, whose answers are recorded (not settable).")
+    @property
+    def fixture(self) -> str:
+        return fixture_hash()
 
     @model_validator(mode="after")
     def _check_record(self) -> WarmupConfig:

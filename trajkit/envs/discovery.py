@@ -1,7 +1,9 @@
 """Harvest MCP servers: start each one, initialize, list what it declares, and describe it as a ``servers`` row.
 
 What it declares: every tool (title, input and output schemas, annotations), and
-where its capabilities say so, its resources, resource templates and prompts.
+where its capabilities say so, its resources, resource templates and prompts
+(a list method the server does not serve, JSON-RPC "Method not found", means
+none: nothing recorded, no note; any other error of those listings is a note).
 The row's ``state`` is the config's ``state:`` or the inferred one
 (``config.server_state``); a stateful HTTP server gets a note, since trajkit
 cannot contain a server it does not start (its state is shared by every trajectory).
@@ -102,6 +104,8 @@ async def describe_server(
     name: str, cfg: ServerConfig, *, startup_timeout_s: float = 60.0, list_timeout_s: float = 30.0
 ) -> dict[str, Any]:
     """Start one server, initialize, list everything it declares (all pages), shut it down; a ``servers`` row."""
+    from mcp.types.jsonrpc import METHOD_NOT_FOUND
+
     declared = {"tools": None, "num_tools": None, "resources": None, "resource_templates": None, "prompts": None}
     row = base_row(name, cfg) | {"server_info": None, **declared, "state": server_state(cfg, None), "notes": None}
     # the one start that serves no trajectory warms the package caches every later instance reads
@@ -126,11 +130,12 @@ async def describe_server(
             ("resource_templates", resource_record, caps.resources),
             ("prompts", prompt_record, caps.prompts),
         ):
-            if declared is not None:
+            if declared is not None:  # a capability not declared is not asked for
                 try:
                     row[kind] = [record(x) for x in await conn.list_all(kind, timeout_s=list_timeout_s)]
-                except ProtocolError as e:  # declared but not served (older servers): noted, not a failure
-                    notes.append(f"listing {kind} failed: {e}")
+                except ProtocolError as e:  # a real error is noted, not a failure
+                    if e.code != METHOD_NOT_FOUND:  # an optional list method not served: simply none of them
+                        notes.append(f"listing {kind} failed: {e}")
         state = server_state(cfg, records)
         if cfg.transport == "http" and state == "stateful":
             notes.append(STATEFUL_HTTP)

@@ -105,10 +105,18 @@ def load_tasks(store: Store, split: str | None, limit: int | None, counts: Any =
         out.append(row)
     what = f"split {split!r}" if split else "the run"
     if not rows:
-        raise UserError(f"no tasks in {what} of {store.root}" + ("; run `trajkit curate split` first" if split else ""))
+        raise UserError(f"no tasks in {what} of {store.root}" + (_no_split_hint(store, split) if split else ""))
     if not out:
         raise UserError(f"no task of {what} in {store.root} can be evaluated (rejected, or no question or verifier)")
     return out[:limit] if limit else out
+
+
+def _no_split_hint(store: Store, split: str) -> str:
+    """Why a split has no task: curate split never ran, or it put none there (a small run, a small share)."""
+    if not store.count("splits"):
+        return "; run `trajkit curate split` first"
+    larger = "rerun `trajkit curate split --fresh` with a larger --held-out, or " if split == "held_out" else ""
+    return f"; curate split put none there ({larger}evaluate every task with --set split=null)"
 
 
 def retry_unjudged(ctx: StageContext, cfg: EvalPasskConfig) -> int:

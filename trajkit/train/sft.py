@@ -115,6 +115,14 @@ def render_messages(tokenizer: Any, rows: list[dict[str, Any]]) -> list[dict[str
     return out
 
 
+def learnable(rows: list[dict[str, Any]], args: Any) -> list[dict[str, Any]]:
+    """The rows that keep a trained token once TRL truncates them to ``max_length`` (it drops the others)."""
+    if args.max_length is None or args.packing:
+        return rows
+    cut = slice(None, args.max_length) if args.truncation_mode == "keep_start" else slice(-args.max_length, None)
+    return [r for r in rows if any(r["assistant_masks"][cut])]
+
+
 def run_sft(ctx: StageContext, cfg: SFTStageConfig) -> dict[str, Any]:
     """Train, save full safetensors weights and the tokenizer, write per-step metrics."""
     rows = sft_rows(ctx.store, use_tokens=cfg.source != "messages")
@@ -143,9 +151,17 @@ def run_sft(ctx: StageContext, cfg: SFTStageConfig) -> dict[str, Any]:
     stale = ctx.done("train_metrics")
     if stale and is_main:
         ctx.store.drop_rows("train_metrics", ctx.name, stale)
-    rows = render_messages(tokenizer, rows)
-    dataset = Dataset.from_list([{"input_ids": r["input_ids"], "assistant_masks": r["assistant_masks"]} for r in rows])
+    rendered = render_messages(tokenizer, rows)
     args = sft_args(cfg, str(ctx.store.stage_dir(ctx.name) / "trainer"))
+    rows = learnable(rendered, args)
+    if len(rows) < len(rendered):
+        ctx.counts["examples.past_max_length"] = len(rendered) - len(rows)
+    if not rows:
+        raise UserError(
+            f"stage {ctx.name!r}: no example has a trained token within sft.max_length ({args.max_length} tokens; "
+            "long tool lists fill it): raise it, e.g. --set sft.max_length=4096"
+        )
+    dataset = Dataset.from_list([{"input_ids": r["input_ids"], "assistant_masks": r["assistant_masks"]} for r in rows])
     metric_rows: list[dict] = []
     trainer = SFTTrainer(
         model=load_model(cfg.model, cfg.dtype),

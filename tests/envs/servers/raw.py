@@ -2,7 +2,7 @@
 
     python tests/envs/servers/raw.py [--hang-init] [--exit-init] [--junk-init] [--bad-tools] [--dup-tools]
                                      [--pages N] [--no-readonly] [--hang-init-while FILE] [--error-list]
-                                     [--linger]
+                                     [--linger] [--optional-lists]
 
 Tools: ``echo(text)``; ``sleep(seconds)`` returns the most calls it saw in flight
 at once; ``big(n)`` returns n characters; ``count()`` increments a per-process
@@ -13,6 +13,8 @@ CallToolResult; ``junk()`` prints a non-JSON line on stdout, then answers;
 ``shaped(text)`` declares an output schema (``{"n": integer}``) and answers structured
 content that fits it (text ``good``), does not (``bad``), or none (``none``);
 ``lists()`` returns how many ``tools/list`` requests this process answered.
+``--optional-lists`` declares resources and prompts: resources/list lists one,
+resources/templates/list is not served (Method not found), prompts/list errs.
 """
 
 from __future__ import annotations
@@ -131,7 +133,7 @@ def handle(msg: dict) -> None:
                 sys.stdout.write("Starting raw server v0 ... banner on stdout\n")
         result = {
             "protocolVersion": params.get("protocolVersion", "2025-11-25"),
-            "capabilities": {"tools": {}},
+            "capabilities": {"tools": {}} | ({"resources": {}, "prompts": {}} if "--optional-lists" in ARGS else {}),
             "serverInfo": {"name": "raw", "version": "0.1"},
         }
         send({"jsonrpc": "2.0", "id": rid, "result": result})
@@ -147,6 +149,10 @@ def handle(msg: dict) -> None:
         if page + 1 < PAGES:
             result["nextCursor"] = str(page + 1)
         send({"jsonrpc": "2.0", "id": rid, "result": result})
+    elif method == "resources/list":
+        send({"jsonrpc": "2.0", "id": rid, "result": {"resources": [{"uri": "raw://one", "name": "one"}]}})
+    elif method == "prompts/list":
+        send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": "prompts/list is broken here"}})
     elif method == "tools/call":
         threading.Thread(
             target=call, args=(rid, params.get("name"), params.get("arguments") or {}), daemon=True
