@@ -64,6 +64,26 @@ def remount(path: str) -> str:
 
 
 @server.tool()
+def leave_cgroup() -> str:
+    """Move this process to its memory cgroup's parent, by path and through any cgroup folder it holds open;
+    return its memory cgroup then."""
+
+    def memory() -> str:
+        with open("/proc/self/cgroup") as f:
+            return next((line.split(":", 2)[2].strip() for line in f if ":memory:" in line), "")
+
+    folders = [f"/proc/self/fd/{fd}" for fd in os.listdir("/proc/self/fd")]
+    folders = [f for f in folders if os.path.realpath(f).startswith("/sys/fs/cgroup")]
+    for folder in [f"/sys/fs/cgroup/memory{os.path.dirname(memory())}", *folders]:
+        try:
+            with open(f"{folder}/cgroup.procs", "w") as f:
+                f.write(str(os.getpid()))
+        except OSError:
+            pass
+    return memory()
+
+
+@server.tool()
 def daemon() -> str:
     """Fork a daemon (new session) that outlives this call, and return its pid."""
     read, write = os.pipe()
