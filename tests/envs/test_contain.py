@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 
 from tests.envs.test_leaks import children, open_fds
 from tests.fixtures.envs import RAW_SERVER
@@ -84,6 +85,30 @@ def _leftovers() -> set[str]:
     parent = f"/sys/fs/cgroup/memory{own}" if own is not None else ""
     found = os.listdir(parent) if os.path.isdir(parent) else []
     return {e for e in found if e.endswith("-env-0") and not os.path.exists(f"/proc/{e.split('-')[1]}")}
+
+
+async def test_a_server_run_as_root_cannot_remount_the_host_writable_or_leave_its_cgroup():
+    """Contained, the server has no capability left even as root: a remount of the host would undo every
+    protection (it wrote a host file, spawned or forked); and /sys is read-only to it, nor does it hold its
+    cgroup's folders open (as root it moved itself out of its memory cgroup, spawned or forked)."""
+    if os.geteuid() != 0:
+        return
+    cfg = ServerConfig(command=sys.executable, args=[FILEKV])
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.dirname(FILEKV))) as folder:  # not overlaid
+        target = {"path": os.path.join(folder, "x")}
+        conn = Connection("filekv", cfg)
+        try:
+            seen = [(await conn.call("remount", target)).text, (await conn.call("leave_cgroup", {})).text]
+        finally:
+            await conn.aclose()
+        async with ToolEnv(await discover({"filekv": cfg}), config={"filekv": cfg}) as env, env.episode() as ep:
+            seen += [
+                (await ep.call("filekv", "remount", target)).text,
+                (await ep.call("filekv", "leave_cgroup", {})).text,
+            ]
+            assert env.forks["filekv"].proc is not None
+        assert seen[::2] == ["remount refused: Operation not permitted"] * 2 and os.listdir(folder) == []
+        assert all(os.path.basename(cgroup).startswith("trajkit-") for cgroup in seen[1::2]), seen
 
 
 async def test_warm_pool_hands_each_trajectory_a_fresh_started_instance_and_reads_its_end_state():

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import signal
+import socket
 import sys
+import tempfile
 
 import psutil
 import pytest
@@ -26,7 +30,7 @@ from trajkit.envs.session import Connection, ServerFault
 WHOAMI = os.path.join(os.path.dirname(__file__), "servers", "whoami.py")
 
 
-def test_python_modules_and_scripts_qualify_and_nothing_else():
+def test_python_modules_and_scripts_qualify_and_nothing_else(monkeypatch):
     def entry(command: str, *args: str) -> list[str] | None:
         return python_entry(ServerConfig(command=command, args=list(args)))
 
@@ -37,6 +41,8 @@ def test_python_modules_and_scripts_qualify_and_nothing_else():
     assert entry("uvx", "mcp-server-time") is None and entry("npx", "-y", "srv") is None
     assert entry("python", "srv.py", "--db", "${SESSION_DIR}/db") is None
     assert python_entry(ServerConfig(command="python", args=["-m", "pkg"], fork=False)) is None
+    monkeypatch.setenv(contain.ENV_KEEP, "/runs/env-state")  # --keep-env-state: spawned
+    assert entry("python", "-m", "pkg.server") is None
 
 
 async def _state_run(state, victim, n: int = 2, fork: bool = True) -> list:
@@ -161,23 +167,19 @@ if __name__ == "__main__":
 """
 
 
-async def test_what_the_zygotes_imports_write_reaches_neither_the_host_nor_another_instance(tmp_path, monkeypatch):
+async def test_what_the_zygotes_imports_write_reaches_neither_the_host_nor_another_instance(tmp_path):
     (tmp_path / "scribble.py").write_text('import os\nwith open(os.environ["MARKS"], "a") as f:\n    f.write("x")\n')
     (tmp_path / "srv.py").write_text(SCRIBBLER)
     marks = tmp_path / "marks.txt"
     cfg = ServerConfig(command=sys.executable, args=[str(tmp_path / "srv.py")], env={"MARKS": str(marks)})
     rows = await discover({"s": cfg})
     assert rows[0]["status"] == "ok", rows[0]["reason"]
-    (tmp_path / "kept").mkdir()
-    monkeypatch.setenv(contain.ENV_KEEP, str(tmp_path / "kept"))  # the --keep-env-state folder: written through
     async with ToolEnv(rows, config={"s": cfg}) as env:
         for _ in range(2):
             async with env.episode() as ep:
                 assert (await ep.call("s", "marks", {})).text == "x"  # its own import's write, nobody else's
         assert env.forks["s"].proc is not None
-    assert not marks.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["kept", "scribble.py", "srv.py"]
-    kept = sorted(p.read_text() for p in (tmp_path / "kept").glob("s-*/*/upper/**/marks.txt"))
-    assert kept == ["x", "x"]  # each instance's writes kept, as for a spawned one
+    assert not marks.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["scribble.py", "srv.py"]
 
 
 LATE = """
@@ -314,3 +316,108 @@ async def test_what_the_servers_body_starts_in_the_zygote_dies_with_it(tmp_path)
         assert alive  # the body ran once, in the zygote
     _, left = psutil.wait_procs(alive, timeout=10)
     assert not left
+
+
+NETWORK_AT_IMPORT = """
+import os, socket
+from mcp.server import MCPServer
+
+try:  # at import (so in the zygote): a connection every instance would inherit
+    KEPT = socket.create_connection(("127.0.0.1", int(os.environ["PORT"])), timeout=5)
+    SEEN = "connected"
+except OSError as e:
+    SEEN = type(e).__name__
+server = MCPServer("net", version="1.0", log_level="WARNING")
+
+
+@server.tool()
+def seen() -> str:
+    \"\"\"What the module body's connection attempt did.\"\"\"
+    return SEEN
+
+
+if __name__ == "__main__":
+    server.run()
+"""
+
+
+async def test_a_server_without_network_has_none_in_its_zygote_either(tmp_path):
+    """The server's body runs in the zygote: for a ``network: false`` server it must find no network there, as a
+    spawned instance finds none (it reached a loopback listener, and every instance inherited the connection)."""
+    (tmp_path / "net.py").write_text(NETWORK_AT_IMPORT)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        env = {"PORT": str(listener.getsockname()[1])}
+        cfg = ServerConfig(command=sys.executable, args=[str(tmp_path / "net.py")], env=env, network=False)
+        rows = await discover({"net": cfg})
+        async with ToolEnv(rows, config={"net": cfg}) as env:
+            async with env.episode() as ep:
+                assert (await ep.call("net", "seen", {})).text == "OSError"
+            assert env.forks["net"].proc is not None
+
+
+async def test_a_zygote_that_never_answers_is_killed_and_the_instance_spawned(caplog):
+    """A zygote alive but wedged (a server's body can do it: a signal handler that never returns) must not hold a
+    start forever: nothing, not even cancelling the episode, ended the wait for its answer."""
+    cfg = ServerConfig(command=sys.executable, args=[str(RAW_SERVER)])
+    fork = Zygote("raw", cfg)
+    try:
+        first = Connection("raw", cfg, fork=fork, startup_timeout_s=2)
+        assert (await first.call("pid", {})).text
+        await first.aclose()
+        zygote = psutil.Process(fork.proc.pid).children()[0]
+        zygote.suspend()
+        second = Connection("raw", cfg, fork=fork, startup_timeout_s=2)
+        try:
+            async with asyncio.timeout(30):
+                assert (await second.call("echo", {"text": "spawned"})).text == "spawned"
+        finally:
+            await asyncio.wait_for(second.aclose(), 10)
+        assert fork.proc.wait(10) == -signal.SIGKILL
+        with contextlib.suppress(psutil.NoSuchProcess):
+            assert zygote.wait(10) is None or zygote.status() == psutil.STATUS_ZOMBIE
+        assert [r.getMessage() for r in caplog.records] == ["fork server of 'raw' did not answer in 2s; killed"]
+    finally:
+        fork.close()
+
+
+REMOUNTER = """
+import ctypes, os
+from mcp.server import MCPServer
+
+# at import, so in the zygote, with its capabilities: the host remounted writable, a host file written
+with open("/proc/self/mountinfo") as f:
+    points = [line.split()[4] for line in f]
+point = max((p for p in points if os.environ["VICTIM"].startswith(p.rstrip("/") + "/")), key=len)
+ctypes.CDLL(None).mount(None, point.encode(), None, 0x20 | 0x1000, None)  # MS_REMOUNT | MS_BIND, read-write
+try:
+    with open(os.environ["VICTIM"], "w") as f:
+        f.write("x")
+except OSError as e:
+    SEEN = e.strerror
+server = MCPServer("remounter", version="1.0", log_level="WARNING")
+
+
+@server.tool()
+def seen() -> str:
+    \"\"\"What the body's write met.\"\"\"
+    return SEEN
+
+
+if __name__ == "__main__":
+    server.run()
+"""
+
+
+async def test_the_servers_body_cannot_remount_the_host_writable_in_the_zygote(tmp_path):
+    """The zygote keeps the capabilities its instances' containment needs, and runs the server's body: its
+    read-only mounts are locked (a user namespace's copy), so the body cannot undo them (it wrote a host file)."""
+    (tmp_path / "remounter.py").write_text(REMOUNTER)
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.dirname(__file__))) as folder:  # not overlaid
+        victim = os.path.join(folder, "victim.txt")
+        cfg = ServerConfig(command=sys.executable, args=[str(tmp_path / "remounter.py")], env={"VICTIM": victim})
+        rows = await discover({"r": cfg})
+        async with ToolEnv(rows, config={"r": cfg}) as env:
+            async with env.episode() as ep:
+                assert (await ep.call("r", "seen", {})).text == "Read-only file system"
+            assert env.forks["r"].proc is not None
+        assert os.listdir(folder) == []

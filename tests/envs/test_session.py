@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 
 import pytest
@@ -12,7 +13,7 @@ from trajkit.envs.config import ServerConfig
 from trajkit.envs.discovery import discover
 from trajkit.envs.env import ToolEnv
 from trajkit.envs.forks import Zygote
-from trajkit.envs.session import Connection, ServerFault
+from trajkit.envs.session import Connection, ServerFault, check_structured
 from trajkit.errors import UserError
 
 
@@ -191,3 +192,14 @@ async def test_a_server_that_failed_at_harvest_fails_the_episode(raw_server):
         async with env.episode() as ep:  # no server list: every server that harvested ok
             assert list(ep.rows) == ["fine"] and (await ep.call("fine", "echo", {"text": "ok"})).text == "ok"
         assert [r.server for r in env.routes()] == ["fine"] * 13
+
+
+@pytest.mark.parametrize("ref", ["#/$defs/missing", "http://127.0.0.1:9/schema.json"])
+def test_an_output_schema_whose_ref_does_not_resolve_is_the_servers_fault(ref):
+    """A server's own output schema with a ``$ref`` to nothing (or outside it): a RuntimeError, which a call turns
+    into a ServerFault, not the validator's own error escaping the call as a crash of the trajectory."""
+    from mcp.types import CallToolResult
+
+    result = CallToolResult(content=[], structured_content={"n": 1})
+    with pytest.raises(RuntimeError, match="output schema of tool t has a \\$ref that does not resolve"):
+        check_structured("t", json.dumps({"type": "object", "$ref": ref}), result)

@@ -21,8 +21,9 @@ package caches (``~/.cache``, ``~/.npm``, ``~/.local``: uvx and npx write there 
 but to its private /dev/shm fails, so a server wrongly declared stateless cannot carry state
 between trajectories through the user's files. Run as a non-root user, the namespaces are made
 inside a user namespace of the launcher's own (``isolation.enter_namespaces``), the overlays
-keep their bookkeeping in ``user.`` extended attributes, each writable folder gets an overlay of
-its own, and the server runs with every capability dropped (docs/sandbox.md).
+keep their bookkeeping in ``user.`` extended attributes, and each writable folder gets an overlay of
+its own. Root or not, the server runs with every capability dropped and sees ``/sys`` and ``/proc/sys``
+read-only (docs/sandbox.md).
 """
 
 from __future__ import annotations
@@ -241,20 +242,36 @@ def run(spec: dict, command: list[str] | Callable[[], object]) -> int:
     cgroup = _cgroup(spec["memory_mb"]) if spec.get("memory_mb") else None
     try:
         userns = iso.enter_namespaces(flags)  # not root: inside a user namespace of the caller's own
-        _contain(spec, userns)
-        return _serve(spec, command, cgroup, userns)
+        _contain(spec, userns or spec.get("in_userns", False))  # (a fork server's child: inside the zygote's)
+        return _serve(spec, command, cgroup)
     finally:
         if cgroup is not None:
             cgroup.remove()
 
 
-def _serve(spec: dict, command: list[str] | Callable[[], object], cgroup: iso.Cgroup | None, userns: bool) -> int:
+def _kernel_read_only() -> None:
+    """In a mount namespace of pid 1's own (the launcher still removes the cgroup through its own ``/sys``):
+    ``/sys`` and ``/proc/sys`` read-only, or a server, even without capabilities, could write the root-owned
+    files there as root (leave its memory cgroup by path, say)."""
+    iso.unshare(iso.CLONE_NEWNS)
+    iso.mount("/proc/sys", "/proc/sys", None, iso.MS_BIND | iso.MS_REC)
+    for point, flags in iso.mounts():
+        if point in ("/sys", "/proc/sys") or point.startswith(("/sys/", "/proc/sys/")):
+            try:
+                iso.mount(None, point, None, MS_RDONLY_REMOUNT | flags)
+            except OSError as e:  # as in _contain: a mount hidden under another one cannot be reached
+                if e.errno not in (2, 13, 22):
+                    raise
+
+
+def _serve(spec: dict, command: list[str] | Callable[[], object], cgroup: iso.Cgroup | None) -> int:
     pid = os.fork()  # the child is pid 1 of the new pid namespace
     if pid == 0:
         iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)  # and us: the namespace ends with its pid 1
         os.setsid()
         iso.mount(None, "/proc", None, iso.MS_REC | iso.MS_PRIVATE)
         iso.mount("proc", "/proc", "proc", iso.MS_NOSUID | iso.MS_NODEV | iso.MS_NOEXEC)
+        _kernel_read_only()
         if spec.get("memory_mb") and cgroup is None:
             import resource
 
@@ -262,8 +279,9 @@ def _serve(spec: dict, command: list[str] | Callable[[], object], cgroup: iso.Cg
             resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
         server = os.fork()
         if server == 0:
-            if userns:  # the namespaces' capabilities would let it remount the host writable
-                iso.drop_capabilities()
+            for fd in [*cgroup.fds, *(fd for fd, _ in cgroup.parents)] if cgroup is not None else []:
+                os.close(fd)  # (no exec closes them in a fork server's instance): it could leave its cgroup
+            iso.drop_capabilities()  # the namespaces' (or root's) capabilities would let it remount the host writable
             if callable(command):
                 command()
                 os._exit(0)

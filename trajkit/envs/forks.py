@@ -7,7 +7,8 @@ qualifies when its ``command`` is a Python interpreter (``python``, ``python3.12
 ``.../bin/python``) running ``-m MODULE`` or a ``.py`` script, with nothing else before them, and uses
 no ``${SESSION_DIR}``; ``uvx``, ``uv run``, console scripts and node servers are spawned, as are
 stateless servers' shared instances and harvest's start. A server whose entry has ``fork: false``
-in the servers config is spawned too.
+in the servers config is spawned too, and every server under ``--keep-env-state`` (an instance's layers
+bound from a host folder: the zygote's read-only host, locked, could not let them through).
 
 The zygote sees the host read-only (as a stateless server does): a module that writes when imported
 fails there and is imported by each instance, in its own overlays. It imports what the entry module
@@ -54,7 +55,7 @@ log = logging.getLogger(__name__)
 
 def python_entry(cfg: ServerConfig) -> list[str] | None:
     """``[-m, MODULE, ARGS...]`` or ``[SCRIPT, ARGS...]`` of a server that qualifies for forking, else None."""
-    if not cfg.fork or cfg.transport != "stdio" or cfg.uses_session_dir:
+    if not cfg.fork or cfg.transport != "stdio" or cfg.uses_session_dir or os.environ.get(contain.ENV_KEEP):
         return None
     if not PYTHON.fullmatch(os.path.basename(resolve_command(cfg.command))):
         return None
@@ -79,13 +80,16 @@ class Zygote:
         self._log = None
 
     @contextlib.asynccontextmanager
-    async def instance(self, launcher: list[str], errlog: IO[str]) -> AsyncIterator[tuple[Any, Any]]:
+    async def instance(
+        self, launcher: list[str], errlog: IO[str], timeout_s: float = 60.0
+    ) -> AsyncIterator[tuple[Any, Any]]:
         """One instance forked from the zygote, contained as ``launcher`` (``contain.wrap``'s arguments) says,
         its stderr written to ``errlog``: the (read, write) streams of an MCP session over its stdin and stdout,
         as the SDK's ``stdio_client`` gives for a spawned server (no process is spawned for it). On the way out
         as there: stdin closed, ``STOP_S`` for it to exit, SIGTERM, ``STOP_S``, SIGKILL. An instance whose
         zygote died says so on ``errlog``. ``NotForked`` (before anything started) when there is no zygote to
-        ask (given up, or dead since it was checked): the caller spawns the instance."""
+        ask (given up, or dead since it was checked), or it did not answer in ``timeout_s`` (alive but wedged, by a
+        server's body, say: it is killed, and started again next time): the caller spawns the instance."""
         if not self._running():
             raise NotForked(self.gone)
         loop = asyncio.get_running_loop()
@@ -93,10 +97,15 @@ class Zygote:
         sock.setblocking(False)
         stdin, stdout = os.pipe(), os.pipe()
         try:
-            await loop.sock_connect(sock, os.path.join(self._dir, "sock"))
-            spec = launcher[launcher.index("--") - 1]
-            socket.send_fds(sock, [spec.encode()], [stdin[0], stdout[1], errlog.fileno()])
-            reply = await loop.sock_recv(sock, 64)
+            async with asyncio.timeout(timeout_s):
+                await loop.sock_connect(sock, os.path.join(self._dir, "sock"))
+                spec = launcher[launcher.index("--") - 1]
+                socket.send_fds(sock, [spec.encode()], [stdin[0], stdout[1], errlog.fileno()])
+                reply = await loop.sock_recv(sock, 64)
+        except TimeoutError:
+            log.warning("fork server of %r did not answer in %gs; killed", self.name, timeout_s)
+            self.proc.kill()  # (the zygote with it: its parent-death signal)
+            reply = b""
         except OSError:
             reply = b""
         except BaseException:  # cancelled: nothing left open (the zygote kills an instance whose socket closes)
@@ -142,13 +151,12 @@ class Zygote:
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as listener:
             listener.bind(os.path.join(self._dir, "sock"))
             listener.listen(1024)
-            keep = os.environ.get(contain.ENV_KEEP)
             spec = {
                 "writable": [],
                 "disk_mb": 1,
                 "keep": None,
-                "through": [keep] if keep else [],
                 "rehearse": self.rehearse,
+                "network": cfg.network,
             }
             fd, spec = str(listener.fileno()), json.dumps(spec)
             self.proc = subprocess.Popen(

@@ -132,10 +132,14 @@ def check_structured(tool: str, schema: str | None, result: Any) -> None:
     if schema is None or result.is_error:
         return
     from jsonschema.exceptions import best_match
+    from referencing.exceptions import Unresolvable
 
     if result.structured_content is None:
         raise RuntimeError(f"tool {tool} has an output schema but returned no structured content")
-    error = best_match(output_validator(schema).iter_errors(result.structured_content))
+    try:
+        error = best_match(output_validator(schema).iter_errors(result.structured_content))
+    except Unresolvable as e:  # a $ref outside the schema, or to nothing in it: the server's fault, as any other
+        raise RuntimeError(f"output schema of tool {tool} has a $ref that does not resolve: {e}") from None
     if error is not None:
         raise RuntimeError(f"invalid structured content returned by tool {tool}: {error.message}")
 
@@ -244,7 +248,8 @@ class Connection:
                 command = sys.executable
                 if self.fork is not None:
                     with contextlib.suppress(NotForked):  # no zygote (given up, or dead): spawned
-                        return await stack.enter_async_context(self.fork.instance(args, self._stderr))
+                        instance = self.fork.instance(args, self._stderr, self.startup_timeout_s)
+                        return await stack.enter_async_context(instance)
             params = StdioServerParameters(
                 command=command,
                 args=args,

@@ -3,7 +3,9 @@
 ``PYTHON zygote.py serve LISTEN_FD CLIENT_PID SPEC -- ENTRY...`` runs on the server's own interpreter,
 with its environment and cwd (ENTRY is ``-m MODULE ARGS...`` or ``SCRIPT ARGS...``, as the server's
 config says). In a mount namespace of its own where the host is read-only (``contain._contain`` with
-SPEC: no writable path; the ``--keep-env-state`` folder written through), it imports once what the
+SPEC: no writable path), locked so (a user namespace's copy of it: the server's body runs with our
+capabilities), and a network namespace with no interfaces where SPEC says ``network: false`` (what the
+body opens is inherited), it imports once what the
 entry module imports (a module that writes files when imported fails here, and is imported by each
 instance in its own overlays) and, where the entry ends with an ``if __name__ == "__main__":`` block,
 runs the rest of the entry once as ``__main__`` with the server's ``sys.argv`` (``_prepare``), then
@@ -246,7 +248,7 @@ def _instance(spec: dict, fds: list[int], entry: list[str], own: list, run: Call
     try:
         _die_with_parent()  # the zygote's child: dies with it, as it dies with the client
         os.setsid()
-        code = run(spec, lambda: _run_server(entry, main))
+        code = run({**spec, "in_userns": True}, lambda: _run_server(entry, main))
     except BaseException:  # noqa: BLE001 - as the spawned launcher: a traceback on stderr
         traceback.print_exc()
     finally:
@@ -274,12 +276,18 @@ def serve(listen_fd: int, client: int, spec: dict, entry: list[str]) -> None:
     if os.getppid() != client:  # the client died before the line above
         return
     contain = _ours("contain", _here)
-    userns = contain.iso.enter_namespaces(contain.iso.CLONE_NEWNS | contain.iso.CLONE_NEWPID)
+    flags = contain.iso.CLONE_NEWNS | contain.iso.CLONE_NEWPID
+    if not spec.get("network", True):  # the server's body runs here: no network, as a spawned instance has none
+        flags |= contain.iso.CLONE_NEWNET
+    userns = contain.iso.enter_namespaces(flags)
     zygote = os.fork()  # PID 1 of the new namespace: what the server's body starts there dies with it
     if zygote:
         _outside(zygote)
     _die_with_parent()
     contain._contain(spec, userns)  # the host read-only to what the imports do: only the instances may write
+    # and for good: copied into a user namespace's mount namespace, read-only mounts stay read-only (the kernel
+    # locks them), or the server's body, run here with our capabilities, could remount the host writable
+    contain.iso.enter_namespaces(contain.iso.CLONE_NEWNS, user=True)
     run = contain.run
     _server_path(entry)
     sys.dont_write_bytecode = True  # (the host is read-only here)

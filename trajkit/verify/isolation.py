@@ -95,16 +95,16 @@ def unshare(flags: int) -> None:
     _check(_libc.unshare(flags), "unshare")
 
 
-def enter_namespaces(flags: int) -> bool:
+def enter_namespaces(flags: int, user: bool = False) -> bool:
     """Enter new ``flags`` namespaces; returns whether a user namespace was made for them.
 
-    Root enters them as they are. Any other user cannot (they need CAP_SYS_ADMIN), so it first
+    Root enters them as they are (unless ``user``). Any other user cannot (they need CAP_SYS_ADMIN), so it first
     gets a user namespace of its own that owns the others, and maps its uid and gid there to
     themselves (user_namespaces(7): ``setgroups`` denied before the gid map). The process then
     holds every capability, but only over those namespaces (mounts, hostname), and only until
     ``drop_capabilities`` or an ``execve`` (its uid is not 0 there); files keep their owners.
     """
-    if os.geteuid() == 0:
+    if os.geteuid() == 0 and not user:
         unshare(flags)
         return False
     uid, gid = os.geteuid(), os.getegid()

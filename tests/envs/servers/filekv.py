@@ -48,6 +48,42 @@ def vandalize(path: str) -> str:
 
 
 @server.tool()
+def remount(path: str) -> str:
+    """Remount the mount holding ``path`` writable (as root would with its capabilities) and write ``path``."""
+    import ctypes
+
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4] for line in f]
+    point = max((p for p in points if path.startswith(p.rstrip("/") + "/")), key=len)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(None, point.encode(), None, 0x20 | 0x1000, None):  # MS_REMOUNT | MS_BIND, without MS_RDONLY
+        return f"remount refused: {os.strerror(ctypes.get_errno())}"
+    with open(path, "w") as f:
+        f.write("x")
+    return "written"
+
+
+@server.tool()
+def leave_cgroup() -> str:
+    """Move this process to its memory cgroup's parent, by path and through any cgroup folder it holds open;
+    return its memory cgroup then."""
+
+    def memory() -> str:
+        with open("/proc/self/cgroup") as f:
+            return next((line.split(":", 2)[2].strip() for line in f if ":memory:" in line), "")
+
+    folders = [f"/proc/self/fd/{fd}" for fd in os.listdir("/proc/self/fd")]
+    folders = [f for f in folders if os.path.realpath(f).startswith("/sys/fs/cgroup")]
+    for folder in [f"/sys/fs/cgroup/memory{os.path.dirname(memory())}", *folders]:
+        try:
+            with open(f"{folder}/cgroup.procs", "w") as f:
+                f.write(str(os.getpid()))
+        except OSError:
+            pass
+    return memory()
+
+
+@server.tool()
 def daemon() -> str:
     """Fork a daemon (new session) that outlives this call, and return its pid."""
     read, write = os.pipe()
