@@ -41,7 +41,7 @@ from typing import IO, Any
 
 from trajkit.envs import contain
 from trajkit.envs.config import ServerConfig, child_environment, resolve_command
-from trajkit.envs.zygote import THREADED
+from trajkit.envs.zygote import REHEARSED_THREAD, THREADED
 
 ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
 PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
@@ -132,7 +132,7 @@ class Zygote:
                 return True
             code, reason = self.proc.returncode, f"exited with status {self.proc.returncode}{self._tail()}"
             self.close()
-            if code == THREADED and self.rehearse:  # perhaps what its rehearsal imported: again, without
+            if code == REHEARSED_THREAD:  # what its rehearsal imported started a thread: again, without
                 self.rehearse = False
             elif code == THREADED or self.restarts >= MAX_RESTARTS:
                 self.gone = reason

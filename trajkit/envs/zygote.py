@@ -144,7 +144,8 @@ def _prepare(path: str, tree: object, init: dict, argv: list[str]) -> object | N
 
 
 REHEARSAL_S = 2.0
-THREADED = 75  # the zygote's exit status when a module it imported started a thread: it cannot fork
+THREADED = 75  # the zygote's exit status when a module the server imports started a thread: it cannot fork
+REHEARSED_THREAD = 76  # when one its rehearsal found did: it is started again without the rehearsal
 
 
 def _rehearse(main: object, close: list[int]) -> None:
@@ -300,11 +301,12 @@ def serve(listen_fd: int, client: int, spec: dict, entry: list[str]) -> None:
         _preload(tree, init["__package__"] or "")
         argv = [path, *entry[2:]] if entry[0] == "-m" else list(entry)  # as python sets it
         main = _prepare(path, tree, init, argv)
-    if main is not None and spec.get("rehearse", True):
+    threaded = threading.active_count() > 1  # what the server imports, or its body, started one
+    if main is not None and not threaded and spec.get("rehearse", True):
         _rehearse(main, [listen_fd])
     if threading.active_count() > 1:  # a fork carries one thread: locks another one holds would stay held
         print("trajkit: a module this server imports starts a thread when imported", file=sys.stderr, flush=True)
-        os._exit(THREADED)
+        os._exit(THREADED if threaded else REHEARSED_THREAD)
     gc.collect()
     gc.freeze()  # what the instances inherit is never scanned (nor so copied) by their collector
     listener = socket.socket(fileno=listen_fd)
