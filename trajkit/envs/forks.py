@@ -96,6 +96,7 @@ class Zygote:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sock.setblocking(False)
         stdin, stdout = os.pipe(), os.pipe()
+        reply = b""
         try:
             async with asyncio.timeout(timeout_s):
                 await loop.sock_connect(sock, os.path.join(self._dir, "sock"))
@@ -105,21 +106,16 @@ class Zygote:
         except TimeoutError:
             log.warning("fork server of %r did not answer in %gs; killed", self.name, timeout_s)
             self.proc.kill()  # (the zygote with it: its parent-death signal)
-            reply = b""
         except OSError:
-            reply = b""
-        except BaseException:  # cancelled: nothing left open (the zygote kills an instance whose socket closes)
-            sock.close()
-            os.close(stdin[1])
-            os.close(stdout[0])
-            raise
-        finally:
-            os.close(stdin[0])
+            pass
+        finally:  # the instance's ends are its own now; ours all go unless it was forked (cancelled too: the
+            os.close(stdin[0])  # zygote kills an instance whose socket closes)
             os.close(stdout[1])
+            if not reply.startswith(b"pid "):
+                sock.close()
+                os.close(stdin[1])
+                os.close(stdout[0])
         if not reply.startswith(b"pid "):
-            sock.close()
-            os.close(stdin[1])
-            os.close(stdout[0])
             raise NotForked("the fork server did not answer")
         async with _Streams(loop, sock, stdin[1], stdout[0], errlog) as streams:
             yield streams
