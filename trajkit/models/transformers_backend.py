@@ -35,8 +35,10 @@ class LocalModel:
 
         from trajkit.models.attention import guard_sdpa_padding
         from trajkit.models.decode import Decoder
+        from trajkit.models.heap import keep_freed_memory
 
         guard_sdpa_padding()
+        keep_freed_memory()
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(spec.model)
             dtype = getattr(torch, spec.dtype) if spec.dtype and spec.dtype != "auto" else "auto"

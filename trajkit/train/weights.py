@@ -42,8 +42,10 @@ def load_model(path: str, dtype: str | None = None) -> Any:
     from transformers import AutoModelForCausalLM
 
     from trajkit.models.attention import guard_sdpa_padding
+    from trajkit.models.heap import keep_freed_memory
 
     guard_sdpa_padding()
+    keep_freed_memory()
     torch_dtype = getattr(torch, dtype) if dtype else torch.float32
     return AutoModelForCausalLM.from_pretrained(resolve_model(path), dtype=torch_dtype)
 
