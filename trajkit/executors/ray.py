@@ -56,7 +56,7 @@ def run_on_ray(
 
     ray = _ray()
     store = Store(root, create=True)
-    check_config(store, name, cfg, fresh)  # one-line config errors before anything starts
+    check_config(store, name, cfg, fresh, spec.kind)  # one-line config errors before anything starts
     version = code_version()
     with cluster(address):
         shard = ray.remote(num_cpus=shard_cpus(ray, world_size), max_retries=SHARD_RETRIES)(_shard)
