@@ -33,6 +33,7 @@ def test_fenced_block_defining_the_entry_point_wins():
 def test_unterminated_fence_and_reasoning_are_handled():
     completion = "<think>maybe ```python\nwrong()\n```</think>\n```py\ndef add(a, b):\n    return a + b"
     assert extract_code(completion, "add") == "def add(a, b):\n    return a + b"
+    assert extract_code("<think>```python\ndef add(a, b):\n    return a + b\n```") == ""  # cut off while reasoning
 
 
 def test_text_without_python_fence_is_the_code():

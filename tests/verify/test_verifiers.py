@@ -77,12 +77,15 @@ def test_math_answers(sandbox_pool):
         (half, "The answer is \\boxed{\\frac{1}{3}}", None),
         (half, "I do not know.", None),
         ({"kind": "math", "spec": {"answer": 42}}, "final: 42", None),
+        (half, "<think>it is $\\boxed{0.5}$</think>I do not know.", None),  # the reasoning is not the answer
+        (half, "<think>so it is $\\boxed{0.5}$ or", None),  # cut off while reasoning: no answer
     ]
-    right, wrong, none, number = verify_many(items, sandbox=sandbox_pool)
+    right, wrong, none, number, hidden, cut = verify_many(items, sandbox=sandbox_pool)
     assert (right.verdict, right.score, right.details["gold"]) == ("pass", 1.0, ["1/2", "\\frac{1}{2}"])
     assert wrong.verdict == "fail" and wrong.details["reason"] == "answer differs from the reference"
     assert none.verdict == "fail" and none.details["reason"] == "no answer found in the completion"
     assert number.verdict == "pass"
+    assert [hidden.verdict, cut.verdict] == ["fail", "fail"] and hidden.details["extracted"] == []
 
 
 TOOL_SPEC = {
@@ -119,6 +122,7 @@ def test_tool_outcome_match_modes():
     assert check("3.5", "number", "about 3.50 units") == "pass"
     assert check("3.5", "number", "about 35 units") == "fail"
     assert check(r"\d{3}-\d{4}", "regex", "call 555-1234") == "pass"
+    assert check("Paris", "contains", "<think>Paris?</think>I could not find it.") == "fail"
     assert check("(", "regex", "x") == "fail"
     assert verify({"kind": "tool_outcome", "spec": {}}, "x").verdict == "error"
 

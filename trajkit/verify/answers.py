@@ -6,6 +6,7 @@ import json
 import math
 import re
 
+from trajkit.verify.extract import strip_reasoning
 from trajkit.verify.result import Result
 from trajkit.verify.specs import MathSpec, ToolOutcomeSpec
 
@@ -24,8 +25,9 @@ print(json.dumps({"gold": [str(g) for g in gold], "pred": [str(p) for p in pred]
 
 
 def math_answer(spec: MathSpec, completion: str, context: dict, sandbox) -> Result:
-    """Extract the final answer from the completion and compare it with ``answer`` symbolically."""
-    stdin = json.dumps({"answer": spec.answer, "completion": completion})
+    """Extract the final answer from the completion (its reasoning dropped) and compare it with ``answer``
+    symbolically."""
+    stdin = json.dumps({"answer": spec.answer, "completion": strip_reasoning(completion)})
     run = sandbox.run(MATH_PROGRAM, stdin=stdin, timeout_s=spec.timeout_s, memory_mb=2048, preload=("math_verify",))
     if run.verdict in ("timeout", "memory"):
         return Result(0.0, run.verdict, {"reason": run.reason}, run.runtime_s, run.tail())
@@ -45,7 +47,8 @@ def math_answer(spec: MathSpec, completion: str, context: dict, sandbox) -> Resu
 
 
 def tool_outcome(spec: ToolOutcomeSpec, completion: str, context: dict, sandbox=None) -> Result:
-    """Check the agent's final answer and the server's end state; score = share of checks passed.
+    """Check the agent's final answer (its reasoning dropped) and the server's end state; score = share of
+    checks passed.
 
     ``context["end_state"]`` holds the observed outputs of ``spec.state``'s
     probes, in order (the agent loop runs them at the end of the episode). Which
@@ -53,7 +56,7 @@ def tool_outcome(spec: ToolOutcomeSpec, completion: str, context: dict, sandbox=
     """
     checks = []
     if spec.answer is not None:
-        ok, reason = matches(completion, spec.answer, spec.answer_match)
+        ok, reason = matches(strip_reasoning(completion), spec.answer, spec.answer_match)
         checks.append({"check": "answer", "passed": ok, "reason": reason})
     observed = context.get("end_state")
     for i, probe in enumerate(spec.state):

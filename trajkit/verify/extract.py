@@ -2,7 +2,8 @@
 
 The rules (also in docs/sandbox.md):
 
-1. Reasoning is dropped: text up to the last ``</think>`` is ignored.
+1. Reasoning is dropped: text up to the last ``</think>`` is ignored, and so is
+   a ``<think>`` that never closes (a truncated completion), to the end.
 2. Fenced code wins: among ```` ```python ```` / ```` ```py ```` / unlabeled
    fenced blocks, the first that defines the entry point, else the first one.
    An unterminated fence (a truncated completion) runs to the end. Without a
@@ -38,9 +39,8 @@ _PARSE_LOCK = threading.Lock()
 
 
 def strip_reasoning(text: str) -> str:
-    """Drop a ``<think>...</think>`` preamble (everything up to the last closing tag)."""
-    _, sep, after = text.rpartition("</think>")
-    return after if sep else text
+    """The final answer of a completion: what follows the last ``</think>``, less a ``<think>`` left open."""
+    return text.rpartition("</think>")[2].partition("<think>")[0]
 
 
 def extract_code(completion: str, entry_point: str | None = None) -> str:
