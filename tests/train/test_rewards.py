@@ -175,9 +175,10 @@ def test_judge_model_rates_conciseness_of_correct_answers_only(monkeypatch):
     import trajkit.models
     from trajkit.models.base import ModelSpec
     from trajkit.models.scripted_server import ScriptedServer
+    from trajkit.synth.prompts import quote_data
 
-    def script(messages, tools, body):
-        return "8" if messages[-1]["content"].endswith("Answer:\n42") else "I cannot say."
+    def script(messages, tools, body):  # the answer comes last, quoted as data it cannot close
+        return "8" if messages[-1]["content"].endswith("Answer:\n" + quote_data("42")) else "I cannot say."
 
     made, closed = [], []
     real_make = trajkit.models.make_backend
@@ -216,7 +217,9 @@ def test_judge_model_rates_conciseness_of_correct_answers_only(monkeypatch):
         asked = [r["messages"][-1]["content"] for r in server.chat_requests]
     assert closed == made  # closed when the stage ends
     assert out == [pytest.approx(1 + 0.8 * 1.0), 1.0, 0.0]  # "4242": the judge gave no rating, so no bonus
-    assert len(asked) == 4 and all("Question:\nQ?" in a for a in asked)  # the wrong answer is never sent
+    assert len(asked) == 4 and all(
+        "Question:\n" + quote_data("Q?") in a for a in asked
+    )  # the wrong answer is never sent
     assert logged["conciseness_unrated"] == 0.5
     with pytest.raises(ValueError, match="needs a judge"):
         R.Conciseness(scorer="judge")
