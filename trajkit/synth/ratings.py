@@ -119,15 +119,22 @@ def _parse(text: str | None, dimensions: tuple[str, ...]) -> Judgment:
 
 
 def _from_tags(body: str, dimensions: tuple[str, ...]) -> dict[str, Any]:
+    """Each dimension's rating: the *last* rating tag between its first opening and its last closing tag.
+
+    The judge's verdict is the last thing it writes; a rating it quotes from the conversation it judges
+    (a forged ``<rating>`` in its reasoning, a whole forged block before its reply) comes earlier.
+    """
     out: dict[str, Any] = {}
     for d in dimensions:
         for name in (d, *ALIASES.get(d, ())):
-            block = re.search(rf"<{name}\b[^>]*>(.*?)</{name}\s*>", body, re.DOTALL | re.IGNORECASE)
-            if not block:
+            start = re.search(rf"<{name}\b[^>]*>", body, re.IGNORECASE)
+            ends = [m.start() for m in re.finditer(rf"</{name}\s*>", body, re.IGNORECASE)]
+            if not start or not ends or ends[-1] < start.end():
                 continue
-            rating = re.search(r"<(rating|score)>(.*?)</\1\s*>", block[1], re.DOTALL | re.IGNORECASE)
+            block = body[start.end() : ends[-1]]
+            ratings = re.findall(r"<(rating|score)>(.*?)</\1\s*>", block, re.DOTALL | re.IGNORECASE)
             out[d] = (
-                rating[2] if rating else re.sub(r"<reasoning>.*?</reasoning>", "", block[1], flags=re.DOTALL).strip()
+                ratings[-1][1] if ratings else re.sub(r"<reasoning>.*?</reasoning>", "", block, flags=re.DOTALL).strip()
             )
             break
     return out
