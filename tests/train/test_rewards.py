@@ -102,6 +102,20 @@ def test_judge_style_scorer_loads_from_a_dotted_path():
     assert out == [pytest.approx(1.0 * (1 + 1.0 * 0.5 * (1.0 + 0.0)))]
 
 
+def test_a_conciseness_rating_outside_0_1_pays_no_bonus():
+    logged = {}
+    out = R.correctness_reward(
+        prompts=[[]] * 4,
+        completions=[_msgs("34")] * 4,
+        verifier_kind=["custom"] * 4,
+        verifier_spec=[json.dumps({"path": "tests.train.helpers:even_length"})] * 4,
+        alpha=1.0,
+        scorer=lambda **_: [float("nan"), float("inf"), 7.0, -1.0],
+        log_metric=logged.__setitem__,
+    )
+    assert out == [1.0] * 4 and logged["conciseness_unrated"] == 1.0
+
+
 def test_format_reward():
     completions = [
         _msgs("<think>\nfine\n</think>\n\nThe answer is 4."),

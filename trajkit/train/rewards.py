@@ -56,7 +56,7 @@ class Conciseness(StageConfig):
     scorer: str = Field(
         "length",
         description="'length'; 'judge' (a judge model rates each correct answer); or a dotted path "
-        "f(prompts, completions, completion_ids) -> list of c in [0, 1] (None: no rating).",
+        "f(prompts, completions, completion_ids) -> list of c in [0, 1] (None or a value outside: no rating).",
     )
     judge: ModelSpec | None = Field(None, description="The judge model when scorer is 'judge'.")
     anneal_fraction: float = Field(
@@ -143,10 +143,10 @@ def correctness_reward(
                 completion_ids=[completion_ids[i] for i in picked] if completion_ids is not None else None,
             )
             c = [None] * n
-            for i, value in zip(picked, rated):
-                c[i] = value
+            for i, value in zip(picked, rated):  # a value outside [0, 1] (NaN, inf, 7 of 10) is no rating
+                c[i] = value if isinstance(value, (int, float)) and 0.0 <= value <= 1.0 else None
             if log_metric is not None:
-                log_metric("conciseness_unrated", sum(value is None for value in rated) / len(picked))
+                log_metric("conciseness_unrated", sum(c[i] is None for i in picked) / len(picked))
         elif completion_ids is not None:
             c = length_conciseness([len(ids) for ids in completion_ids], max_length)
         else:  # text completions without token ids: characters stand in for tokens
