@@ -88,3 +88,5 @@ def test_bad_verifiers_reject_rather_than_drop_the_check():
     assert reason == "bad_verifier" and "not a tool" in detail
     _, reason, detail = to_task({**base, "answer": "blue", "answer_match": "fuzzy"}, INDEX)
     assert reason == "bad_verifier" and "fuzzy" in detail
+    _, reason, detail = to_task({**base, "answer": ".*", "answer_match": "regex"}, INDEX)
+    assert reason == "bad_verifier" and "checks nothing" in detail

@@ -124,6 +124,10 @@ def test_tool_outcome_match_modes():
     assert check(r"\d{3}-\d{4}", "regex", "call 555-1234") == "pass"
     assert check("Paris", "contains", "<think>Paris?</think>I could not find it.") == "fail"
     assert check("(", "regex", "x") == "fail"
+    for vacuous, match in [(" ", "contains"), (".*", "regex"), ("\\d*", "regex")]:  # any answer would pass
+        assert check(vacuous, match, "I did nothing.") == "error"
+    probe = {"server": "kv", "tool": "get", "expected": "", "match": "contains"}
+    assert verify({"kind": "tool_outcome", "spec": {"state": [probe]}}, "x", {"end_state": ["?"]}).verdict == "error"
     assert verify({"kind": "tool_outcome", "spec": {}}, "x").verdict == "error"
 
 

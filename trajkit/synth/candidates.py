@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from trajkit.envs.tools import ToolRoute
+from trajkit.verify.specs import SpecError, parse_spec
 
 ANSWER_MATCHES = ("exact", "contains", "number", "regex")
 _REFUSAL = re.compile(
@@ -144,6 +145,10 @@ def build_verifier(candidate: dict[str, Any], index: ToolIndex) -> tuple[dict[st
     if answer is None and not state:
         return _none(), None
     spec = {"answer": answer, "answer_match": match, "state": state}
+    try:
+        parse_spec("tool_outcome", spec)  # e.g. a check that any text passes
+    except SpecError as e:
+        return _none(), str(e)
     return {"kind": "tool_outcome", "spec": json.dumps(spec, sort_keys=True)}, None
 
 

@@ -9,9 +9,10 @@ every key on to the user's function.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 Match = Literal["exact", "contains", "number", "regex"]
 
@@ -19,6 +20,19 @@ Match = Literal["exact", "contains", "number", "regex"]
 def _text(value: Any) -> Any:
     """Numbers in JSON specs (``"answer": 42``) are read as their text."""
     return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+def _checks_something(expected: str | None, match: str) -> None:
+    """Refuse a ``contains`` or ``regex`` check that an empty text passes (``""``, ``.*``, ``\\d*``):
+    every answer would pass it, whatever the agent did."""
+    if expected is None or match not in ("contains", "regex"):
+        return
+    try:
+        vacuous = not expected.split() if match == "contains" else re.search(expected, "", re.DOTALL) is not None
+    except re.error:
+        return  # an invalid pattern fails its check, with the reason, when it is run
+    if vacuous:
+        raise ValueError(f"a {match} check for {expected!r} passes any text: it checks nothing")
 
 
 class _Spec(BaseModel):
@@ -62,6 +76,11 @@ class StateProbe(_Spec):
 
     read_numbers_as_text = field_validator("expected", mode="before")(_text)
 
+    @model_validator(mode="after")
+    def _checks(self) -> StateProbe:
+        _checks_something(self.expected, self.match)
+        return self
+
 
 class ToolOutcomeSpec(_Spec):
     answer: str | None = None
@@ -69,6 +88,11 @@ class ToolOutcomeSpec(_Spec):
     state: list[StateProbe] = Field(default_factory=list)
 
     read_numbers_as_text = field_validator("answer", mode="before")(_text)
+
+    @model_validator(mode="after")
+    def _checks(self) -> ToolOutcomeSpec:
+        _checks_something(self.answer, self.answer_match)
+        return self
 
 
 class CustomSpec(_Spec):
