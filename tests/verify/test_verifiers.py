@@ -42,6 +42,12 @@ def test_unit_tests_humaneval_style(sandbox_pool, completion, verdict):
     assert r.runtime_s > 0
 
 
+def test_test_code_that_runs_nothing_is_a_bad_spec():  # every completion would pass it
+    for spec in ({"test": ""}, {"test": "# TODO\nimport math\n"}, {**HUMANEVAL_STYLE, "entry_point": None}):
+        r = verify(unit(spec), "    return 0\n")
+        assert r.verdict == "error" and "runs nothing" in r.details["reason"], r
+
+
 def test_unit_tests_mbpp_style_and_reasons(sandbox_pool):
     spec = {"test": "assert is_even(4)\nassert not is_even(3)"}
     ok = verify(unit(spec), "def is_even(n):\n    return n % 2 == 0", sandbox=sandbox_pool)

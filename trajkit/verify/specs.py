@@ -8,6 +8,7 @@ every key on to the user's function.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from typing import Any, Literal
@@ -45,6 +46,23 @@ class UnitTestsSpec(_Spec):
     entry_point: str | None = None
     timeout_s: float = Field(10.0, gt=0, le=600)
     memory_mb: int = Field(1024, gt=0)
+
+    @model_validator(mode="after")
+    def _tests_run_something(self) -> UnitTestsSpec:
+        """Refuse test code that only defines things (blank, comments, a ``check`` no entry point calls):
+        every completion would pass it."""
+        try:
+            body = ast.parse(self.test).body
+        except (SyntaxError, ValueError):
+            return self  # fails when it runs, with the reason
+        definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)
+        inert = all(
+            isinstance(n, definitions) or (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)) for n in body
+        )
+        check_called = self.entry_point and any(isinstance(n, ast.FunctionDef) and n.name == "check" for n in body)
+        if inert and not check_called:
+            raise ValueError("the test code runs nothing (no statement, or a check() without an entry_point)")
+        return self
 
 
 class StdioCase(_Spec):
