@@ -42,10 +42,12 @@ def test_unit_tests_humaneval_style(sandbox_pool, completion, verdict):
     assert r.runtime_s > 0
 
 
-def test_test_code_that_runs_nothing_is_a_bad_spec():  # every completion would pass it
+def test_checks_that_every_completion_passes_are_bad_specs():
     for spec in ({"test": ""}, {"test": "# TODO\nimport math\n"}, {**HUMANEVAL_STYLE, "entry_point": None}):
         r = verify(unit(spec), "    return 0\n")
         assert r.verdict == "error" and "runs nothing" in r.details["reason"], r
+    silent = {"cases": [{"input": "1", "output": ""}, {"input": "2", "output": "\n"}]}
+    assert "prints nothing" in verify({"kind": "stdio", "spec": silent}, "pass").details["reason"]
 
 
 def test_unit_tests_mbpp_style_and_reasons(sandbox_pool):

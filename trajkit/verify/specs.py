@@ -77,6 +77,12 @@ class StdioSpec(_Spec):
     timeout_s: float = Field(10.0, gt=0, le=600)
     memory_mb: int = Field(1024, gt=0)
 
+    @model_validator(mode="after")
+    def _expects_output(self) -> StdioSpec:
+        if not any(case.output.split() for case in self.cases):
+            raise ValueError("every case expects no output: a program that prints nothing passes them all")
+        return self
+
 
 class MathSpec(_Spec):
     answer: str
