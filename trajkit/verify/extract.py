@@ -58,7 +58,7 @@ def extract_code(completion: str, entry_point: str | None = None) -> str:
 
 def defines(code: str, name: str) -> bool:
     """Whether ``code`` defines ``name`` at top level (a def, class or assignment)."""
-    tree = _parse(code)
+    tree = parse_python(code)
     if tree is None:
         return re.search(rf"^(async\s+)?def\s+{re.escape(name)}\s*\(", code, re.MULTILINE) is not None
     return any(name in _bound_names(node) for node in tree.body)
@@ -66,7 +66,7 @@ def defines(code: str, name: str) -> bool:
 
 def without_definition(prompt: str, name: str) -> str:
     """``prompt`` minus its top-level definition of ``name`` (with decorators); everything else stays."""
-    tree = _parse(prompt)
+    tree = parse_python(prompt)
     lines = prompt.splitlines(keepends=True)
     if tree is None:
         match = re.search(rf"^(async\s+)?def\s+{re.escape(name)}\s*\(", prompt, re.MULTILINE)
@@ -80,7 +80,7 @@ def without_definition(prompt: str, name: str) -> str:
 
 def without_main_guard(code: str) -> str:
     """``code`` minus its top-level ``if __name__ == "__main__":`` blocks."""
-    tree = _parse(code)
+    tree = parse_python(code)
     if tree is None:
         return code
     lines = code.splitlines(keepends=True)
@@ -124,7 +124,7 @@ def unit_test_parts(
 
 def _free_names(code: str) -> set[str]:
     """Names ``code`` reads but binds nowhere and that are not built-ins: those the solution must define."""
-    tree = _parse(code)
+    tree = parse_python(code)
     if tree is None:
         return set()
     read, bound = set(), set()
@@ -143,7 +143,8 @@ def _free_names(code: str) -> set[str]:
 
 
 @functools.lru_cache(maxsize=4096)  # pass@k re-reads the same prompts and tests k times
-def _parse(code: str) -> ast.Module | None:
+def parse_python(code: str) -> ast.Module | None:
+    """The module's syntax tree (None if it does not parse), one parse at a time (gh-106905), cached."""
     try:
         with _PARSE_LOCK:
             return ast.parse(code)

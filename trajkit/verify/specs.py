@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from trajkit.verify.extract import parse_python
+
 Match = Literal["exact", "contains", "number", "regex"]
 
 
@@ -51,10 +53,10 @@ class UnitTestsSpec(_Spec):
     def _tests_run_something(self) -> UnitTestsSpec:
         """Refuse test code that only defines things (blank, comments, a ``check`` no entry point calls):
         every completion would pass it."""
-        try:
-            body = ast.parse(self.test).body
-        except (SyntaxError, ValueError):
+        tree = parse_python(self.test)
+        if tree is None:
             return self  # fails when it runs, with the reason
+        body = tree.body
         definitions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)
         inert = all(
             isinstance(n, definitions) or (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)) for n in body
