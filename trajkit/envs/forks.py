@@ -37,11 +37,14 @@ import socket
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator
-from typing import IO, Any
+from typing import TYPE_CHECKING, Any
 
 from trajkit.envs import contain
 from trajkit.envs.config import ServerConfig, child_environment, resolve_command
 from trajkit.envs.zygote import REHEARSED_THREAD, THREADED
+
+if TYPE_CHECKING:
+    from trajkit.envs.session import Stderr
 
 ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
 PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
@@ -49,7 +52,7 @@ MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 MAX_RESTARTS = 2
 STOP_S = 2.0  # as the SDK's stdio client: the wait for the exit after stdin closes, and after SIGTERM
 FLUSH_S = 0.5  # and for the last message to be written
-MAX_LINE = 1 << 30  # one JSON-RPC message from a server
+MAX_LINE = 32 << 20  # one JSON-RPC message from a server (a result with a few screenshots is a few MiB)
 log = logging.getLogger(__name__)
 
 
@@ -81,7 +84,7 @@ class Zygote:
 
     @contextlib.asynccontextmanager
     async def instance(
-        self, launcher: list[str], errlog: IO[str], timeout_s: float = 60.0
+        self, launcher: list[str], errlog: Stderr, timeout_s: float = 60.0
     ) -> AsyncIterator[tuple[Any, Any]]:
         """One instance forked from the zygote, contained as ``launcher`` (``contain.wrap``'s arguments) says,
         its stderr written to ``errlog``: the (read, write) streams of an MCP session over its stdin and stdout,
@@ -193,7 +196,7 @@ class NotForked(Exception):
 class _Streams:
     """The MCP session's streams over a forked instance's pipes, and its shutdown (``Zygote.instance``)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, stdin: int, stdout: int, errlog: IO[str]):
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, stdin: int, stdout: int, errlog: Stderr):
         import anyio
 
         self.loop, self.sock, self.errlog = loop, sock, errlog
@@ -244,7 +247,14 @@ class _Streams:
         transport, _ = await self.loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), self._stdout)
         try:
             async with self.to_session:
-                while line := await reader.readline():
+                while True:
+                    try:
+                        line = await reader.readline()
+                    except ValueError:  # over MAX_LINE (not kept): the server's fault, and the end of its session
+                        self.errlog.note(f"trajkit: a message from this server was over {MAX_LINE >> 20} MiB")
+                        return
+                    if not line:
+                        break
                     text = line.decode(errors="replace").removesuffix("\n")
                     try:
                         message = SessionMessage(jsonrpc_message_adapter.validate_json(text, by_name=False))
@@ -255,8 +265,7 @@ class _Streams:
                         # a server writing on its way out never blocks on a full pipe)
                 await asyncio.wait([self.status], timeout=1)  # the instance is gone: with its zygote?
                 if self.status.done() and self.status.result() is None:
-                    self.errlog.write("trajkit: the fork server exited, and this server with it\n")
-                    self.errlog.flush()
+                    self.errlog.note("trajkit: the fork server exited, and this server with it")
         finally:
             transport.close()
 

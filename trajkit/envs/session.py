@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -34,6 +34,7 @@ from typing import Any
 from trajkit.envs import contain
 from trajkit.envs.config import ServerConfig, child_environment, resolve_command
 from trajkit.envs.forks import NotForked, Zygote
+from trajkit.envs.structured import OutputCheck
 from trajkit.errors import UserError
 
 STDERR_TAIL_CHARS = 300
@@ -108,47 +109,57 @@ def render_content(result: Any) -> tuple[str, list[dict[str, Any]]]:
     return "\n".join(parts), media
 
 
-@functools.lru_cache(maxsize=256)
-def output_validator(schema: str) -> Any:
-    """The compiled validator of a tool's output schema (its JSON text), checked and built once per process: the
-    SDK's ``call_tool`` lists the tools and compiles each schema again in every session, a trajectory's worth of
-    CPU for a short one. RuntimeError (not cached) for a schema that is not JSON Schema."""
-    from jsonschema import SchemaError
-    from jsonschema.validators import validator_for
-    from referencing import Registry
+class Stderr(asyncio.Protocol):
+    """A server's stderr: a pipe (``fileno``, the end it writes) whose last ``KEEP`` bytes the client keeps for
+    fault reasons (``tail``). Nothing goes to disk: a server that writes stderr forever costs reads, not space."""
 
-    parsed = json.loads(schema)
-    cls = validator_for(parsed)
-    try:
-        cls.check_schema(parsed)
-    except SchemaError as e:
-        raise RuntimeError(f"invalid output schema: {e.message}") from None
-    return cls(parsed, registry=Registry())  # an empty registry: $refs resolve within the schema, as in the SDK
+    KEEP = 4 * STDERR_TAIL_CHARS
 
+    def __init__(self) -> None:
+        self.kept = b""
+        self.notes: list[str] = []
+        self._r, self._w = os.pipe()
+        self._transport: Any = None
 
-def check_structured(tool: str, schema: str | None, result: Any) -> None:
-    """A successful result of a tool that declares an output schema must carry structured content that fits it
-    (as the MCP spec says and the SDK checks); RuntimeError otherwise."""
-    if schema is None or result.is_error:
-        return
-    from jsonschema.exceptions import best_match
-    from referencing.exceptions import Unresolvable
+    @classmethod
+    async def open(cls) -> Stderr:
+        stderr = cls()
+        pipe = os.fdopen(stderr._r, "rb", 0)
+        stderr._transport, _ = await asyncio.get_running_loop().connect_read_pipe(lambda: stderr, pipe)
+        return stderr
 
-    if result.structured_content is None:
-        raise RuntimeError(f"tool {tool} has an output schema but returned no structured content")
-    try:
-        error = best_match(output_validator(schema).iter_errors(result.structured_content))
-    except Unresolvable as e:  # a $ref outside the schema, or to nothing in it: the server's fault, as any other
-        raise RuntimeError(f"output schema of tool {tool} has a $ref that does not resolve: {e}") from None
-    if error is not None:
-        raise RuntimeError(f"invalid structured content returned by tool {tool}: {error.message}")
+    def data_received(self, data: bytes) -> None:
+        self.kept = (self.kept + data)[-self.KEEP :]
+
+    def note(self, text: str) -> None:
+        """A line of the client's own about the server: the tail ends with it, whatever the server wrote after."""
+        self.notes.append(text)
+
+    def fileno(self) -> int:
+        return self._w
+
+    def tail(self) -> str:
+        """`` (stderr: ...)`` with the last line(s) written, those not yet read included; or ``""``."""
+        with contextlib.suppress(OSError):  # (BlockingIOError: nothing more; a flood is read up to a bound)
+            for _ in range(16):
+                if not (chunk := os.read(self._r, 1 << 16)):
+                    break
+                self.data_received(chunk)
+        text = self.kept.decode(errors="replace")
+        tail = " | ".join(line.strip() for line in text.splitlines() if line.strip())[-STDERR_TAIL_CHARS:]
+        tail = " | ".join(filter(None, [tail, *self.notes]))
+        return f" (stderr: {tail})" if tail else ""
+
+    def close(self) -> None:
+        self._transport.close()
+        os.close(self._w)
 
 
 class Connection:
     """One MCP session to one server; ``await open()``, ``await call(...)``, ``await aclose()``.
 
-    ``output_schemas``: the harvested output schema (JSON text) of each tool that has one, which
-    ``call`` checks results against (``check_structured``); ``max_concurrency`` bounds the calls in flight on this connection;
+    ``output_check``: the harvested output schemas of the server's tools, which ``call`` checks results
+    against (``structured.py``); ``max_concurrency`` bounds the calls in flight on this connection;
     ``startup_timeout_s`` bounds spawning plus ``initialize``; ``shared``: a stateless server's
     process that several trajectories use, which (contained) sees the filesystem read-only; ``fork``:
     the server's zygote, which (contained) forks the instance instead of a spawn (``forks.py``).
@@ -164,10 +175,10 @@ class Connection:
         shared: bool = False,
         warm_caches: bool = False,
         fork: Zygote | None = None,
-        output_schemas: dict[str, str] | None = None,
+        output_check: OutputCheck | None = None,
     ):
         self.name = name
-        self.output_schemas = output_schemas or {}
+        self.output_check = output_check
         self.cfg = cfg
         self.shared = shared
         self.warm_caches = warm_caches  # contained: package caches written through (contain.wrap)
@@ -231,13 +242,13 @@ class Connection:
                 self.dead = "closed"
             if self._stderr is not None:
                 self._stderr.close()
+                self._stderr = None
 
     async def _transport(self, stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
         if self.cfg.transport == "stdio":
             from mcp.client.stdio import StdioServerParameters, stdio_client
 
-            # closed in _own's finally, after a failure's reason has read its tail
-            self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+            self._stderr = await Stderr.open()  # closed in _own's finally, after a failure's reason read its tail
             workdir = None
             if self.cfg.uses_session_dir:
                 workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"trajkit-{self.name}-"))
@@ -292,16 +303,7 @@ class Connection:
 
     def stderr_tail(self) -> str:
         """`` (stderr: ...)`` with the server's last stderr line(s), or ``""``."""
-        if self._stderr is None or self._stderr.closed:
-            return ""
-        try:
-            self._stderr.flush()
-            size = self._stderr.seek(0, 2)
-            self._stderr.seek(max(0, size - 4 * STDERR_TAIL_CHARS))
-            tail = " | ".join(line.strip() for line in self._stderr.read().splitlines() if line.strip())
-        except (OSError, ValueError):
-            return ""
-        return f" (stderr: {tail[-STDERR_TAIL_CHARS:]})" if tail else ""
+        return self._stderr.tail() if self._stderr is not None else ""
 
     # ------------------------------------------------------------ calls
     @property
@@ -357,7 +359,8 @@ class Connection:
 
         request = CallToolRequest(params=CallToolRequestParams(name=tool, arguments=arguments))
         result = await self.session.send_request(request, CallToolResult, request_read_timeout_seconds=timeout_s)
-        check_structured(tool, self.output_schemas.get(tool), result)
+        if self.output_check is not None:
+            await self.output_check.check(tool, result)
         return result
 
     async def _request(self, what: str, coro: Any, timeout_s: float) -> Any:
