@@ -113,13 +113,13 @@ async def test_a_killed_zygote_is_restarted_then_given_up_for_spawning_with_a_re
         async with env.episode() as ep:  # spawned from now on
             assert (await ep.call("fresh", "count", {})).text == "1"
             assert env.forks["fresh"].gone == "exited with status -9" and env.forks["fresh"].proc is None
-        sockets = [env.forks["fresh"]._dir]
+        controls = [env.forks["fresh"]._control]
     reasons = [r.getMessage() for r in caplog.records]
     again = "fork server of 'fresh' exited with status -9; started again"
     assert reasons == [again] * forks.MAX_RESTARTS + [
         again.replace("started again", "its instances are spawned from now on")
     ]
-    assert children() <= before and open_fds() <= fds and sockets == [None]
+    assert children() <= before and open_fds() <= fds and controls == [None]
 
 
 async def test_no_zygote_or_instance_outlives_the_env_and_a_dead_zygote_means_a_spawn(tmp_path):
@@ -132,7 +132,6 @@ async def test_no_zygote_or_instance_outlives_the_env_and_a_dead_zygote_means_a_
             fork: Zygote = env.forks["fresh"]
             family = psutil.Process(fork.proc.pid).children(recursive=True)
             assert len(family) >= 3 * 2  # instances forked (launcher, pid 1, server each), warm ones included
-            folder = fork._dir
         fork.proc.kill()  # the warm instances die with it, and are replaced
         fork.proc.wait()
         fork.proc.poll = lambda: None  # dead after the check: the stand-in finds nobody listening, and spawns
@@ -144,7 +143,7 @@ async def test_no_zygote_or_instance_outlives_the_env_and_a_dead_zygote_means_a_
                 except ServerFault as e:
                     seen.append("fork server exited" in str(e))
         assert set(seen) <= {True, "1"} and seen.count(True) <= 3 and seen[-3:] == ["1"] * 3
-    assert children() <= before and not os.path.exists(folder)
+    assert children() <= before and fork._control is None
     assert not [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 

@@ -75,27 +75,32 @@ def test_ctrl_c_shuts_every_server_down(tmp_path):
     assert not [p for p in pids if _alive(p)]
 
 
-def test_a_killed_client_takes_its_contained_servers_with_it():
-    """SIGKILL gives no chance to shut anything down (a Ray worker killed mid-shard): the servers' launchers die
-    with their parent, and with each its namespace, even servers that ignore their closed stdin."""
+def test_a_killed_client_takes_its_contained_servers_with_it(tmp_path):
+    """SIGKILL gives no chance to shut anything down (a Ray worker killed mid-shard): the servers' launchers and
+    the fork server die with their parent, and with each its namespace, even servers that ignore their closed
+    stdin; and the client's temporary folder keeps nothing of theirs."""
     proc = subprocess.Popen(
         [sys.executable, str(Path(__file__).parent / "interrupt_run.py"), str(RAW_SERVER), "--linger"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
     )
     for _ in range(4):
         line = proc.stdout.readline()
         assert line.startswith("pids "), proc.stderr.read() if proc.poll() is not None else line
     started = psutil.Process(proc.pid).children(recursive=True)
-    assert sum("--linger" in " ".join(p.cmdline()) for p in started) >= 5  # launchers and servers, 4 fresh + 1 pooled
+    lines = [" ".join(p.cmdline()) for p in started]
+    assert sum("--linger" in line for line in lines) >= 5  # launchers and servers, 4 fresh + 1 pooled
+    assert any("zygote.py" in line for line in lines)  # (the fresh ones forked)
     proc.kill()
     proc.wait(timeout=30)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(_alive(p.pid) for p in started):
         time.sleep(0.05)
     assert not [p.pid for p in started if _alive(p.pid)]
+    assert os.listdir(tmp_path) == []
 
 
 def _alive(pid: int) -> bool:

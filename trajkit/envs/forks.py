@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -79,7 +78,7 @@ class Zygote:
         self.restarts = 0
         self.gone: str | None = None  # why its instances are spawned from now on
         self.rehearse = True  # the zygote imports what a rehearsal start imported (zygote._rehearse)
-        self._dir: str | None = None
+        self._control: socket.socket | None = None  # ours of the socket pair the zygote takes requests on
         self._log = None
 
     @contextlib.asynccontextmanager
@@ -96,13 +95,14 @@ class Zygote:
         if not self._running():
             raise NotForked(self.gone)
         loop = asyncio.get_running_loop()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # the instance's, theirs the zygote's
         sock.setblocking(False)
         stdin, stdout = os.pipe(), os.pipe()
         reply = b""
         try:
             async with asyncio.timeout(timeout_s):
-                await loop.sock_connect(sock, os.path.join(self._dir, "sock"))
+                with theirs:  # (closed once sent, or a zygote that died with it in its queue would leave no EOF)
+                    socket.send_fds(self._control, [b"new"], [theirs.fileno()])  # no path: nothing to reach, or left
                 spec = launcher[launcher.index("--") - 1]
                 socket.send_fds(sock, [spec.encode()], [stdin[0], stdout[1], errlog.fileno()])
                 reply = await loop.sock_recv(sock, 64)
@@ -145,11 +145,10 @@ class Zygote:
 
     def _start(self) -> None:
         cfg = self.cfg.resolved()
-        self._dir = tempfile.mkdtemp(prefix="trajkit-fork-")
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
-        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as listener:
-            listener.bind(os.path.join(self._dir, "sock"))
-            listener.listen(1024)
+        self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._control.setblocking(False)  # (a zygote whose queue is full is one that does not answer)
+        with theirs:
             spec = {
                 "writable": [],
                 "disk_mb": 1,
@@ -157,10 +156,10 @@ class Zygote:
                 "rehearse": self.rehearse,
                 "network": cfg.network,
             }
-            fd, spec = str(listener.fileno()), json.dumps(spec)
+            fd, spec = str(theirs.fileno()), json.dumps(spec)
             self.proc = subprocess.Popen(
                 [resolve_command(cfg.command), ZYGOTE, "serve", fd, str(os.getpid()), spec, "--", *cfg.args],
-                pass_fds=[listener.fileno()],
+                pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=self._log,
@@ -175,7 +174,7 @@ class Zygote:
         return f" (stderr: {tail})" if tail else ""
 
     def close(self) -> None:
-        """Kill the zygote and its process group (its instances, if any are left, die with it) and remove its socket."""
+        """Kill the zygote and its process group (its instances, if any are left, die with it)."""
         if self.proc is not None:
             with contextlib.suppress(ProcessLookupError):  # its group: what the server's body started at import too
                 os.killpg(self.proc.pid, signal.SIGKILL)
@@ -184,9 +183,9 @@ class Zygote:
         if self._log is not None:
             self._log.close()
             self._log = None
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
+        if self._control is not None:
+            self._control.close()
+            self._control = None
 
 
 class NotForked(Exception):

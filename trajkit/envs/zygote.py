@@ -1,6 +1,6 @@
 """A fork server for one Python stdio MCP server.
 
-``PYTHON zygote.py serve LISTEN_FD CLIENT_PID SPEC -- ENTRY...`` runs on the server's own interpreter,
+``PYTHON zygote.py serve CONTROL_FD CLIENT_PID SPEC -- ENTRY...`` runs on the server's own interpreter,
 with its environment and cwd (ENTRY is ``-m MODULE ARGS...`` or ``SCRIPT ARGS...``, as the server's
 config says). In a mount namespace of its own where the host is read-only (``contain._contain`` with
 SPEC: no writable path), locked so (a user namespace's copy of it: the server's body runs with our
@@ -10,8 +10,10 @@ entry module imports (a module that writes files when imported fails here, and i
 instance in its own overlays) and, where the entry ends with an ``if __name__ == "__main__":`` block,
 runs the rest of the entry once as ``__main__`` with the server's ``sys.argv`` (``_prepare``), then
 imports what a rehearsal start of that block imports (``_rehearse``); nothing is served yet. Then it
-accepts instances on the listening unix socket: each request carries the instance's stdin, stdout and
-stderr and its containment spec; the zygote forks, and the child, contained as the spec says
+takes instances on CONTROL_FD, its end of a unix socket pair the client made (no path: nothing on disk
+outlives a killed client, and nothing an instance could connect to): each brings the zygote's end of a socket
+pair of the instance's own, and its request on that carries the instance's stdin, stdout and stderr and its
+containment spec; the zygote forks, and the child, contained as the spec says
 (``contain.run``), runs that ``__main__`` block alone, or, where there was none or the rest failed
 here, the whole entry module as ``__main__`` (``runpy``), as the ``contain.py`` launcher does. The
 zygote answers ``pid N`` at once and ``exit CODE`` when the instance is gone; ``term`` on the request's
@@ -267,7 +269,7 @@ def _outside(zygote: int) -> None:
     os._exit(code if code >= 0 else 128 - code)
 
 
-def serve(listen_fd: int, client: int, spec: dict, entry: list[str]) -> None:
+def serve(control_fd: int, client: int, spec: dict, entry: list[str]) -> None:
     import contextlib
     import gc
     import selectors
@@ -303,25 +305,28 @@ def serve(listen_fd: int, client: int, spec: dict, entry: list[str]) -> None:
         main = _prepare(path, tree, init, argv)
     threaded = threading.active_count() > 1  # what the server imports, or its body, started one
     if main is not None and not threaded and spec.get("rehearse", True):
-        _rehearse(main, [listen_fd])
+        _rehearse(main, [control_fd])
     if threading.active_count() > 1:  # a fork carries one thread: locks another one holds would stay held
         print("trajkit: a module this server imports starts a thread when imported", file=sys.stderr, flush=True)
         os._exit(THREADED if threaded else REHEARSED_THREAD)
     gc.collect()
     gc.freeze()  # what the instances inherit is never scanned (nor so copied) by their collector
-    listener = socket.socket(fileno=listen_fd)
+    control = socket.socket(fileno=control_fd)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)
     sel = selectors.DefaultSelector()
-    sel.register(listener, selectors.EVENT_READ, "accept")
+    sel.register(control, selectors.EVENT_READ, "new")
     sel.register(wake_r, selectors.EVENT_READ, "reap")
     instances: dict[int, socket.socket] = {}
     while True:
         for key, _ in sel.select():
-            if key.data == "accept":
-                sel.register(listener.accept()[0], selectors.EVENT_READ, "request")
+            if key.data == "new":
+                fds = socket.recv_fds(control, 16, 1)[1]
+                if not fds:  # the client is gone (its parent-death signal is on its way)
+                    os._exit(0)
+                sel.register(socket.socket(fileno=fds[0]), selectors.EVENT_READ, "request")
             elif key.data == "reap":
                 os.read(wake_r, 4096)
                 _reap(sel, instances)
