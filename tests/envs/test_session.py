@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests.fixtures.envs import RAW_SERVER
-from trajkit.envs import forks
+from trajkit.envs import stdio
 from trajkit.envs.config import ServerConfig
 from trajkit.envs.discovery import discover
 from trajkit.envs.env import ToolEnv
@@ -24,7 +24,7 @@ from trajkit.errors import UserError
 
 @pytest.mark.parametrize("forked", [False, True])
 async def test_results_errors_and_faults_of_one_connection(raw_server, forked):
-    """Spawned by the SDK's stdio client, or forked from a zygote (``Zygote.instance``): the same answers."""
+    """Spawned (``stdio.spawn``), or forked from a zygote (``Zygote.instance``): the same answers."""
     cfg = raw_server() if not forked else ServerConfig(command=sys.executable, args=[str(RAW_SERVER)])
     fork = Zygote("raw", cfg) if forked else None
     conn = Connection("raw", cfg, fork=fork)
@@ -62,17 +62,19 @@ def open_file_bytes() -> int:
     return sum(s.st_size for s in sizes if stat.S_ISREG(s.st_mode))
 
 
-async def test_a_message_over_the_cap_is_the_servers_fault(monkeypatch):
-    monkeypatch.setattr(forks, "MAX_LINE", 1 << 20)
+@pytest.mark.parametrize("forked", [False, True])
+async def test_a_message_over_the_cap_is_the_servers_fault(monkeypatch, forked):
+    monkeypatch.setattr(stdio, "MAX_LINE", 1 << 20)
     cfg = ServerConfig(command=sys.executable, args=[str(RAW_SERVER)])
-    fork = Zygote("raw", cfg)
+    fork = Zygote("raw", cfg) if forked else None
     conn = Connection("raw", cfg, fork=fork)
     try:
         with pytest.raises(ServerFault, match="during big .*a message from this server was over 1 MiB"):
             await conn.call("big", {"seconds": 2 << 20})
     finally:
         await conn.aclose()
-        fork.close()
+        if fork is not None:
+            fork.close()
 
 
 async def test_results_are_checked_against_the_harvested_output_schema_and_no_session_lists_tools(raw_server):

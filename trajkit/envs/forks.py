@@ -36,22 +36,17 @@ import socket
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trajkit.envs import contain
-from trajkit.envs.config import ServerConfig, child_environment, resolve_command
+from trajkit.envs.config import ServerConfig, resolve_command
+from trajkit.envs.stdio import Stderr, Streams, environment
 from trajkit.envs.zygote import REHEARSED_THREAD, THREADED
-
-if TYPE_CHECKING:
-    from trajkit.envs.session import Stderr
 
 ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
 PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
 MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 MAX_RESTARTS = 2
-STOP_S = 2.0  # as the SDK's stdio client: the wait for the exit after stdin closes, and after SIGTERM
-FLUSH_S = 0.5  # and for the last message to be written
-MAX_LINE = 32 << 20  # one JSON-RPC message from a server (a result with a few screenshots is a few MiB)
 log = logging.getLogger(__name__)
 
 
@@ -87,9 +82,8 @@ class Zygote:
     ) -> AsyncIterator[tuple[Any, Any]]:
         """One instance forked from the zygote, contained as ``launcher`` (``contain.wrap``'s arguments) says,
         its stderr written to ``errlog``: the (read, write) streams of an MCP session over its stdin and stdout,
-        as the SDK's ``stdio_client`` gives for a spawned server (no process is spawned for it). On the way out
-        as there: stdin closed, ``STOP_S`` for it to exit, SIGTERM, ``STOP_S``, SIGKILL. An instance whose
-        zygote died says so on ``errlog``. ``NotForked`` (before anything started) when there is no zygote to
+        as ``stdio.spawn`` gives for a spawned server (no process is spawned for it), and ended as there. An
+        instance whose zygote died says so on ``errlog``. ``NotForked`` (before anything started) when there is no zygote to
         ask (given up, or dead since it was checked), or it did not answer in ``timeout_s`` (alive but wedged, by a
         server's body, say: it is killed, and started again next time): the caller spawns the instance."""
         if not self._running():
@@ -120,7 +114,7 @@ class Zygote:
                 os.close(stdout[0])
         if not reply.startswith(b"pid "):
             raise NotForked("the fork server did not answer")
-        async with _Streams(loop, sock, stdin[1], stdout[0], errlog) as streams:
+        async with Streams(Forked(loop, sock), stdin[1], stdout[0], errlog) as streams:
             yield streams
 
     def _running(self) -> bool:
@@ -163,7 +157,7 @@ class Zygote:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=self._log,
-                env=_environment(cfg),
+                env=environment(cfg),
                 cwd=cfg.cwd,
                 start_new_session=True,
             )
@@ -192,99 +186,26 @@ class NotForked(Exception):
     """No zygote forked the instance (nothing started): it is spawned instead."""
 
 
-class _Streams:
-    """The MCP session's streams over a forked instance's pipes, and its shutdown (``Zygote.instance``)."""
+class Forked:
+    """A forked instance's status and signals, through its socket with the zygote (``Streams``' ``process``)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, stdin: int, stdout: int, errlog: Stderr):
-        import anyio
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket):
+        self.loop, self.sock = loop, sock
 
-        self.loop, self.sock, self.errlog = loop, sock, errlog
-        self._stdin, self._stdout = os.fdopen(stdin, "wb", 0), os.fdopen(stdout, "rb", 0)
-        self.to_session, self.read = anyio.create_memory_object_stream(0)
-        self.write, self.from_session = anyio.create_memory_object_stream(0)
-        self.status: asyncio.Future[int | None] = loop.create_future()  # None: the zygote went first
-        self._tasks: list[asyncio.Task] = []
-
-    async def __aenter__(self) -> tuple[Any, Any]:
-        self._tasks = [asyncio.create_task(c) for c in (self._watch(), self._reader(), self._writer())]
-        return self.read, self.write
-
-    async def __aexit__(self, *exc: object) -> None:
-        import anyio
-
-        with anyio.CancelScope(shield=True):
-            self.read.close()
-            self.write.close()
-            await asyncio.wait([self._tasks[2]], timeout=FLUSH_S)  # what the session sent last, flushed; then its
-            self._tasks[2].cancel()  # stdin is closed (the writer's last act): the MCP way to end a stdio server
-            for word in (b"term", None):  # then SIGTERM, then SIGKILL (the zygote kills it when we hang up)
-                await asyncio.wait([self.status], timeout=STOP_S)
-                if self.status.done() or word is None:
-                    break
-                with contextlib.suppress(OSError):
-                    self.sock.send(word)
-            self.sock.close()
-            for task in self._tasks:
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-            self._stdin.close()  # (where a pipe's transport never took it)
-            self._stdout.close()
-
-    async def _watch(self) -> None:
+    async def status(self) -> int | None:
+        """Its exit status; None: the zygote went first."""
         try:
             word = await self.loop.sock_recv(self.sock, 64)
         except OSError:
             word = b""
-        self.status.set_result(int(word.split()[1]) if word.startswith(b"exit ") else None)
-
-    async def _reader(self) -> None:
-        import anyio
-        from mcp.shared.message import SessionMessage
-        from mcp_types import jsonrpc_message_adapter
-
-        reader = asyncio.StreamReader(limit=MAX_LINE)
-        transport, _ = await self.loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), self._stdout)
-        try:
-            async with self.to_session:
-                while True:
-                    try:
-                        line = await reader.readline()
-                    except ValueError:  # over MAX_LINE (not kept): the server's fault, and the end of its session
-                        self.errlog.note(f"trajkit: a message from this server was over {MAX_LINE >> 20} MiB")
-                        return
-                    if not line:
-                        break
-                    text = line.decode(errors="replace").removesuffix("\n")
-                    try:
-                        message = SessionMessage(jsonrpc_message_adapter.validate_json(text, by_name=False))
-                    except ValueError as e:  # not JSON-RPC: the session's message handler records the line
-                        message = e
-                    with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
-                        await self.to_session.send(message)  # (the session gone: what is left is drained, so
-                        # a server writing on its way out never blocks on a full pipe)
-                await asyncio.wait([self.status], timeout=1)  # the instance is gone: with its zygote?
-                if self.status.done() and self.status.result() is None:
-                    self.errlog.note("trajkit: the fork server exited, and this server with it")
         finally:
-            transport.close()
+            self.sock.close()
+        return int(word.split()[1]) if word.startswith(b"exit ") else None
 
-    async def _writer(self) -> None:
-        transport, protocol = await self.loop.connect_write_pipe(asyncio.streams.FlowControlMixin, self._stdin)
-        writer = asyncio.StreamWriter(transport, protocol, None, self.loop)
-        try:
-            async with self.from_session:
-                async for message in self.from_session:
-                    writer.write(message.message.model_dump_json(by_alias=True, exclude_unset=True).encode() + b"\n")
-                    await writer.drain()
-        except Exception:  # noqa: BLE001 - the instance closed its stdin (gone): the session hears of it once
-            await asyncio.wait([self._tasks[1]], timeout=1)  # the reader has its reason on errlog
-            self.to_session.close()
-        finally:
-            transport.close()
+    def term(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.send(b"term")
 
-
-def _environment(cfg: ServerConfig) -> dict[str, str]:
-    """The environment a spawned instance gets: the MCP SDK's safe defaults, then ``child_environment``."""
-    from mcp.client.stdio import get_default_environment
-
-    return get_default_environment() | child_environment(cfg)
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):  # the zygote kills an instance whose client hangs up
+            self.sock.shutdown(socket.SHUT_RDWR)

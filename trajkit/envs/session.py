@@ -9,8 +9,8 @@ start, crashes, hangs or answers garbage raises ``ServerFault`` (a reason for
 the trajectory to fail); an error the tool itself reports is an ordinary
 ``ToolOutput`` with ``is_error`` set, for the model to read. A missing
 ``${VAR}`` of the server's env or headers is the user's error (``UserError``),
-not the server's. The SDK kills the server's whole process group on every exit
-path, cancellation included. A fault's reason says ``timed out after`` exactly
+not the server's. A stdio server's transport (``stdio.py``) ends its whole
+process group on every exit path, cancellation included. A fault's reason says ``timed out after`` exactly
 when a start or a call timed out (``TIMED_OUT``: the fault a retry may cure).
 
 ``${SESSION_DIR}`` in a stdio server's command, args, env or cwd becomes a
@@ -23,8 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
-import os
 import sys
 import tempfile
 import time
@@ -32,21 +30,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from trajkit.envs import contain
-from trajkit.envs.config import ServerConfig, child_environment, resolve_command
+from trajkit.envs.config import ServerConfig, resolve_command
 from trajkit.envs.forks import NotForked, Zygote
+from trajkit.envs.stdio import Stderr, environment, spawn
 from trajkit.envs.structured import OutputCheck
 from trajkit.errors import UserError
 
-STDERR_TAIL_CHARS = 300
 TIMED_OUT = "timed out after"  # in a fault's reason: a start or a call that timed out
-
-
-def _not_parse_noise(record: logging.LogRecord) -> bool:
-    # The SDK logs a traceback for every non-JSON-RPC stdout line; Connection records the line itself.
-    return not record.getMessage().startswith("Failed to parse JSONRPC message")
-
-
-logging.getLogger("mcp.client.stdio").addFilter(_not_parse_noise)
 
 
 class ServerFault(Exception):
@@ -107,52 +97,6 @@ def render_content(result: Any) -> tuple[str, list[dict[str, Any]]]:
     if not parts and result.structured_content is not None:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False, sort_keys=True))
     return "\n".join(parts), media
-
-
-class Stderr(asyncio.Protocol):
-    """A server's stderr: a pipe (``fileno``, the end it writes) whose last ``KEEP`` bytes the client keeps for
-    fault reasons (``tail``). Nothing goes to disk: a server that writes stderr forever costs reads, not space."""
-
-    KEEP = 4 * STDERR_TAIL_CHARS
-
-    def __init__(self) -> None:
-        self.kept = b""
-        self.notes: list[str] = []
-        self._r, self._w = os.pipe()
-        self._transport: Any = None
-
-    @classmethod
-    async def open(cls) -> Stderr:
-        stderr = cls()
-        pipe = os.fdopen(stderr._r, "rb", 0)
-        stderr._transport, _ = await asyncio.get_running_loop().connect_read_pipe(lambda: stderr, pipe)
-        return stderr
-
-    def data_received(self, data: bytes) -> None:
-        self.kept = (self.kept + data)[-self.KEEP :]
-
-    def note(self, text: str) -> None:
-        """A line of the client's own about the server: the tail ends with it, whatever the server wrote after."""
-        self.notes.append(text)
-
-    def fileno(self) -> int:
-        return self._w
-
-    def tail(self) -> str:
-        """`` (stderr: ...)`` with the last line(s) written, those not yet read included; or ``""``."""
-        with contextlib.suppress(OSError):  # (BlockingIOError: nothing more; a flood is read up to a bound)
-            for _ in range(16):
-                if not (chunk := os.read(self._r, 1 << 16)):
-                    break
-                self.data_received(chunk)
-        text = self.kept.decode(errors="replace")
-        tail = " | ".join(line.strip() for line in text.splitlines() if line.strip())[-STDERR_TAIL_CHARS:]
-        tail = " | ".join(filter(None, [tail, *self.notes]))
-        return f" (stderr: {tail})" if tail else ""
-
-    def close(self) -> None:
-        self._transport.close()
-        os.close(self._w)
 
 
 class Connection:
@@ -246,8 +190,6 @@ class Connection:
 
     async def _transport(self, stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
         if self.cfg.transport == "stdio":
-            from mcp.client.stdio import StdioServerParameters, stdio_client
-
             self._stderr = await Stderr.open()  # closed in _own's finally, after a failure's reason read its tail
             workdir = None
             if self.cfg.uses_session_dir:
@@ -261,14 +203,8 @@ class Connection:
                     with contextlib.suppress(NotForked):  # no zygote (given up, or dead): spawned
                         instance = self.fork.instance(args, self._stderr, self.startup_timeout_s)
                         return await stack.enter_async_context(instance)
-            params = StdioServerParameters(
-                command=command,
-                args=args,
-                env=child_environment(cfg),
-                cwd=cfg.cwd,
-                encoding_error_handler="replace",
-            )
-            return await stack.enter_async_context(stdio_client(params, errlog=self._stderr))
+            spawned = spawn([command, *args], environment(cfg), cfg.cwd, self._stderr)
+            return await stack.enter_async_context(spawned)
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
 
