@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import glob
 import os
 import signal
 import subprocess
@@ -78,7 +79,7 @@ def test_ctrl_c_shuts_every_server_down(tmp_path):
 def test_a_killed_client_takes_its_contained_servers_with_it(tmp_path):
     """SIGKILL gives no chance to shut anything down (a Ray worker killed mid-shard): the servers' launchers and
     the fork server die with their parent, and with each its namespace, even servers that ignore their closed
-    stdin; and the client's temporary folder keeps nothing of theirs."""
+    stdin; and neither the client's temporary folder nor the cgroups keep anything of theirs."""
     proc = subprocess.Popen(
         [sys.executable, str(Path(__file__).parent / "interrupt_run.py"), str(RAW_SERVER), "--linger"],
         stdout=subprocess.PIPE,
@@ -101,6 +102,9 @@ def test_a_killed_client_takes_its_contained_servers_with_it(tmp_path):
         time.sleep(0.05)
     assert not [p.pid for p in started if _alive(p.pid)]
     assert os.listdir(tmp_path) == []
+    pids = {str(p.pid) for p in started}  # (a launcher's cgroup is named after it, a forked instance's too)
+    cgroups = glob.glob("/sys/fs/cgroup/**/trajkit-*-env-0", recursive=True)
+    assert not [c for c in cgroups if c.split("-")[-3] in pids]
 
 
 def _alive(pid: int) -> bool:

@@ -53,11 +53,11 @@ def _ours(name: str, folder: str) -> object:
             sys.modules.pop(plain, None)
 
 
-def _die_with_parent() -> None:
-    """SIGKILL when the parent exits (``PR_SET_PDEATHSIG``; without isolation.py's imports)."""
+def _die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """``sig`` when the parent exits (``PR_SET_PDEATHSIG``; without isolation.py's imports)."""
     import ctypes
 
-    if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0):
+    if ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0):
         raise OSError(ctypes.get_errno(), "prctl PR_SET_PDEATHSIG")
 
 
@@ -259,12 +259,15 @@ def _instance(spec: dict, fds: list[int], entry: list[str], own: list, run: Call
         os._exit(code)
 
 
-def _outside(zygote: int) -> None:
+def _outside(zygote: int, contain: object) -> None:
     """The client's child, outside the zygote's PID namespace: killed, it takes the zygote and so the whole
-    namespace with it (the zygote's parent-death signal); otherwise it ends with the zygote's status."""
+    namespace with it (the zygote's parent-death signal); signalled (its client died: its parent-death signal),
+    it kills the zygote, and then removes what the instances, killed with it, could not (``contain.sweep``).
+    Otherwise it ends with the zygote's status."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda _s, _f: os.kill(zygote, signal.SIGKILL))
     _, status = os.waitpid(zygote, 0)
+    contain.sweep()
     code = os.waitstatus_to_exitcode(status)
     os._exit(code if code >= 0 else 128 - code)
 
@@ -275,7 +278,7 @@ def serve(control_fd: int, client: int, spec: dict, entry: list[str]) -> None:
     import selectors
     import threading
 
-    _die_with_parent()
+    _die_with_parent(signal.SIGTERM)  # (to _outside, below)
     if os.getppid() != client:  # the client died before the line above
         return
     contain = _ours("contain", _here)
@@ -285,7 +288,7 @@ def serve(control_fd: int, client: int, spec: dict, entry: list[str]) -> None:
     userns = contain.iso.enter_namespaces(flags)
     zygote = os.fork()  # PID 1 of the new namespace: what the server's body starts there dies with it
     if zygote:
-        _outside(zygote)
+        _outside(zygote, contain)
     _die_with_parent()
     contain._contain(spec, userns)  # the host read-only to what the imports do: only the instances may write
     # and for good: copied into a user namespace's mount namespace, read-only mounts stay read-only (the kernel
