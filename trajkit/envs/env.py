@@ -265,6 +265,8 @@ class ToolEnv:
             raise ServerFault("the tool environment is closed")
         if not shared and name not in self.forks:
             self.forks[name] = Zygote(name, cfg) if python_entry(cfg) else None
+        if name in self.output_checks:
+            self.output_checks[name].start()
         conn = Connection(
             name,
             cfg,

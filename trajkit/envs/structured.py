@@ -12,13 +12,9 @@ behind its own, not another's.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import functools
 import json
 import resource
-import select
-import subprocess
 import sys
 from typing import Any
 
@@ -63,15 +59,24 @@ class OutputCheck:
     """The output schemas (JSON text by tool) of one server's tools, and the process that checks its results."""
 
     def __init__(self, schemas: dict[str, str]):
+        import concurrent.futures  # (here, as each import of the client's: the checking process needs none)
+
         self.schemas = schemas
-        self._proc: subprocess.Popen | None = None
+        self._proc: Any = None
         self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="output-check")
         self._closed = False
+
+    def start(self) -> None:
+        """Start the checking process in the background (at a server's start: ready by its first result)."""
+        if self._proc is None:
+            self._thread.submit(self._started)
 
     async def check(self, tool: str, result: Any) -> None:
         """A successful result of a tool that declares an output schema must carry structured content that fits it
         (as the MCP spec says and the SDK checks), checked within ``CHECK_S``; RuntimeError otherwise."""
         schema = self.schemas.get(tool)
+        import asyncio
+
         if schema is None or result.is_error:
             return
         if result.structured_content is None:
@@ -84,18 +89,17 @@ class OutputCheck:
 
     def _ask(self, tool: str, request: bytes) -> str | None:
         """In the check's thread: the checking process's answer, or why there is none (it is killed then)."""
+        import select
+
         if self._closed:
             return "the tool environment is closed"
-        if self._proc is None:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-            )
         try:
-            self._proc.stdin.write(request)
-            self._proc.stdin.flush()
-            if not select.select([self._proc.stdout], [], [], CHECK_S)[0]:
+            proc = self._started()
+            proc.stdin.write(request)
+            proc.stdin.flush()
+            if not select.select([proc.stdout], [], [], CHECK_S)[0]:
                 reason = f"checking the result of tool {tool} against its output schema took over {CHECK_S:g}s"
-            elif answer := self._proc.stdout.readline():
+            elif answer := proc.stdout.readline():
                 return json.loads(answer)
             else:
                 reason = f"the process checking tool {tool}'s result against its output schema exited"
@@ -103,6 +107,18 @@ class OutputCheck:
             reason = f"checking the result of tool {tool} against its output schema failed: {e}"
         self._stop()
         return reason
+
+    def _started(self) -> Any:
+        """The checking process, started if need be (in the check's thread), once its imports are done (not a
+        check's time: it says so on its first line)."""
+        import subprocess
+
+        if self._proc is None:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            )
+            self._proc.stdout.readline()
+        return self._proc
 
     def _stop(self) -> None:
         if self._proc is not None:
@@ -127,6 +143,9 @@ def _serve() -> None:
 
     _die_with_parent()
     resource.setrlimit(resource.RLIMIT_AS, (MAX_MEMORY, MAX_MEMORY))
+    output_validator('{"type": "object"}')  # (the imports)
+    sys.stdout.buffer.write(b"ready\n")
+    sys.stdout.buffer.flush()
     for line in sys.stdin.buffer:
         reason = problem(*json.loads(line))
         sys.stdout.buffer.write(json.dumps(reason and reason[:MAX_ANSWER]).encode() + b"\n")
