@@ -11,8 +11,9 @@ trajectories, runs on
   CPUs (the driver's) and one worker node with ``--world-size`` CPUs;
 * ``ray-2``: the same with ``--world-size`` worker nodes of one CPU each,
 
-in that order, ``--repeats`` times (the machine is shared: rows side by side, and
-the spread between repeats is the noise). Each cluster is started before its run
+``--repeats`` times, each repeat starting with the next executor of the three (the
+machine is shared: rows side by side, medians over the repeats at the end, and the
+spread between repeats is the noise). Each cluster is started before its run
 and stopped after it; its start is a fixed cost, reported apart.
 
 The kv server is declared ``state: stateless``: each shard shares a pool of
@@ -67,6 +68,7 @@ import json
 import multiprocessing as mp
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -285,12 +287,13 @@ def main() -> None:
     bound = args.per_shard * TURNS * args.delay / args.concurrency
     results = []
     with tempfile.TemporaryDirectory() as tmp:
+        executors = [
+            ("local", run_local),
+            ("ray-1", lambda run, cfg, world: run_ray(run, cfg, world, 1)),
+            ("ray-2", lambda run, cfg, world: run_ray(run, cfg, world, world)),
+        ]
         for rep in range(args.repeats):
-            for name, launch in (
-                ("local", run_local),
-                ("ray-1", lambda run, cfg, world: run_ray(run, cfg, world, 1)),
-                ("ray-2", lambda run, cfg, world: run_ray(run, cfg, world, world)),
-            ):
+            for name, launch in executors[rep % 3 :] + executors[: rep % 3]:  # each repeat starts with the next
                 run = Path(tmp) / f"{name}-{rep}"
                 cfg = prepare(run, n, urls, args.concurrency)
                 results.append((rep, name, launch(run, cfg, world)))
@@ -322,6 +325,26 @@ def main() -> None:
         print(
             f"{name:<8} {n / r['wall']:>7.1f} {r['wall']:>7.1f} {shard:>8.1f} {shard / bound:>8.2f} "
             f"{overhead:>11.2f} {100 * overhead / shard:>9.1f}% {added} {start:>8}  {per_node}{head}"
+        )
+    summary(results, local)
+
+
+def summary(results: list, local: dict[int, float]) -> None:
+    """Medians over the repeats: each Ray run's overhead and what it adds over local's, as shares of its shard, and
+    shards' CPU-seconds (their processes and the servers they started; Ray's own are in the table) over local's in
+    the same repeat, both over the same trajectories."""
+    cpu = {(rep, name): sum(c for c, _, _ in r["nodes"].values()) for rep, name, r in results}
+    print(f"\nmedians over {len({rep for rep, _, _ in results})} repeats:")
+    for executor in sorted({name for _, name, _ in results} - {"local"}):
+        runs = [(rep, r) for rep, name, r in results if name == executor]
+        total = [(r["wall"] - slowest(r)) / slowest(r) for _, r in runs]
+        added = [(r["wall"] - slowest(r) - local[rep]) / slowest(r) for rep, r in runs]
+        ratio = [cpu[rep, executor] / cpu[rep, "local"] for rep, _ in runs]
+        print(
+            f"{executor}: Ray adds {100 * statistics.median(added):.1f}% of a shard "
+            f"(runs: {', '.join(f'{100 * a:.1f}' for a in added)}), overhead in all "
+            f"{100 * statistics.median(total):.1f}% (runs: {', '.join(f'{100 * t:.1f}' for t in total)}); "
+            f"shards' CPU-s per trajectory {statistics.median(ratio):.2f}x local's (runs: {', '.join(f'{x:.2f}' for x in ratio)})"
         )
 
 

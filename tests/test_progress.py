@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from trajkit import runner
+from trajkit import progress
 from trajkit.config import StageConfig
 from trajkit.runner import StageSpec, run_stage
 from trajkit.store import Store
@@ -23,7 +23,7 @@ def run_slow(ctx, cfg: SlowConfig) -> dict:
 
 
 def test_plain_progress_lines_when_not_a_terminal(run_dir, monkeypatch, capsys):
-    monkeypatch.setattr(runner, "PLAIN_PROGRESS_S", 0.05)
+    monkeypatch.setattr(progress, "PLAIN_PROGRESS_S", 0.05)
     run_stage(Store(run_dir), StageSpec("test.slow", SlowConfig, run_slow), SlowConfig())
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("slow items: ")]
     assert len(lines) >= 3, lines

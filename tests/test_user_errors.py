@@ -566,8 +566,8 @@ def test_a_command_stopped_by_bad_input_leaves_no_run_folder_it_made(tmp_path):
 def test_a_stage_of_another_kind_under_the_same_name(run_dir):
     """``curate filter`` and ``synth filter`` are both ``filter`` by default: the second was skipped as complete."""
     assert CliRunner().invoke(app, ["curate", "filter", "--zero-variance", "-r", str(run_dir)]).exit_code == 0
-    for fresh in ([], ["--fresh"]):  # nor is the other stage's output dropped
-        message = user_error("synth", "filter", "-r", str(run_dir), *fresh)
+    for extra in ([], ["--fresh"], ["--fresh", "--executor", "ray"]):  # nor is the other stage's output dropped
+        message = user_error("synth", "filter", "-r", str(run_dir), *extra)
         assert message == (
             f"stage 'filter' in {run_dir} is a curate.filter stage, not synth.filter; give this one another name "
             "(--name, or name: in a pipeline file)"

@@ -22,7 +22,6 @@ import functools
 import hashlib
 import json
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -38,6 +37,7 @@ from trajkit import schema as S
 from trajkit.concurrency import bounded, cpus
 from trajkit.config import StageConfig, config_differences, config_hash, hashed_dict
 from trajkit.errors import Fenced, StageStopped, UserError
+from trajkit.progress import console, display, to_file
 from trajkit.redact import Redactor, clean_endpoint, clean_endpoints
 from trajkit.store import STAGES_DIR, ShardWriter, Store, atomic_write_json, remove_empty_tree
 
@@ -172,6 +172,7 @@ class StageContext:
     usage: Usage = field(default_factory=Usage)
     counts: Counter = field(default_factory=Counter)
     quiet: bool = False
+    progress_file: Path | None = None
     _writers: dict[str, ShardWriter] = field(default_factory=dict)
     _rejected: set[str] | None = None
 
@@ -333,64 +334,28 @@ class StageContext:
             from rich.markup import escape  # messages carry server and model text: shown literally
 
             text = escape(redact.current().text(message))
-            _console().print(f"[dim]{escape(self.name)}[/]: {text}", highlight=False)
+            console().print(f"[dim]{escape(self.name)}[/]: {text}", highlight=False)
 
     @contextlib.contextmanager
     def progress(self, total: int | None, description: str = "") -> Iterator[Callable[[int], None]]:
-        """A rich progress bar with counts and rate; yields ``advance(n=1)``."""
-        if self.quiet:
-            yield lambda n=1: None
-            return
-        if not _console().is_terminal:
-            with _plain_progress(f"{self.name} {description}", total) as advance:
-                yield advance
-            return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        columns = [TextColumn(f"{self.name} {description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()]
-        with Progress(*columns, console=_console(), transient=False) as bar:
-            task = bar.add_task(description, total=total)
-            start = time.monotonic()
+        """Items done of ``total``, shown as ``trajkit.progress`` does (for a shard on a cluster: in its
+        ``progress_file``, for the driver to show); yields ``advance(n=1)``."""
+        if self.progress_file is not None:
+            shown = to_file(self.progress_file, description)
+        elif self.quiet:
+            shown = contextlib.nullcontext(lambda done, total: None)
+        else:
+            shown = display(f"{self.name} {description}")
+        done = 0
+        with shown as show:
+            show(done, total)
 
             def advance(n: int = 1) -> None:
-                bar.advance(task, n)
+                nonlocal done
+                done += n
+                show(done, total)
 
             yield advance
-            done = bar.tasks[0].completed
-            bar.update(task, description=f"{done / max(time.monotonic() - start, 1e-9):.1f}/s")
-
-
-PLAIN_PROGRESS_S = 10.0
-
-
-@contextlib.contextmanager
-def _plain_progress(label: str, total: int | None) -> Iterator[Callable[[int], None]]:
-    """Progress for logs (output not a terminal): a plain line every ``PLAIN_PROGRESS_S`` and at the end."""
-    done, start, stop = [0], time.monotonic(), threading.Event()
-
-    def line() -> None:
-        of = "" if total is None else f" of {total}"
-        print(f"{label}: {done[0]}{of} in {time.monotonic() - start:.0f}s", file=sys.stderr, flush=True)
-
-    def tick() -> None:
-        while not stop.wait(PLAIN_PROGRESS_S):
-            line()
-
-    thread = threading.Thread(target=tick, daemon=True)
-    thread.start()
-    try:
-        yield lambda n=1: done.__setitem__(0, done[0] + n)
-    finally:
-        stop.set()
-        thread.join()
-        line()
-
-
-@functools.cache
-def _console():
-    from rich.console import Console
-
-    return Console(stderr=True, soft_wrap=True)  # a log line stays one line, whatever the width
 
 
 @functools.cache
@@ -469,8 +434,10 @@ def run_stage(
     quiet: bool = False,
     budget_tokens: int | None = None,
     budget_cost: float | None = None,
+    progress_file: Path | None = None,
 ) -> dict[str, Any]:
-    """Run (or resume, or skip) one stage and return its manifest."""
+    """Run (or resume, or skip) one stage and return its manifest. ``progress_file``: where a shard run by
+    another process's executor keeps its progress (``trajkit.progress.to_file``)."""
     name = name or spec.kind.split(".")[-1]
     check_runner_options(rank, world_size, budget_tokens, budget_cost)
     redact.activate(Redactor.for_stage(cfg))  # rows, manifests, log lines and cache entries go through it
@@ -489,7 +456,7 @@ def run_stage(
                     f"it wrote; rerun with --fresh to redo it"
                 )
         if not quiet:
-            _console().print(f"[dim]{name}[/]: already complete, skipped{_summary(done, spec)}", highlight=False)
+            console().print(f"[dim]{name}[/]: already complete, skipped{_summary(done, spec)}", highlight=False)
         return done
     # the stage's folders this run makes, removed if it fails leaving them empty; not with other ranks
     # starting beside it in the same folders
@@ -504,7 +471,7 @@ def run_stage(
             ),
         )
     usage = Usage(budget_tokens, budget_cost, served_file=store.stage_dir(name) / "_served.json")
-    ctx = StageContext(store, name, spec.kind, rank, world_size, usage, quiet=quiet)
+    ctx = StageContext(store, name, spec.kind, rank, world_size, usage, quiet=quiet, progress_file=progress_file)
     started, t0 = _now(), time.monotonic()
     inputs = {t: {"rows": store.count(t), "shards": len(store.shards(t))} for t in spec.inputs}
     try:
@@ -555,7 +522,7 @@ def run_stage(
     store.lease.check()
     atomic_write_json(store.manifest_path(name, rank, world_size), redact.current().value(manifest))
     if not quiet:
-        _console().print(
+        console().print(
             f"[dim]{name}[/]: done in {manifest['seconds']:.1f}s{_summary(manifest, spec)}", highlight=False
         )
     return manifest

@@ -136,12 +136,12 @@ class ShardWriter:
         self._seq = store._next_seq(table, self.stage, rank)
 
     def write(self, rows: dict[str, Any] | Iterable[dict[str, Any]] | pa.Table) -> None:
-        """Validate and buffer rows (cast to the table's schema); full shards are written at once."""
+        """Validate and buffer rows (cast to the table's schema); full shards are written at once, redacted."""
         if not isinstance(rows, pa.Table):
             rows = [rows] if isinstance(rows, dict) else list(rows)
             if not rows:
                 return
-        data = redact.current().table(S.to_batch(self.table, rows))
+        data = S.to_batch(self.table, rows)
         self._pending.append(data)
         self._buffered += len(data)
         while self._buffered >= self.rows_per_shard:
@@ -153,6 +153,7 @@ class ShardWriter:
         self._pending = [rest] if len(rest) else []
         self._buffered = len(rest)
         path = self.store.table_dir(self.table) / f"{self.stage}-r{self.rank}-{self._seq:06d}.parquet"
+        shard = redact.current().table(shard)  # once per shard: a call per small write cost more than the stage
         shard = shard.replace_schema_metadata({**(shard.schema.metadata or {}), redact.SHARD_MARK: b"1"})
         _write_parquet_atomic(path, shard.combine_chunks(), self.store.lease)
         self._seq += 1

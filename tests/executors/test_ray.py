@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -77,7 +78,7 @@ def _running(process) -> bool:
         return False
 
 
-def test_rollouts_on_ray_equal_local(tmp_path, ray_cluster, calculator_rows, model_server):
+def test_rollouts_on_ray_equal_local(tmp_path, ray_cluster, calculator_rows, model_server, capsys):
     base = with_servers(tmp_path / "base", calculator_rows)
     cfgs = pipeline_configs(model_server)
     stage(base, "synth.tasks", cfgs["tasks"])
@@ -86,8 +87,14 @@ def test_rollouts_on_ray_equal_local(tmp_path, ray_cluster, calculator_rows, mod
     shutil.copytree(base, on_ray)
     rollouts = {"model": model(model_server), "pool_size": 1, "concurrency": 4}
     assert stage(local, "synth.rollouts", rollouts)["cpus"] == len(os.sched_getaffinity(0))
+    capsys.readouterr()
     result = run_command("synth.rollouts", on_ray, {**rollouts}, world_size=2, executor="ray", address=ray_cluster)
     manifests = result["shards"]
+    # the driver shows the items done across both shards, from the files they keep and it removes at the end
+    (last,) = re.findall(r"^rollouts \(2 shards\): (\d+) of (\d+) in \d+s$", capsys.readouterr().err, re.MULTILINE)[-1:]
+    trajectories = Store(on_ray).count("trajectories", stage="rollouts")
+    assert last == (str(trajectories), str(trajectories)) and trajectories > 2
+    assert not list(Store(on_ray).stage_dir("rollouts").glob("_progress*"))
     assert [m["rank"] for m in manifests] == [0, 1] and all(m["counts"] for m in manifests)
     assert len({m["node"] for m in manifests}) >= 1
     assert [Store(on_ray).manifest("rollouts", r, 2)["rank"] for r in (0, 1)] == [0, 1]

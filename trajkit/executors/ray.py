@@ -51,14 +51,16 @@ def run_on_ray(
 ) -> dict[str, Any]:
     """Run the stage's ``world_size`` shards on Ray; return ``{"stage", "world_size", "shards"}`` (their
     manifests, rank order) and, for a stage with a report, ``"summary"``: the report over every shard's rows."""
-    from trajkit.runner import StageContext, _console, check_config, code_version
+    from trajkit.progress import SHARD_PROGRESS_S, console, display, read_shards
+    from trajkit.runner import StageContext, check_config, code_version
     from trajkit.store import Store
 
     ray = _ray()
     store = Store(root, create=True)
-    check_config(store, name, cfg, fresh)  # one-line config errors before anything starts
+    check_config(store, name, cfg, fresh, spec.kind)  # one-line config errors before anything starts
     version = code_version()
-    with cluster(address):
+    folder = store.stage_dir(name)
+    with cluster(address), display(f"{name} ({world_size} shards)") as show, _progress_files(folder):
         shard = ray.remote(num_cpus=shard_cpus(ray, world_size), max_retries=SHARD_RETRIES)(_shard)
         pending = {
             shard.remote(str(store.root), spec, cfg, name, r, world_size, budget_tokens, budget_cost, version): r
@@ -67,7 +69,10 @@ def run_on_ray(
         manifests: dict[int, dict[str, Any]] = {}
         t0 = time.monotonic()
         while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=SHARD_PROGRESS_S)
+            show(*read_shards(folder, world_size))
+            if not ready:
+                continue
             rank = pending.pop(ready[0])
             try:
                 manifests[rank] = ray.get(ready[0])
@@ -77,7 +82,7 @@ def run_on_ray(
                 cause = e.cause if isinstance(e.cause, Exception) else e
                 raise cause from None
             rows = sum(v for k, v in manifests[rank]["counts"].items() if k.startswith("rows."))
-            _console().print(
+            console().print(
                 f"[dim]{name}[/]: shard {rank} done on {manifests[rank]['node']} "
                 f"({len(manifests)}/{world_size} shards, {rows} rows, {time.monotonic() - t0:.1f}s)",
                 highlight=False,
@@ -117,6 +122,21 @@ def cluster(address: str | None) -> Iterator[None]:
             remove_session(Path(context.address_info["session_dir"]))
 
 
+@contextlib.contextmanager
+def _progress_files(folder: Path) -> Iterator[None]:
+    """The stage's shards' progress files: those an earlier run left removed first, these at the end."""
+
+    def remove() -> None:
+        for path in folder.glob("_progress-r*.json"):
+            path.unlink(missing_ok=True)
+
+    remove()
+    try:
+        yield
+    finally:
+        remove()
+
+
 def remove_session(session: Path) -> None:
     """Delete the session folder (logs, sockets) of a cluster this run started and stopped, and the
     ``session_latest`` link where it still points there; other clusters' sessions are left alone."""
@@ -132,6 +152,7 @@ def _shard(root, spec, cfg, name, rank, world_size, budget_tokens, budget_cost, 
     import ray
 
     from trajkit.concurrency import cpu_share
+    from trajkit.progress import shard_file
     from trajkit.runner import code_version, run_stage
     from trajkit.store import Store
 
@@ -153,6 +174,7 @@ def _shard(root, spec, cfg, name, rank, world_size, budget_tokens, budget_cost, 
                 quiet=True,
                 budget_tokens=budget_tokens,
                 budget_cost=budget_cost,
+                progress_file=shard_file(Store(root).stage_dir(name), rank),
             )
     except (UserError, StageStopped) as e:  # say where: a node that cannot start the servers or sandbox
         raise type(e)(f"shard {rank} on node {node_id[:8]} ({_address(ray, node_id)}): {e}") from None
