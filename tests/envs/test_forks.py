@@ -26,6 +26,7 @@ from trajkit.envs.discovery import discover
 from trajkit.envs.env import ToolEnv
 from trajkit.envs.forks import Zygote, python_entry
 from trajkit.envs.session import Connection, ServerFault
+from trajkit.envs.zygote import UNFIT
 
 WHOAMI = os.path.join(os.path.dirname(__file__), "servers", "whoami.py")
 
@@ -296,9 +297,10 @@ if __name__ == "__main__":
 """
 
 
-async def test_what_the_servers_body_starts_in_the_zygote_dies_with_it(tmp_path):
-    """The zygote is PID 1 of a namespace of its own: what the server's body starts there, even a process that
-    left its session, dies with it."""
+async def test_a_server_whose_body_starts_a_process_is_spawned_and_the_process_dies_with_the_zygote(tmp_path):
+    """A process the server's body leaves running in the zygote (even one that left its session) would live as
+    long as the env, beside every trajectory's instances: the zygote exits (PID 1 of a namespace of its own, it
+    takes the process with it) and the server's instances are spawned, each with its own."""
     marker = f"trajkit-zygote-child-{os.getpid()}"
     script = tmp_path / "daemon.py"
     script.write_text(DAEMON.replace("MARKER", marker))
@@ -311,11 +313,12 @@ async def test_what_the_servers_body_starts_in_the_zygote_dies_with_it(tmp_path)
     async with ToolEnv(rows, config=config) as env:
         async with env.episode() as ep:
             assert (await ep.call("daemon", "ping", {})).text == "pong"
-        assert env.forks["daemon"].proc is not None
-        alive = started()
-        assert alive  # the body ran once, in the zygote
+            alive = started()
+            assert len(alive) == 1  # the spawned instance's own (the zygote's is gone)
+        fork = env.forks["daemon"]  # (gone, it is found so at the next start)
+        assert fork.proc.wait(timeout=10) == UNFIT and "trajkit: this server starts a process" in fork._tail()
     _, left = psutil.wait_procs(alive, timeout=10)
-    assert not left
+    assert not left and not started()
 
 
 NETWORK_AT_IMPORT = """

@@ -17,7 +17,8 @@ once, with the server's ``sys.argv``; each instance then runs only that block. S
 creates at import (its tool registry, a module-level dict) is made once and copied into every
 instance as it was then: memory is private after the fork, so nothing one instance does reaches
 another, and each starts from the same fresh state a spawned one would (``random`` is reseeded; a
-thread started at import would not survive a fork, so such a module runs whole in each instance).
+thread started at import would not survive a fork, and a process started there would be one for every
+instance, beside all of them: such a server's instances are spawned).
 A zygote that dies is started again (its running instances die with it: their trajectories fail
 with the reason); after ``MAX_RESTARTS`` its server's instances are spawned. Either way a warning
 names the reason, and a start that found no zygote spawns its instance.
@@ -41,7 +42,7 @@ from typing import Any
 from trajkit.envs import contain
 from trajkit.envs.config import ServerConfig, resolve_command
 from trajkit.envs.stdio import Stderr, Streams, environment
-from trajkit.envs.zygote import REHEARSED_THREAD, THREADED
+from trajkit.envs.zygote import REHEARSED_UNFIT, UNFIT
 
 ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
 PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
@@ -125,9 +126,9 @@ class Zygote:
                 return True
             code, reason = self.proc.returncode, f"exited with status {self.proc.returncode}{self._tail()}"
             self.close()
-            if code == REHEARSED_THREAD:  # what its rehearsal imported started a thread: again, without
+            if code == REHEARSED_UNFIT:  # what its rehearsal found started a thread or a process: again, without
                 self.rehearse = False
-            elif code == THREADED or self.restarts >= MAX_RESTARTS:
+            elif code == UNFIT or self.restarts >= MAX_RESTARTS:
                 self.gone = reason
                 log.warning("fork server of %r %s; its instances are spawned from now on", self.name, reason)
                 return False

@@ -146,8 +146,8 @@ def _prepare(path: str, tree: object, init: dict, argv: list[str]) -> object | N
 
 
 REHEARSAL_S = 2.0
-THREADED = 75  # the zygote's exit status when a module the server imports started a thread: it cannot fork
-REHEARSED_THREAD = 76  # when one its rehearsal found did: it is started again without the rehearsal
+UNFIT = 75  # the zygote's exit status when what the server imports started a thread or a process: it cannot fork
+REHEARSED_UNFIT = 76  # when what its rehearsal found did: it is started again without the rehearsal
 
 
 def _rehearse(main: object, close: list[int]) -> None:
@@ -155,7 +155,7 @@ def _rehearse(main: object, close: list[int]) -> None:
     finds its client gone), and import here what that imported: the modules a server loads only once it runs
     (its event loop's, its transport's) are then loaded once for every instance instead of by each. The child
     sees the host read-only, as this process does, and serves nothing; it is killed after ``REHEARSAL_S``.
-    (A module whose import starts a thread leaves the zygote unfit to fork: ``serve`` checks.)"""
+    (A module whose import starts a thread or a process leaves the zygote unfit to fork: ``serve`` checks.)"""
     import contextlib
     import importlib
     import select
@@ -190,6 +190,23 @@ def _rehearse(main: object, close: list[int]) -> None:
     for name in found.decode().split():
         with contextlib.suppress(Exception, SystemExit):
             importlib.import_module(name)
+
+
+def _unfit() -> str | None:
+    """Why this process cannot fork instances, if it cannot: a thread is running (a fork carries one: locks another
+    one holds would stay held), or a process it started is (it would live as long as the zygote, beside every
+    trajectory's instances, uncapped, each sharing it; a spawned instance has its own). Exited ones are reaped."""
+    import threading
+
+    if threading.active_count() > 1:
+        return "a module this server imports starts a thread when imported"
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return None
+        if pid == 0:
+            return "this server starts a process when imported, and it is still running"
 
 
 def _exit_code(code: object) -> int:
@@ -276,7 +293,6 @@ def serve(control_fd: int, client: int, spec: dict, entry: list[str]) -> None:
     import contextlib
     import gc
     import selectors
-    import threading
 
     _die_with_parent(signal.SIGTERM)  # (to _outside, below)
     if os.getppid() != client:  # the client died before the line above
@@ -306,12 +322,12 @@ def serve(control_fd: int, client: int, spec: dict, entry: list[str]) -> None:
         _preload(tree, init["__package__"] or "")
         argv = [path, *entry[2:]] if entry[0] == "-m" else list(entry)  # as python sets it
         main = _prepare(path, tree, init, argv)
-    threaded = threading.active_count() > 1  # what the server imports, or its body, started one
-    if main is not None and not threaded and spec.get("rehearse", True):
+    unfit = _unfit()  # what the server imports, or its body, started
+    if main is not None and unfit is None and spec.get("rehearse", True):
         _rehearse(main, [control_fd])
-    if threading.active_count() > 1:  # a fork carries one thread: locks another one holds would stay held
-        print("trajkit: a module this server imports starts a thread when imported", file=sys.stderr, flush=True)
-        os._exit(THREADED if threaded else REHEARSED_THREAD)
+    if why := unfit or _unfit():
+        print(f"trajkit: {why}", file=sys.stderr, flush=True)
+        os._exit(UNFIT if unfit else REHEARSED_UNFIT)
     gc.collect()
     gc.freeze()  # what the instances inherit is never scanned (nor so copied) by their collector
     control = socket.socket(fileno=control_fd)
