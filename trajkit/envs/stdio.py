@@ -44,7 +44,7 @@ class Stderr(asyncio.Protocol):
         return stderr
 
     def data_received(self, data: bytes) -> None:
-        self.kept = (self.kept + data)[-self.KEEP :]
+        self.kept = (self.kept + data[-self.KEEP :])[-self.KEEP :]
 
     def note(self, text: str) -> None:
         """A line of the client's own about the server: the tail ends with it, whatever the server wrote after."""

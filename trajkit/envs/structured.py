@@ -74,9 +74,9 @@ class OutputCheck:
     async def check(self, tool: str, result: Any) -> None:
         """A successful result of a tool that declares an output schema must carry structured content that fits it
         (as the MCP spec says and the SDK checks), checked within ``CHECK_S``; RuntimeError otherwise."""
-        schema = self.schemas.get(tool)
         import asyncio
 
+        schema = self.schemas.get(tool)
         if schema is None or result.is_error:
             return
         if result.structured_content is None:
@@ -131,8 +131,8 @@ class OutputCheck:
     def close(self) -> None:
         """Kill the checking process (a check under way fails at once) once its thread is done."""
         self._closed = True
-        if self._proc is not None:
-            self._proc.kill()  # (the thread's select wakes: the pipe's end)
+        if (proc := self._proc) is not None:
+            proc.kill()  # (the thread's select wakes: the pipe's end)
         self._thread.shutdown(cancel_futures=True)
         self._stop()
 
