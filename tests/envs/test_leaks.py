@@ -92,7 +92,7 @@ def test_a_killed_client_takes_its_contained_servers_with_it(tmp_path):
         line = proc.stdout.readline()
         assert line.startswith("pids "), proc.stderr.read() if proc.poll() is not None else line
     started = psutil.Process(proc.pid).children(recursive=True)
-    lines = [" ".join(p.cmdline()) for p in started]
+    lines = [" ".join(_cmdline(p)) for p in started]
     assert sum("--linger" in line for line in lines) >= 5  # launchers and servers, 4 fresh + 1 pooled
     assert any("zygote.py" in line for line in lines)  # (the fresh ones forked)
     proc.kill()
@@ -105,6 +105,13 @@ def test_a_killed_client_takes_its_contained_servers_with_it(tmp_path):
     pids = {str(p.pid) for p in started}  # (a launcher's cgroup is named after it, a forked instance's too)
     cgroups = glob.glob("/sys/fs/cgroup/**/trajkit-*-env-0", recursive=True)
     assert not [c for c in cgroups if c.split("-")[-3] in pids]
+
+
+def _cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except psutil.Error:  # (gone, or a zombie by now)
+        return []
 
 
 def _alive(pid: int) -> bool:
