@@ -316,7 +316,7 @@ async def test_a_server_whose_body_starts_a_process_is_spawned_and_the_process_d
             alive = started()
             assert len(alive) == 1  # the spawned instance's own (the zygote's is gone)
         fork = env.forks["daemon"]  # (gone, it is found so at the next start)
-        assert fork.proc.wait(timeout=10) == UNFIT and "trajkit: this server starts a process" in fork._tail()
+        assert fork.proc.wait(timeout=10) == UNFIT and "trajkit: this server starts a process" in fork._log.tail()
     _, left = psutil.wait_procs(alive, timeout=10)
     assert not left and not started()
 

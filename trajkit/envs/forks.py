@@ -35,7 +35,6 @@ import re
 import signal
 import socket
 import subprocess
-import tempfile
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -75,7 +74,7 @@ class Zygote:
         self.gone: str | None = None  # why its instances are spawned from now on
         self.rehearse = True  # the zygote imports what a rehearsal start imported (zygote._rehearse)
         self._control: socket.socket | None = None  # ours of the socket pair the zygote takes requests on
-        self._log = None
+        self._log: Stderr | None = None  # the zygote's stderr (its tail: why it exited)
 
     @contextlib.asynccontextmanager
     async def instance(
@@ -124,7 +123,7 @@ class Zygote:
         if self.proc is not None:
             if self.proc.poll() is None:
                 return True
-            code, reason = self.proc.returncode, f"exited with status {self.proc.returncode}{self._tail()}"
+            code, reason = self.proc.returncode, f"exited with status {self.proc.returncode}{self._log.tail()}"
             self.close()
             if code == REHEARSED_UNFIT:  # what its rehearsal found started a thread or a process: again, without
                 self.rehearse = False
@@ -140,7 +139,7 @@ class Zygote:
 
     def _start(self) -> None:
         cfg = self.cfg.resolved()
-        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
+        self._log = Stderr()  # (no file: a body that writes stderr forever costs reads, not disk)
         self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._control.setblocking(False)  # (a zygote whose queue is full is one that does not answer)
         with theirs:
@@ -163,11 +162,6 @@ class Zygote:
                 start_new_session=True,
             )
 
-    def _tail(self) -> str:
-        self._log.seek(0)
-        tail = self._log.read()[-300:].decode(errors="replace").strip().replace("\n", " | ")
-        return f" (stderr: {tail})" if tail else ""
-
     def close(self) -> None:
         """Kill the zygote and its process group (its instances, if any are left, die with it)."""
         if self.proc is not None:
@@ -177,7 +171,7 @@ class Zygote:
             self.proc = None
         if self._log is not None:
             self._log.close()
-            self._log = None
+            self._log: Stderr | None = None  # the zygote's stderr (its tail: why it exited)
         if self._control is not None:
             self._control.close()
             self._control = None

@@ -190,7 +190,7 @@ class Connection:
 
     async def _transport(self, stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
         if self.cfg.transport == "stdio":
-            self._stderr = await Stderr.open()  # closed in _own's finally, after a failure's reason read its tail
+            self._stderr = Stderr()  # closed in _own's finally, after a failure's reason read its tail
             workdir = None
             if self.cfg.uses_session_dir:
                 workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"trajkit-{self.name}-"))

@@ -24,9 +24,10 @@ MAX_LINE = 32 << 20  # one JSON-RPC message from a server (a result with a few s
 STDERR_TAIL_CHARS = 300
 
 
-class Stderr(asyncio.Protocol):
+class Stderr:
     """A server's stderr: a pipe (``fileno``, the end it writes) whose last ``KEEP`` bytes the client keeps for
-    fault reasons (``tail``). Nothing goes to disk: a server that writes stderr forever costs reads, not space."""
+    fault reasons (``tail``), read as they come. Nothing goes to disk: a server that writes stderr forever costs
+    reads, not space."""
 
     KEEP = 4 * STDERR_TAIL_CHARS
 
@@ -34,17 +35,20 @@ class Stderr(asyncio.Protocol):
         self.kept = b""
         self.notes: list[str] = []
         self._r, self._w = os.pipe()
-        self._transport: Any = None
+        os.set_blocking(self._r, False)
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self._r, self._read)
 
-    @classmethod
-    async def open(cls) -> Stderr:
-        stderr = cls()
-        pipe = os.fdopen(stderr._r, "rb", 0)
-        stderr._transport, _ = await asyncio.get_running_loop().connect_read_pipe(lambda: stderr, pipe)
-        return stderr
-
-    def data_received(self, data: bytes) -> None:
-        self.kept = (self.kept + data[-self.KEEP :])[-self.KEEP :]
+    def _read(self, chunks: int = 1) -> None:
+        for _ in range(chunks):
+            try:
+                chunk = os.read(self._r, 1 << 18)
+            except BlockingIOError:
+                return
+            if not chunk:
+                self._loop.remove_reader(self._r)
+                return
+            self.kept = (self.kept + chunk[-self.KEEP :])[-self.KEEP :]
 
     def note(self, text: str) -> None:
         """A line of the client's own about the server: the tail ends with it, whatever the server wrote after."""
@@ -55,18 +59,15 @@ class Stderr(asyncio.Protocol):
 
     def tail(self) -> str:
         """`` (stderr: ...)`` with the last line(s) written, those not yet read included; or ``""``."""
-        with contextlib.suppress(OSError):  # (BlockingIOError: nothing more; a flood is read up to a bound)
-            for _ in range(16):
-                if not (chunk := os.read(self._r, 1 << 16)):
-                    break
-                self.data_received(chunk)
+        self._read(16)  # (a flood: up to a bound)
         text = self.kept.decode(errors="replace")
         tail = " | ".join(line.strip() for line in text.splitlines() if line.strip())[-STDERR_TAIL_CHARS:]
         tail = " | ".join(filter(None, [tail, *self.notes]))
         return f" (stderr: {tail})" if tail else ""
 
     def close(self) -> None:
-        self._transport.close()
+        self._loop.remove_reader(self._r)
+        os.close(self._r)
         os.close(self._w)
 
 
