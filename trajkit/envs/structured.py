@@ -117,6 +117,8 @@ class OutputCheck:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE
             )
+            if self._closed:  # (close saw no process yet: it waits for this thread, not for the imports)
+                self._proc.kill()
             self._proc.stdout.readline()
         return self._proc
 
