@@ -15,7 +15,7 @@ RAW, FLAGS = sys.argv[1], sys.argv[2:]
 
 async def main() -> None:
     config = {
-        "fresh": ServerConfig(command=sys.executable, args=["-S", RAW, "--no-readonly", *FLAGS]),
+        "fresh": ServerConfig(command=sys.executable, args=[RAW, "--no-readonly", *FLAGS]),  # forked, contained
         "shared": ServerConfig(command=sys.executable, args=["-S", RAW, *FLAGS]),
     }
     rows = await discover(config)

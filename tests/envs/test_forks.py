@@ -26,6 +26,7 @@ from trajkit.envs.discovery import discover
 from trajkit.envs.env import ToolEnv
 from trajkit.envs.forks import Zygote, python_entry
 from trajkit.envs.session import Connection, ServerFault
+from trajkit.envs.zygote import UNFIT
 
 WHOAMI = os.path.join(os.path.dirname(__file__), "servers", "whoami.py")
 
@@ -113,13 +114,13 @@ async def test_a_killed_zygote_is_restarted_then_given_up_for_spawning_with_a_re
         async with env.episode() as ep:  # spawned from now on
             assert (await ep.call("fresh", "count", {})).text == "1"
             assert env.forks["fresh"].gone == "exited with status -9" and env.forks["fresh"].proc is None
-        sockets = [env.forks["fresh"]._dir]
+        controls = [env.forks["fresh"]._control]
     reasons = [r.getMessage() for r in caplog.records]
     again = "fork server of 'fresh' exited with status -9; started again"
     assert reasons == [again] * forks.MAX_RESTARTS + [
         again.replace("started again", "its instances are spawned from now on")
     ]
-    assert children() <= before and open_fds() <= fds and sockets == [None]
+    assert children() <= before and open_fds() <= fds and controls == [None]
 
 
 async def test_no_zygote_or_instance_outlives_the_env_and_a_dead_zygote_means_a_spawn(tmp_path):
@@ -132,7 +133,6 @@ async def test_no_zygote_or_instance_outlives_the_env_and_a_dead_zygote_means_a_
             fork: Zygote = env.forks["fresh"]
             family = psutil.Process(fork.proc.pid).children(recursive=True)
             assert len(family) >= 3 * 2  # instances forked (launcher, pid 1, server each), warm ones included
-            folder = fork._dir
         fork.proc.kill()  # the warm instances die with it, and are replaced
         fork.proc.wait()
         fork.proc.poll = lambda: None  # dead after the check: the stand-in finds nobody listening, and spawns
@@ -144,7 +144,7 @@ async def test_no_zygote_or_instance_outlives_the_env_and_a_dead_zygote_means_a_
                 except ServerFault as e:
                     seen.append("fork server exited" in str(e))
         assert set(seen) <= {True, "1"} and seen.count(True) <= 3 and seen[-3:] == ["1"] * 3
-    assert children() <= before and not os.path.exists(folder)
+    assert children() <= before and fork._control is None
     assert not [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
@@ -297,9 +297,10 @@ if __name__ == "__main__":
 """
 
 
-async def test_what_the_servers_body_starts_in_the_zygote_dies_with_it(tmp_path):
-    """The zygote is PID 1 of a namespace of its own: what the server's body starts there, even a process that
-    left its session, dies with it."""
+async def test_a_server_whose_body_starts_a_process_is_spawned_and_the_process_dies_with_the_zygote(tmp_path):
+    """A process the server's body leaves running in the zygote (even one that left its session) would live as
+    long as the env, beside every trajectory's instances: the zygote exits (PID 1 of a namespace of its own, it
+    takes the process with it) and the server's instances are spawned, each with its own."""
     marker = f"trajkit-zygote-child-{os.getpid()}"
     script = tmp_path / "daemon.py"
     script.write_text(DAEMON.replace("MARKER", marker))
@@ -312,11 +313,12 @@ async def test_what_the_servers_body_starts_in_the_zygote_dies_with_it(tmp_path)
     async with ToolEnv(rows, config=config) as env:
         async with env.episode() as ep:
             assert (await ep.call("daemon", "ping", {})).text == "pong"
-        assert env.forks["daemon"].proc is not None
-        alive = started()
-        assert alive  # the body ran once, in the zygote
+            alive = started()
+            assert len(alive) == 1  # the spawned instance's own (the zygote's is gone)
+        fork = env.forks["daemon"]  # (gone, it is found so at the next start)
+        assert fork.proc.wait(timeout=10) == UNFIT and "trajkit: this server starts a process" in fork._log.tail()
     _, left = psutil.wait_procs(alive, timeout=10)
-    assert not left
+    assert not left and not started()
 
 
 NETWORK_AT_IMPORT = """

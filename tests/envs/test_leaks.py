@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import glob
 import os
 import signal
 import subprocess
@@ -75,27 +76,42 @@ def test_ctrl_c_shuts_every_server_down(tmp_path):
     assert not [p for p in pids if _alive(p)]
 
 
-def test_a_killed_client_takes_its_contained_servers_with_it():
-    """SIGKILL gives no chance to shut anything down (a Ray worker killed mid-shard): the servers' launchers die
-    with their parent, and with each its namespace, even servers that ignore their closed stdin."""
+def test_a_killed_client_takes_its_contained_servers_with_it(tmp_path):
+    """SIGKILL gives no chance to shut anything down (a Ray worker killed mid-shard): the servers' launchers and
+    the fork server die with their parent, and with each its namespace, even servers that ignore their closed
+    stdin; and neither the client's temporary folder nor the cgroups keep anything of theirs."""
     proc = subprocess.Popen(
         [sys.executable, str(Path(__file__).parent / "interrupt_run.py"), str(RAW_SERVER), "--linger"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
     )
     for _ in range(4):
         line = proc.stdout.readline()
         assert line.startswith("pids "), proc.stderr.read() if proc.poll() is not None else line
     started = psutil.Process(proc.pid).children(recursive=True)
-    assert sum("--linger" in " ".join(p.cmdline()) for p in started) >= 5  # launchers and servers, 4 fresh + 1 pooled
+    lines = [" ".join(_cmdline(p)) for p in started]
+    assert sum("--linger" in line for line in lines) >= 5  # launchers and servers, 4 fresh + 1 pooled
+    assert any("zygote.py" in line for line in lines)  # (the fresh ones forked)
     proc.kill()
     proc.wait(timeout=30)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(_alive(p.pid) for p in started):
         time.sleep(0.05)
     assert not [p.pid for p in started if _alive(p.pid)]
+    assert os.listdir(tmp_path) == []
+    pids = {str(p.pid) for p in started}  # (a launcher's cgroup is named after it, a forked instance's too)
+    cgroups = glob.glob("/sys/fs/cgroup/**/trajkit-*-env-0", recursive=True)
+    assert not [c for c in cgroups if c.split("-")[-3] in pids]
+
+
+def _cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except psutil.Error:  # (gone, or a zombie by now)
+        return []
 
 
 def _alive(pid: int) -> bool:

@@ -4,22 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import stat
 import sys
+import time
 
 import pytest
 
 from tests.fixtures.envs import RAW_SERVER
+from trajkit.envs import stdio
 from trajkit.envs.config import ServerConfig
 from trajkit.envs.discovery import discover
 from trajkit.envs.env import ToolEnv
 from trajkit.envs.forks import Zygote
-from trajkit.envs.session import Connection, ServerFault, check_structured
+from trajkit.envs.session import Connection, ServerFault
+from trajkit.envs.structured import CHECK_S, problem
 from trajkit.errors import UserError
 
 
 @pytest.mark.parametrize("forked", [False, True])
 async def test_results_errors_and_faults_of_one_connection(raw_server, forked):
-    """Spawned by the SDK's stdio client, or forked from a zygote (``Zygote.instance``): the same answers."""
+    """Spawned (``stdio.spawn``), or forked from a zygote (``Zygote.instance``): the same answers."""
     cfg = raw_server() if not forked else ServerConfig(command=sys.executable, args=[str(RAW_SERVER)])
     fork = Zygote("raw", cfg) if forked else None
     conn = Connection("raw", cfg, fork=fork)
@@ -32,15 +37,40 @@ async def test_results_errors_and_faults_of_one_connection(raw_server, forked):
         assert (await conn.call("junk", {})).text == "after junk"  # stray stdout lines are skipped
         big = await conn.call("big", {"seconds": 300_000}, max_chars=100)  # one line of 300 kB on stdout
         assert big.truncated and big.text.startswith("x" * 100) and "truncated 299900 characters" in big.text
+        assert (await conn.call("big", {"seconds": 20e6, "text": "stderr"})).text == "ok"  # 20 MB on stderr:
+        assert conn.stderr_tail().endswith("x | wrote a lot)") and open_file_bytes() < 1 << 20  # none on disk
         with pytest.raises(ServerFault, match="malformed malformed result from 'raw': content"):
             await conn.call("malformed", {})
         with pytest.raises(ServerFault, match="hang timed out after 0.3s"):
             await conn.call("hang", {}, timeout_s=0.3)
-        with pytest.raises(ServerFault, match=r"exited during crash \(stderr: crashing on purpose\)"):
+        with pytest.raises(ServerFault, match=r"exited during crash \(stderr: .* crashing on purpose\)"):
             await conn.call("crash", {})
         with pytest.raises(ServerFault, match="is gone"):
             await conn.call("echo", {"text": "again"})
         assert not forked or (fork.proc.poll() is None and fork.restarts == 0)  # (forked: the zygote served it)
+    finally:
+        await conn.aclose()
+        if fork is not None:
+            fork.close()
+
+
+def open_file_bytes() -> int:
+    """The size of the regular files this process has open (temporary files included)."""
+    sizes = [
+        os.stat(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd") if os.path.exists(f"/proc/self/fd/{fd}")
+    ]
+    return sum(s.st_size for s in sizes if stat.S_ISREG(s.st_mode))
+
+
+@pytest.mark.parametrize("forked", [False, True])
+async def test_a_message_over_the_cap_is_the_servers_fault(monkeypatch, forked):
+    monkeypatch.setattr(stdio, "MAX_LINE", 1 << 20)
+    cfg = ServerConfig(command=sys.executable, args=[str(RAW_SERVER)])
+    fork = Zygote("raw", cfg) if forked else None
+    conn = Connection("raw", cfg, fork=fork)
+    try:
+        with pytest.raises(ServerFault, match="during big .*a message from this server was over 1 MiB"):
+            await conn.call("big", {"seconds": 2 << 20})
     finally:
         await conn.aclose()
         if fork is not None:
@@ -61,6 +91,30 @@ async def test_results_are_checked_against_the_harvested_output_schema_and_no_se
                     await ep.call("raw", "shaped", {"text": "none"})
                 assert (await ep.call("raw", "echo", {"text": "hi"})).text == "hi"
                 assert (await ep.call("raw", "lists", {})).text == "0"
+
+
+async def test_a_check_against_an_output_schema_is_bounded_and_never_blocks_the_event_loop(raw_server):
+    """The server's own schema, with a ``pattern`` that backtracks, and its result: checked in the client, the
+    check would hold the event loop (and the GIL) for seconds; it is the server's fault past ``CHECK_S``."""
+    rows = await discover({"raw": raw_server("--no-readonly")})
+    gaps, stop = [], asyncio.Event()
+
+    async def ticks():
+        while not stop.is_set():
+            t = time.monotonic()
+            await asyncio.sleep(0.01)
+            gaps.append(time.monotonic() - t)
+
+    async with ToolEnv(rows, config={"raw": raw_server("--no-readonly")}) as env, env.episode() as ep:
+        ticker = asyncio.create_task(ticks())
+        with pytest.raises(
+            ServerFault, match=f"result of tool shaped against its output schema took over {CHECK_S:g}s"
+        ):
+            await ep.call("raw", "shaped", {"text": "slow"})
+        stop.set()
+        await ticker
+        assert (await ep.call("raw", "shaped", {"text": "good"})).text == "1"  # checked by a new process
+    assert max(gaps) < 0.5
 
 
 async def test_a_servers_own_timeout_replaces_the_callers(raw_server):
@@ -196,10 +250,7 @@ async def test_a_server_that_failed_at_harvest_fails_the_episode(raw_server):
 
 @pytest.mark.parametrize("ref", ["#/$defs/missing", "http://127.0.0.1:9/schema.json"])
 def test_an_output_schema_whose_ref_does_not_resolve_is_the_servers_fault(ref):
-    """A server's own output schema with a ``$ref`` to nothing (or outside it): a RuntimeError, which a call turns
-    into a ServerFault, not the validator's own error escaping the call as a crash of the trajectory."""
-    from mcp.types import CallToolResult
-
-    result = CallToolResult(content=[], structured_content={"n": 1})
-    with pytest.raises(RuntimeError, match="output schema of tool t has a \\$ref that does not resolve"):
-        check_structured("t", json.dumps({"type": "object", "$ref": ref}), result)
+    """A server's own output schema with a ``$ref`` to nothing (or outside it): a reason, which a call turns into a
+    ServerFault, not the validator's own error escaping the call as a crash of the trajectory."""
+    reason = problem("t", json.dumps({"type": "object", "$ref": ref}), {"n": 1})
+    assert reason.startswith("output schema of tool t has a $ref that does not resolve")

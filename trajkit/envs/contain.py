@@ -11,8 +11,9 @@ vanish with the trajectory and no other trajectory or the host sees them; with
 ``spec["keep"]`` (a folder under the run directory) they land there instead. The server
 is pid 1's only child: when it exits or the launcher is killed, the kernel kills every
 process left in the namespace (daemons included). The launcher dies with its client
-(parent-death signal), so a client killed outright leaves no server behind, not even
-one that ignores its closed stdin. Memory is capped per instance
+(parent-death signal: SIGTERM, on which it kills the namespace and removes its cgroup), so a
+client killed outright leaves no server (nor cgroup) behind, not even one that ignores its
+closed stdin. Memory is capped per instance
 (``spec["memory_mb"]``): by a memory cgroup holding the whole namespace where one can be made,
 else by ``RLIMIT_AS`` on the server (a cap on address space, not on use: runtimes that reserve
 large virtual ranges, such as V8 or the JVM, may then fail to start below a few GiB). With
@@ -208,7 +209,8 @@ def _contain(spec: dict, userns: bool) -> None:
 
 
 def main(argv: list[str]) -> int:
-    iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)  # a client killed outright (SIGKILL) takes us with it
+    # a client killed outright (SIGKILL) takes us with it: _serve's handler kills the namespace, the cgroup goes
+    iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGTERM)
     return run(json.loads(argv[0]), argv[argv.index("--") + 1 :])
 
 
@@ -226,6 +228,13 @@ def _cgroup(memory_mb: int) -> iso.Cgroup | None:
         cgroup.remove()
         return None
     return cgroup
+
+
+def sweep() -> None:
+    """Remove the cgroups launchers killed outright left behind (a fork server's instances, killed with it, can
+    remove nothing): making one removes every one whose pid is gone (``iso.Cgroup``); then it goes too."""
+    with contextlib.suppress(OSError):
+        iso.Cgroup(f"trajkit-{os.getpid()}-env-0").remove()
 
 
 def _leave(cgroup: iso.Cgroup) -> None:

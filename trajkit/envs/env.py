@@ -56,6 +56,7 @@ from trajkit.envs.config import (
 )
 from trajkit.envs.forks import Zygote, python_entry
 from trajkit.envs.session import Connection, ServerFault, ToolOutput
+from trajkit.envs.structured import OutputCheck
 from trajkit.envs.tools import ToolRoute, select_servers, tool_routes
 from trajkit.errors import UserError
 from trajkit.redact import REDACTED
@@ -208,7 +209,7 @@ class ToolEnv:
         self.pools: dict[str, Pool] = {}
         self.warm_pools: dict[str, Warm] = {}
         self.forks: dict[str, Zygote | None] = {}  # per stateful Python server: its zygote (forks.py)
-        self.output_schemas = {r["name"]: _output_schemas(r) for r in self.rows}
+        self.output_checks = {r["name"]: OutputCheck(_output_schemas(r)) for r in self.rows if _output_schemas(r)}
         self.live: set[Connection] = set()
         self._closers: set[asyncio.Task] = set()
         self._routes: dict[tuple[str, ...] | None, list[ToolRoute]] = {}
@@ -264,6 +265,8 @@ class ToolEnv:
             raise ServerFault("the tool environment is closed")
         if not shared and name not in self.forks:
             self.forks[name] = Zygote(name, cfg) if python_entry(cfg) else None
+        if name in self.output_checks:
+            self.output_checks[name].start()
         conn = Connection(
             name,
             cfg,
@@ -271,7 +274,7 @@ class ToolEnv:
             max_concurrency=self.max_concurrency_per_server,
             shared=shared,
             fork=None if shared else self.forks[name],
-            output_schemas=self.output_schemas.get(name),
+            output_check=self.output_checks.get(name),
         )
         self.live.add(conn)
         return conn
@@ -311,6 +314,8 @@ class ToolEnv:
         for fork in self.forks.values():
             if fork is not None:
                 fork.close()
+        for check in self.output_checks.values():
+            check.close()
         self.pools.clear()
         self.warm_pools.clear()
 

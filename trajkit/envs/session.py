@@ -9,8 +9,8 @@ start, crashes, hangs or answers garbage raises ``ServerFault`` (a reason for
 the trajectory to fail); an error the tool itself reports is an ordinary
 ``ToolOutput`` with ``is_error`` set, for the model to read. A missing
 ``${VAR}`` of the server's env or headers is the user's error (``UserError``),
-not the server's. The SDK kills the server's whole process group on every exit
-path, cancellation included. A fault's reason says ``timed out after`` exactly
+not the server's. A stdio server's transport (``stdio.py``) ends its whole
+process group on every exit path, cancellation included. A fault's reason says ``timed out after`` exactly
 when a start or a call timed out (``TIMED_OUT``: the fault a retry may cure).
 
 ``${SESSION_DIR}`` in a stdio server's command, args, env or cwd becomes a
@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
-import logging
 import sys
 import tempfile
 import time
@@ -32,20 +30,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from trajkit.envs import contain
-from trajkit.envs.config import ServerConfig, child_environment, resolve_command
+from trajkit.envs.config import ServerConfig, resolve_command
 from trajkit.envs.forks import NotForked, Zygote
+from trajkit.envs.stdio import Stderr, environment, spawn
+from trajkit.envs.structured import OutputCheck
 from trajkit.errors import UserError
 
-STDERR_TAIL_CHARS = 300
 TIMED_OUT = "timed out after"  # in a fault's reason: a start or a call that timed out
-
-
-def _not_parse_noise(record: logging.LogRecord) -> bool:
-    # The SDK logs a traceback for every non-JSON-RPC stdout line; Connection records the line itself.
-    return not record.getMessage().startswith("Failed to parse JSONRPC message")
-
-
-logging.getLogger("mcp.client.stdio").addFilter(_not_parse_noise)
 
 
 class ServerFault(Exception):
@@ -108,47 +99,11 @@ def render_content(result: Any) -> tuple[str, list[dict[str, Any]]]:
     return "\n".join(parts), media
 
 
-@functools.lru_cache(maxsize=256)
-def output_validator(schema: str) -> Any:
-    """The compiled validator of a tool's output schema (its JSON text), checked and built once per process: the
-    SDK's ``call_tool`` lists the tools and compiles each schema again in every session, a trajectory's worth of
-    CPU for a short one. RuntimeError (not cached) for a schema that is not JSON Schema."""
-    from jsonschema import SchemaError
-    from jsonschema.validators import validator_for
-    from referencing import Registry
-
-    parsed = json.loads(schema)
-    cls = validator_for(parsed)
-    try:
-        cls.check_schema(parsed)
-    except SchemaError as e:
-        raise RuntimeError(f"invalid output schema: {e.message}") from None
-    return cls(parsed, registry=Registry())  # an empty registry: $refs resolve within the schema, as in the SDK
-
-
-def check_structured(tool: str, schema: str | None, result: Any) -> None:
-    """A successful result of a tool that declares an output schema must carry structured content that fits it
-    (as the MCP spec says and the SDK checks); RuntimeError otherwise."""
-    if schema is None or result.is_error:
-        return
-    from jsonschema.exceptions import best_match
-    from referencing.exceptions import Unresolvable
-
-    if result.structured_content is None:
-        raise RuntimeError(f"tool {tool} has an output schema but returned no structured content")
-    try:
-        error = best_match(output_validator(schema).iter_errors(result.structured_content))
-    except Unresolvable as e:  # a $ref outside the schema, or to nothing in it: the server's fault, as any other
-        raise RuntimeError(f"output schema of tool {tool} has a $ref that does not resolve: {e}") from None
-    if error is not None:
-        raise RuntimeError(f"invalid structured content returned by tool {tool}: {error.message}")
-
-
 class Connection:
     """One MCP session to one server; ``await open()``, ``await call(...)``, ``await aclose()``.
 
-    ``output_schemas``: the harvested output schema (JSON text) of each tool that has one, which
-    ``call`` checks results against (``check_structured``); ``max_concurrency`` bounds the calls in flight on this connection;
+    ``output_check``: the harvested output schemas of the server's tools, which ``call`` checks results
+    against (``structured.py``); ``max_concurrency`` bounds the calls in flight on this connection;
     ``startup_timeout_s`` bounds spawning plus ``initialize``; ``shared``: a stateless server's
     process that several trajectories use, which (contained) sees the filesystem read-only; ``fork``:
     the server's zygote, which (contained) forks the instance instead of a spawn (``forks.py``).
@@ -164,10 +119,10 @@ class Connection:
         shared: bool = False,
         warm_caches: bool = False,
         fork: Zygote | None = None,
-        output_schemas: dict[str, str] | None = None,
+        output_check: OutputCheck | None = None,
     ):
         self.name = name
-        self.output_schemas = output_schemas or {}
+        self.output_check = output_check
         self.cfg = cfg
         self.shared = shared
         self.warm_caches = warm_caches  # contained: package caches written through (contain.wrap)
@@ -231,13 +186,11 @@ class Connection:
                 self.dead = "closed"
             if self._stderr is not None:
                 self._stderr.close()
+                self._stderr = None
 
     async def _transport(self, stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
         if self.cfg.transport == "stdio":
-            from mcp.client.stdio import StdioServerParameters, stdio_client
-
-            # closed in _own's finally, after a failure's reason has read its tail
-            self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+            self._stderr = Stderr()  # closed in _own's finally, after a failure's reason read its tail
             workdir = None
             if self.cfg.uses_session_dir:
                 workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"trajkit-{self.name}-"))
@@ -250,14 +203,8 @@ class Connection:
                     with contextlib.suppress(NotForked):  # no zygote (given up, or dead): spawned
                         instance = self.fork.instance(args, self._stderr, self.startup_timeout_s)
                         return await stack.enter_async_context(instance)
-            params = StdioServerParameters(
-                command=command,
-                args=args,
-                env=child_environment(cfg),
-                cwd=cfg.cwd,
-                encoding_error_handler="replace",
-            )
-            return await stack.enter_async_context(stdio_client(params, errlog=self._stderr))
+            spawned = spawn([command, *args], environment(cfg), cfg.cwd, self._stderr)
+            return await stack.enter_async_context(spawned)
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
 
@@ -292,16 +239,7 @@ class Connection:
 
     def stderr_tail(self) -> str:
         """`` (stderr: ...)`` with the server's last stderr line(s), or ``""``."""
-        if self._stderr is None or self._stderr.closed:
-            return ""
-        try:
-            self._stderr.flush()
-            size = self._stderr.seek(0, 2)
-            self._stderr.seek(max(0, size - 4 * STDERR_TAIL_CHARS))
-            tail = " | ".join(line.strip() for line in self._stderr.read().splitlines() if line.strip())
-        except (OSError, ValueError):
-            return ""
-        return f" (stderr: {tail[-STDERR_TAIL_CHARS:]})" if tail else ""
+        return self._stderr.tail() if self._stderr is not None else ""
 
     # ------------------------------------------------------------ calls
     @property
@@ -357,7 +295,8 @@ class Connection:
 
         request = CallToolRequest(params=CallToolRequestParams(name=tool, arguments=arguments))
         result = await self.session.send_request(request, CallToolResult, request_read_timeout_seconds=timeout_s)
-        check_structured(tool, self.output_schemas.get(tool), result)
+        if self.output_check is not None:
+            await self.output_check.check(tool, result)
         return result
 
     async def _request(self, what: str, coro: Any, timeout_s: float) -> Any:

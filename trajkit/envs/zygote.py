@@ -1,6 +1,6 @@
 """A fork server for one Python stdio MCP server.
 
-``PYTHON zygote.py serve LISTEN_FD CLIENT_PID SPEC -- ENTRY...`` runs on the server's own interpreter,
+``PYTHON zygote.py serve CONTROL_FD CLIENT_PID SPEC -- ENTRY...`` runs on the server's own interpreter,
 with its environment and cwd (ENTRY is ``-m MODULE ARGS...`` or ``SCRIPT ARGS...``, as the server's
 config says). In a mount namespace of its own where the host is read-only (``contain._contain`` with
 SPEC: no writable path), locked so (a user namespace's copy of it: the server's body runs with our
@@ -10,8 +10,10 @@ entry module imports (a module that writes files when imported fails here, and i
 instance in its own overlays) and, where the entry ends with an ``if __name__ == "__main__":`` block,
 runs the rest of the entry once as ``__main__`` with the server's ``sys.argv`` (``_prepare``), then
 imports what a rehearsal start of that block imports (``_rehearse``); nothing is served yet. Then it
-accepts instances on the listening unix socket: each request carries the instance's stdin, stdout and
-stderr and its containment spec; the zygote forks, and the child, contained as the spec says
+takes instances on CONTROL_FD, its end of a unix socket pair the client made (no path: nothing on disk
+outlives a killed client, and nothing an instance could connect to): each brings the zygote's end of a socket
+pair of the instance's own, and its request on that carries the instance's stdin, stdout and stderr and its
+containment spec; the zygote forks, and the child, contained as the spec says
 (``contain.run``), runs that ``__main__`` block alone, or, where there was none or the rest failed
 here, the whole entry module as ``__main__`` (``runpy``), as the ``contain.py`` launcher does. The
 zygote answers ``pid N`` at once and ``exit CODE`` when the instance is gone; ``term`` on the request's
@@ -51,11 +53,11 @@ def _ours(name: str, folder: str) -> object:
             sys.modules.pop(plain, None)
 
 
-def _die_with_parent() -> None:
-    """SIGKILL when the parent exits (``PR_SET_PDEATHSIG``; without isolation.py's imports)."""
+def _die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """``sig`` when the parent exits (``PR_SET_PDEATHSIG``; without isolation.py's imports)."""
     import ctypes
 
-    if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0):
+    if ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0):
         raise OSError(ctypes.get_errno(), "prctl PR_SET_PDEATHSIG")
 
 
@@ -144,8 +146,8 @@ def _prepare(path: str, tree: object, init: dict, argv: list[str]) -> object | N
 
 
 REHEARSAL_S = 2.0
-THREADED = 75  # the zygote's exit status when a module the server imports started a thread: it cannot fork
-REHEARSED_THREAD = 76  # when one its rehearsal found did: it is started again without the rehearsal
+UNFIT = 75  # the zygote's exit status when what the server imports started a thread or a process: it cannot fork
+REHEARSED_UNFIT = 76  # when what its rehearsal found did: it is started again without the rehearsal
 
 
 def _rehearse(main: object, close: list[int]) -> None:
@@ -153,7 +155,7 @@ def _rehearse(main: object, close: list[int]) -> None:
     finds its client gone), and import here what that imported: the modules a server loads only once it runs
     (its event loop's, its transport's) are then loaded once for every instance instead of by each. The child
     sees the host read-only, as this process does, and serves nothing; it is killed after ``REHEARSAL_S``.
-    (A module whose import starts a thread leaves the zygote unfit to fork: ``serve`` checks.)"""
+    (A module whose import starts a thread or a process leaves the zygote unfit to fork: ``serve`` checks.)"""
     import contextlib
     import importlib
     import select
@@ -188,6 +190,23 @@ def _rehearse(main: object, close: list[int]) -> None:
     for name in found.decode().split():
         with contextlib.suppress(Exception, SystemExit):
             importlib.import_module(name)
+
+
+def _unfit() -> str | None:
+    """Why this process cannot fork instances, if it cannot: a thread is running (a fork carries one: locks another
+    one holds would stay held), or a process it started is (it would live as long as the zygote, beside every
+    trajectory's instances, uncapped, each sharing it; a spawned instance has its own). Exited ones are reaped."""
+    import threading
+
+    if threading.active_count() > 1:
+        return "a module this server imports starts a thread when imported"
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return None
+        if pid == 0:
+            return "this server starts a process when imported, and it is still running"
 
 
 def _exit_code(code: object) -> int:
@@ -257,23 +276,25 @@ def _instance(spec: dict, fds: list[int], entry: list[str], own: list, run: Call
         os._exit(code)
 
 
-def _outside(zygote: int) -> None:
+def _outside(zygote: int, contain: object) -> None:
     """The client's child, outside the zygote's PID namespace: killed, it takes the zygote and so the whole
-    namespace with it (the zygote's parent-death signal); otherwise it ends with the zygote's status."""
+    namespace with it (the zygote's parent-death signal); signalled (its client died: its parent-death signal),
+    it kills the zygote, and then removes what the instances, killed with it, could not (``contain.sweep``).
+    Otherwise it ends with the zygote's status."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda _s, _f: os.kill(zygote, signal.SIGKILL))
     _, status = os.waitpid(zygote, 0)
+    contain.sweep()
     code = os.waitstatus_to_exitcode(status)
     os._exit(code if code >= 0 else 128 - code)
 
 
-def serve(listen_fd: int, client: int, spec: dict, entry: list[str]) -> None:
+def serve(control_fd: int, client: int, spec: dict, entry: list[str]) -> None:
     import contextlib
     import gc
     import selectors
-    import threading
 
-    _die_with_parent()
+    _die_with_parent(signal.SIGTERM)  # (to _outside, below)
     if os.getppid() != client:  # the client died before the line above
         return
     contain = _ours("contain", _here)
@@ -283,7 +304,7 @@ def serve(listen_fd: int, client: int, spec: dict, entry: list[str]) -> None:
     userns = contain.iso.enter_namespaces(flags)
     zygote = os.fork()  # PID 1 of the new namespace: what the server's body starts there dies with it
     if zygote:
-        _outside(zygote)
+        _outside(zygote, contain)
     _die_with_parent()
     contain._contain(spec, userns)  # the host read-only to what the imports do: only the instances may write
     # and for good: copied into a user namespace's mount namespace, read-only mounts stay read-only (the kernel
@@ -301,27 +322,30 @@ def serve(listen_fd: int, client: int, spec: dict, entry: list[str]) -> None:
         _preload(tree, init["__package__"] or "")
         argv = [path, *entry[2:]] if entry[0] == "-m" else list(entry)  # as python sets it
         main = _prepare(path, tree, init, argv)
-    threaded = threading.active_count() > 1  # what the server imports, or its body, started one
-    if main is not None and not threaded and spec.get("rehearse", True):
-        _rehearse(main, [listen_fd])
-    if threading.active_count() > 1:  # a fork carries one thread: locks another one holds would stay held
-        print("trajkit: a module this server imports starts a thread when imported", file=sys.stderr, flush=True)
-        os._exit(THREADED if threaded else REHEARSED_THREAD)
+    unfit = _unfit()  # what the server imports, or its body, started
+    if main is not None and unfit is None and spec.get("rehearse", True):
+        _rehearse(main, [control_fd])
+    if why := unfit or _unfit():
+        print(f"trajkit: {why}", file=sys.stderr, flush=True)
+        os._exit(UNFIT if unfit else REHEARSED_UNFIT)
     gc.collect()
     gc.freeze()  # what the instances inherit is never scanned (nor so copied) by their collector
-    listener = socket.socket(fileno=listen_fd)
+    control = socket.socket(fileno=control_fd)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.set_wakeup_fd(wake_w)
     sel = selectors.DefaultSelector()
-    sel.register(listener, selectors.EVENT_READ, "accept")
+    sel.register(control, selectors.EVENT_READ, "new")
     sel.register(wake_r, selectors.EVENT_READ, "reap")
     instances: dict[int, socket.socket] = {}
     while True:
         for key, _ in sel.select():
-            if key.data == "accept":
-                sel.register(listener.accept()[0], selectors.EVENT_READ, "request")
+            if key.data == "new":
+                fds = socket.recv_fds(control, 16, 1)[1]
+                if not fds:  # the client is gone (its parent-death signal is on its way)
+                    os._exit(0)
+                sel.register(socket.socket(fileno=fds[0]), selectors.EVENT_READ, "request")
             elif key.data == "reap":
                 os.read(wake_r, 4096)
                 _reap(sel, instances)

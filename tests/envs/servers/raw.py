@@ -5,13 +5,14 @@
                                      [--linger] [--optional-lists]
 
 Tools: ``echo(text)``; ``sleep(seconds)`` returns the most calls it saw in flight
-at once; ``big(n)`` returns n characters; ``count()`` increments a per-process
+at once; ``big(n)`` returns n characters (with text ``stderr``: writes them to stderr, then answers ``ok``); ``count()`` increments a per-process
 counter (state); ``pid()``; ``fail()`` reports a tool error (isError);
 ``reject()`` answers with a JSON-RPC error; ``crash()`` exits mid-call;
 ``hang()`` never answers; ``malformed()`` answers a result that is not a
 CallToolResult; ``junk()`` prints a non-JSON line on stdout, then answers;
-``shaped(text)`` declares an output schema (``{"n": integer}``) and answers structured
-content that fits it (text ``good``), does not (``bad``), or none (``none``);
+``shaped(text)`` declares an output schema (``{"n": integer, "s": string matching ^(a+)+$}``) and
+answers structured content that fits it (text ``good``), does not (``bad``), takes the check's regex
+seconds to find that it does not (``slow``), or none (``none``);
 ``lists()`` returns how many ``tools/list`` requests this process answered.
 ``--optional-lists`` declares resources and prompts: resources/list lists one,
 resources/templates/list is not served (Method not found), prompts/list errs.
@@ -43,7 +44,11 @@ NAMES = [
     "shaped",
     "lists",
 ]
-SHAPED = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+SHAPED = {
+    "type": "object",
+    "properties": {"n": {"type": "integer"}, "s": {"type": "string", "pattern": "^(a+)+$"}},
+    "required": ["n"],
+}
 
 lock = threading.Lock()
 state = {"count": 0, "in_flight": 0, "max_in_flight": 0, "lists": 0}
@@ -84,6 +89,9 @@ def call(rid, name: str, args: dict) -> None:
             state["in_flight"] -= 1
             seen = state["max_in_flight"]
         send({"jsonrpc": "2.0", "id": rid, "result": text(str(seen))})
+    elif name == "big" and args.get("text") == "stderr":
+        sys.stderr.write("x" * int(args["seconds"]) + "\nwrote a lot\n")
+        send({"jsonrpc": "2.0", "id": rid, "result": text("ok")})
     elif name == "big":
         send({"jsonrpc": "2.0", "id": rid, "result": text("x" * int(args.get("seconds", 10000)))})
     elif name == "count":
@@ -110,7 +118,8 @@ def call(rid, name: str, args: dict) -> None:
             sys.stdout.flush()
         send({"jsonrpc": "2.0", "id": rid, "result": text("after junk")})
     elif name == "shaped":
-        shape = {"good": {"structuredContent": {"n": 1}}, "bad": {"structuredContent": {"n": "one"}}}
+        shape = {"good": {"n": 1, "s": "aaa"}, "bad": {"n": "one"}, "slow": {"n": 1, "s": "a" * 28 + "!"}}
+        shape = {k: {"structuredContent": v} for k, v in shape.items()}
         send({"jsonrpc": "2.0", "id": rid, "result": text("1") | shape.get(args.get("text"), {})})
     elif name == "lists":
         send({"jsonrpc": "2.0", "id": rid, "result": text(str(state["lists"]))})
