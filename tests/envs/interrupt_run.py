@@ -4,6 +4,8 @@ Arguments: the raw server's path, then flags for its processes (``--linger``).""
 from __future__ import annotations
 
 import asyncio
+import faulthandler
+import signal
 import sys
 
 from trajkit.envs.config import ServerConfig
@@ -11,6 +13,7 @@ from trajkit.envs.discovery import discover
 from trajkit.envs.env import ToolEnv
 
 RAW, FLAGS = sys.argv[1], sys.argv[2:]
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # a test that finds it hung asks where
 
 
 async def main() -> None:

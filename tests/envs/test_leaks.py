@@ -69,7 +69,13 @@ def test_ctrl_c_shuts_every_server_down(tmp_path):
         pids.update(int(p) for p in line.split()[1:])
     assert len(pids) == 5 and all(psutil.pid_exists(p) for p in pids)  # 4 fresh + 1 pooled
     proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=30)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:  # where it hangs, in the failure
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        proc.kill()
+        raise AssertionError(f"still running 30 s after SIGINT: {proc.communicate()[1][-6000:]}") from None
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(_alive(p) for p in pids):
         time.sleep(0.05)

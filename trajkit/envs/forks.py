@@ -171,7 +171,7 @@ class Zygote:
             self.proc = None
         if self._log is not None:
             self._log.close()
-            self._log: Stderr | None = None  # the zygote's stderr (its tail: why it exited)
+            self._log = None
         if self._control is not None:
             self._control.close()
             self._control = None
