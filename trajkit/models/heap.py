@@ -6,8 +6,9 @@ kernel at once, and trims the heap's top past 128 KiB, so a training step,
 which allocates and frees the same activations and logit tiles every time,
 pays page faults to zero fresh pages for all of them: on 2 cores the demo's
 warm-up SFT spent 13.5 CPU-s in the kernel beside 37 in user space for 60
-steps (1.5 after this; steps 1.3-1.7x faster, the same losses). Blocks up to 32 MiB (glibc's largest threshold) now
-come from the heap, and up to 1 GiB of freed heap stays in the process.
+steps (1.5 after this; steps 1.3-1.7x faster, the same losses). Blocks up to
+32 MiB (glibc's largest threshold) now come from the heap, and up to 1 GiB of
+freed heap stays in the process.
 """
 
 from __future__ import annotations
