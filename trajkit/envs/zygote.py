@@ -192,7 +192,7 @@ def _rehearse(main: object, close: list[int]) -> None:
             importlib.import_module(name)
 
 
-def _unfit() -> str | None:
+def _unfit(iso: object) -> str | None:
     """Why this process cannot fork instances, if it cannot: a thread is running (a fork carries one: locks another
     one holds would stay held), or a process it started is (it would live as long as the zygote, beside every
     trajectory's instances, uncapped, each sharing it; a spawned instance has its own). Exited ones are reaped."""
@@ -200,13 +200,9 @@ def _unfit() -> str | None:
 
     if threading.active_count() > 1:
         return "a module this server imports starts a thread when imported"
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return None
-        if pid == 0:
-            return "this server starts a process when imported, and it is still running"
+    if iso.reap_exited():
+        return "this server starts a process when imported, and it is still running"
+    return None
 
 
 def _exit_code(code: object) -> int:
@@ -322,10 +318,10 @@ def serve(control_fd: int, client: int, spec: dict, entry: list[str]) -> None:
         _preload(tree, init["__package__"] or "")
         argv = [path, *entry[2:]] if entry[0] == "-m" else list(entry)  # as python sets it
         main = _prepare(path, tree, init, argv)
-    unfit = _unfit()  # what the server imports, or its body, started
+    unfit = _unfit(contain.iso)  # what the server imports, or its body, started
     if main is not None and unfit is None and spec.get("rehearse", True):
         _rehearse(main, [control_fd])
-    if why := unfit or _unfit():
+    if why := unfit or _unfit(contain.iso):
         print(f"trajkit: {why}", file=sys.stderr, flush=True)
         os._exit(UNFIT if unfit else REHEARSED_UNFIT)
     gc.collect()

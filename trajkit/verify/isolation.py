@@ -307,8 +307,8 @@ def children_of(pid: int) -> list[int]:
     return kids
 
 
-def _reap_all() -> bool:
-    """Collect every exited child without blocking; False once none are left."""
+def reap_exited() -> bool:
+    """Collect every exited child without blocking; whether any child is still running."""
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
@@ -339,7 +339,7 @@ def kill_everything(init_of_namespace: bool) -> None:
                     os.kill(child, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-        if not _reap_all():
+        if not reap_exited():
             return
         time.sleep(0.0005)
 
