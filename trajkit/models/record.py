@@ -237,7 +237,7 @@ class RecordingProxy:
             data = b"".join([c async for c in body_chunks(reader, head)])
             self.upstream.release(reader, writer, head.keep_alive)
             models = json.loads(data).get("data") or []
-        except (OSError, BadMessage, ValueError, AttributeError, asyncio.TimeoutError, asyncio.IncompleteReadError):
+        except (TimeoutError, OSError, BadMessage, ValueError, AttributeError, asyncio.IncompleteReadError):
             self._notes.append("could not ask the upstream which server it is (/v1/models)")
             return False
         return any(isinstance(m, dict) and m.get("owned_by") == "vllm" for m in models)
@@ -307,7 +307,7 @@ class RecordingProxy:
         t0 = time.monotonic()
         try:
             rhead, reader, conn = await self.upstream.request(head.method, head.target, self._headers(head), body)
-        except (OSError, BadMessage, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
+        except (TimeoutError, OSError, BadMessage, asyncio.IncompleteReadError) as e:
             error = f"the upstream did not answer: {type(e).__name__}: {e}".rstrip(": ")
             if call_id is not None:
                 self.log.end(call_id, b"", status=502, error=error, s=round(time.monotonic() - t0, 6))

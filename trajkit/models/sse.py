@@ -38,7 +38,12 @@ def stream_chunks(response: dict[str, Any], include_usage: bool = False) -> list
                 if choice.get("token_ids") is not None:
                     entry["token_ids"] = choice["token_ids"]
             out.append({**base, "choices": [entry]})
-        out.append({**base, "choices": [{"index": i, "delta": {}, "logprobs": None, "finish_reason": choice.get("finish_reason")}]})
+        out.append(
+            {
+                **base,
+                "choices": [{"index": i, "delta": {}, "logprobs": None, "finish_reason": choice.get("finish_reason")}],
+            }
+        )
     if out and response.get("prompt_token_ids") is not None:
         out[0]["prompt_token_ids"] = response["prompt_token_ids"]
     if include_usage:
@@ -118,7 +123,11 @@ def _finish(acc: dict[str, Any]) -> dict[str, Any]:
         message["reasoning_content"] = "".join(acc["reasoning"])
     if acc["calls"]:
         message["tool_calls"] = [
-            {"id": s["id"], "type": "function", "function": {"name": "".join(s["name"]), "arguments": "".join(s["arguments"])}}
+            {
+                "id": s["id"],
+                "type": "function",
+                "function": {"name": "".join(s["name"]), "arguments": "".join(s["arguments"])},
+            }
             for _, s in sorted(acc["calls"].items())
         ]
     choice = {
