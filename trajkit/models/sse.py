@@ -35,7 +35,7 @@ def stream_chunks(response: dict[str, Any], include_usage: bool = False) -> list
             entry: dict[str, Any] = {"index": i, "delta": delta, "logprobs": None, "finish_reason": None}
             if k == len(deltas) - 1:  # the sampled tokens' ids and logprobs go with the last delta
                 entry["logprobs"] = choice.get("logprobs")
-                if choice.get("token_ids") is not None:
+                if "token_ids" in choice:  # vLLM's field, null when not asked for
                     entry["token_ids"] = choice["token_ids"]
             out.append({**base, "choices": [entry]})
         out.append(
@@ -44,7 +44,7 @@ def stream_chunks(response: dict[str, Any], include_usage: bool = False) -> list
                 "choices": [{"index": i, "delta": {}, "logprobs": None, "finish_reason": choice.get("finish_reason")}],
             }
         )
-    if out and response.get("prompt_token_ids") is not None:
+    if out and "prompt_token_ids" in response:
         out[0]["prompt_token_ids"] = response["prompt_token_ids"]
     if include_usage:
         out.append({**base, "choices": [], "usage": response.get("usage")})
