@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -198,6 +199,36 @@ def test_a_torn_last_record_is_moved_aside_and_the_log_goes_on(run_dir):
     log.close()
     assert log_path(run_dir).read_bytes() == whole
     assert (log_path(run_dir).parent / f"calls.log.torn-{len(whole)}").read_bytes().startswith(b'{"e":"start"')
+
+
+def test_with_fsync_always_a_call_goes_on_once_its_record_is_on_disk_and_calls_in_flight_share_flushes(
+    run_dir, monkeypatch
+):
+    from trajkit.models import calllog
+
+    flushed: list[int] = []  # the log's size at each fsync
+    fsync = os.fsync
+
+    def slow_disk(fd: int) -> None:
+        time.sleep(0.02)
+        fsync(fd)
+        flushed.append(os.fstat(fd).st_size)
+
+    monkeypatch.setattr(calllog.os, "fsync", slow_disk)
+    early = []
+
+    def script(messages, tools, body):
+        if messages[-1]["content"].encode() not in log_path(run_dir).read_bytes()[: max(flushed, default=0)]:
+            early.append(messages[-1]["content"])  # forwarded before its record was flushed
+        return "ok"
+
+    with ScriptedServer(script) as up, RecordingProxy(up.base_url, run_dir, fsync="always", token_ids="off") as proxy:
+        bodies = [{"model": "m", "messages": [{"role": "user", "content": f"call-{i:03d}"}]} for i in range(16)]
+        with ThreadPoolExecutor(16) as pool:
+            assert {s for s, _ in pool.map(lambda b: post(proxy.base_url, "/chat/completions", b), bodies)} == {200}
+        flushes = len(flushed)
+    assert early == []
+    assert flushes < 32  # 16 calls wrote 32 records: calls in flight at once shared a flush
 
 
 def _serve(run: Path, upstream: str) -> tuple[subprocess.Popen, str]:

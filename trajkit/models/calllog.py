@@ -14,10 +14,12 @@ redacted where rows and cache entries are written from it (``curate traces``).
 
 Durability: each record is one ``write`` made before the call goes on, so a
 proxy killed at any point (SIGKILL) loses nothing the kernel holds. ``fsync``
-chooses what a machine crash may take: ``always`` flushes each record to the
-disk before the call goes on; ``interval`` (the default) flushes at most once
-a second from a thread, so a crash loses at most the last second; ``never``
-leaves it to the kernel. ``bench/proxy.py`` measures what each costs.
+chooses what a machine crash may take: ``always`` has each record on the disk
+before the call goes on (calls in flight at once share one fsync, made on a
+thread, so the event loop never waits on the disk); ``interval`` (the default)
+flushes once a second from that thread, so a crash loses at most the last
+second; ``never`` leaves it to the kernel. ``bench/proxy.py`` measures what
+each costs.
 
 On open, a torn last record (a write cut short by a crash) is moved aside
 (``calls.log.torn-<offset>``), and the
@@ -28,6 +30,7 @@ time (an exclusive lock); a second is refused.
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import json
 import os
@@ -126,11 +129,13 @@ class CallLog:
         self.prefix = uuid.uuid4().hex[:12]  # call ids of this process: prefix-sequence
         self.seq = 0
         self.lost = self._recover()
-        self._dirty = False
-        self._closed = threading.Event()
+        self.written = self.synced = 0  # records written by this process, and of them those on the disk
+        self._cond = threading.Condition()
+        self._waiters: list[tuple[int, asyncio.Future]] = []
+        self._closed = False
         self._flusher = None
-        if fsync == "interval":
-            self._flusher = threading.Thread(target=self._flush_every_interval, name="calllog-fsync", daemon=True)
+        if fsync != "never":
+            self._flusher = threading.Thread(target=self._flush, name="calllog-fsync", daemon=True)
             self._flusher.start()
 
     def _recover(self) -> list[str]:
@@ -164,23 +169,57 @@ class CallLog:
         view = memoryview(data)
         while view:
             view = view[os.write(self.fd, view) :]
-        if sync or self.fsync == "always":
+        if sync:
             os.fsync(self.fd)
         else:
-            self._dirty = True
+            self.written += 1
 
-    def _flush_every_interval(self) -> None:
-        while not self._closed.wait(INTERVAL_S):
-            if self._dirty:
-                self._dirty = False
+    async def durable(self) -> None:
+        """With ``fsync="always"``, wait until the disk holds every record written so far (calls waiting at
+        once share one fsync, made on the flusher thread); with the other policies, return at once."""
+        if self.fsync != "always" or self.synced >= self.written:
+            return
+        future = asyncio.get_running_loop().create_future()
+        with self._cond:
+            self._waiters.append((self.written, future))
+            self._cond.notify()
+        await future
+
+    def _flush(self) -> None:
+        """The flusher thread: fsync what was written, once a second (``interval``) or as soon as a call waits
+        (``always``), and wake the calls it covers."""
+        while True:
+            with self._cond:
+                if self.fsync == "always":
+                    self._cond.wait_for(lambda: self._closed or self._waiters)
+                else:
+                    self._cond.wait(INTERVAL_S)
+                if self._closed:
+                    return
+                target = self.written
+            if target > self.synced:
                 os.fsync(self.fd)
+                self.synced = target
+            with self._cond:
+                ready = [f for n, f in self._waiters if n <= target]
+                self._waiters = [(n, f) for n, f in self._waiters if n > target]
+            for future in ready:
+                future.get_loop().call_soon_threadsafe(_resolve, future)
 
     def close(self) -> None:
-        if self._closed.is_set():
+        if self.fd < 0:
             return
-        self._closed.set()
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
         if self._flusher is not None:
             self._flusher.join()
         if self.fsync != "never":
             os.fsync(self.fd)
         os.close(self.fd)
+        self.fd = -1
+
+
+def _resolve(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)

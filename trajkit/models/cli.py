@@ -113,10 +113,10 @@ def serve(
         server.start()
     except OSError as e:
         raise UserError(f"cannot listen on 127.0.0.1:{port}: {e.strerror}") from None
-    for note in server.notes() if script is None else []:
-        typer.echo(note, err=True)
-    typer.echo(f"serving {what} at {server.base_url} (--backend openai --base-url {server.base_url}); Ctrl-C stops")
-    try:
+    try:  # Ctrl-C as soon as the address is out stops cleanly too
+        for note in server.notes() if script is None else []:
+            typer.echo(note, err=True)
+        typer.echo(f"serving {what} at {server.base_url} (--backend openai --base-url {server.base_url}); Ctrl-C stops")
         threading.Event().wait()
     except KeyboardInterrupt:
         pass

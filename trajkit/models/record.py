@@ -298,6 +298,7 @@ class RecordingProxy:
         if added:
             fields["added"] = added
         self.log.start(call_id, body, **fields)
+        await self.log.durable()
         return await self._forward(head, sent, writer, call_id, added)
 
     async def _forward(
@@ -324,6 +325,7 @@ class RecordingProxy:
                     raw += piece
                 if call_id is not None:
                     self.log.end(call_id, bytes(raw), status=rhead.status, s=round(time.monotonic() - t0, 6))
+                    await self.log.durable()
                 out = strip_token_fields(bytes(raw), added) if strip else bytes(raw)
                 writer.write(response_head(rhead.status, headers, len(out)) + out)
             else:
