@@ -107,12 +107,25 @@ def request_body(stream: bool) -> bytes:
             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
         },
     }
-    calls = [{"id": f"call_{i}", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}} for i in range(2)]
+    calls = [
+        {"id": f"call_{i}", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+        for i in range(2)
+    ]
     messages = [
-        {"role": "system", "content": "You are a helpful assistant with tools. Answer briefly and cite the tools. " * 6},
+        {
+            "role": "system",
+            "content": "You are a helpful assistant with tools. Answer briefly and cite the tools. " * 6,
+        },
         {"role": "user", "content": "What is the weather in Oslo and in Bergen today, and should I take an umbrella?"},
         {"role": "assistant", "content": None, "tool_calls": calls},
-        *({"role": "tool", "tool_call_id": c["id"], "content": '{"temp": 21, "sky": "sunny", "wind": 3, "rain": 0.0}' * 3} for c in calls),
+        *(
+            {
+                "role": "tool",
+                "tool_call_id": c["id"],
+                "content": '{"temp": 21, "sky": "sunny", "wind": 3, "rain": 0.0}' * 3,
+            }
+            for c in calls
+        ),
     ]
     body = {"model": "bench", "messages": messages, "tools": [tool, tool, tool], "temperature": 0.7, "max_tokens": 512}
     if stream:
@@ -172,7 +185,7 @@ async def latency(direct_url: str, proxy_url: str, body: bytes, calls: int) -> d
     for _ in range(calls):
         d.append(await direct.call())
         v.append(await via.call())
-    ms = lambda xs, q: 1e3 * statistics.quantiles(xs, n=100)[q - 1]  # noqa: E731
+    ms = lambda xs, q: 1e3 * statistics.quantiles(xs, n=100)[q - 1]
     return {
         "direct_p50": ms(d, 50),
         "proxy_p50": ms(v, 50),
@@ -205,7 +218,9 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--stream", action="store_true", help="Server-sent events instead of one JSON answer.")
     ap.add_argument("--token-ids", action="store_true", help="A vLLM upstream: the proxy asks for token ids.")
-    ap.add_argument("--log-dir", type=Path, default=None, help="Where the runs (and call logs) go (default: a temp dir).")
+    ap.add_argument(
+        "--log-dir", type=Path, default=None, help="Where the runs (and call logs) go (default: a temp dir)."
+    )
     args = ap.parse_args()
     body = request_body(args.stream)
     up, port = start(UPSTREAM, "vllm" if args.token_ids else "plain")
@@ -233,8 +248,10 @@ def main() -> None:
         f"{'stream' if args.stream else 'json'}, token ids {'asked (vLLM)' if args.token_ids else 'not asked'}; "
         f"logs under {base} ({_fs(base)})"
     )
-    print(f"{'fsync':9} {'c=1 p50 direct/proxy':>22} {'added p50':>10} {'p99 direct/proxy':>18} "
-          f"{'c=' + str(args.concurrency) + ' calls/s direct/proxy':>28} {'proxy CPU/call':>15} {'upstream CPU/call':>18}")
+    print(
+        f"{'fsync':9} {'c=1 p50 direct/proxy':>22} {'added p50':>10} {'p99 direct/proxy':>18} "
+        f"{'c=' + str(args.concurrency) + ' calls/s direct/proxy':>28} {'proxy CPU/call':>15} {'upstream CPU/call':>18}"
+    )
     for fsync, lat, direct, via, size, notes in rows:
         print(
             f"{fsync:9} {lat['direct_p50']:9.3f} / {lat['proxy_p50']:6.3f} ms {lat['added_p50']:7.3f} ms "

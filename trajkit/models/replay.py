@@ -16,7 +16,10 @@ of that name, which the key counts as the spec's (or, failing that, as
 ``extra_body``'s); a request carrying tool results' media as a user message
 (``tool_media: user_message``) is keyed with that option. A request that was never recorded is refused with 404 and
 says why: the client records it as a failed call, as it would any endpoint's
-error. ``/v1/models`` lists the recorded models.
+error. ``/v1/models`` lists the recorded models. Another agent's calls recorded by
+``model serve --record`` replay too: ``curate traces`` puts them into the run's
+call cache under the key ``request_call`` makes of each request, with each
+answer as it was returned (a stream is answered as a stream).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ For tests, benchmarks and the demo: the ``openai`` backend talks to it over
 real HTTP, exactly as to ``vllm serve``. ``script(messages, tools, body)``
 returns the assistant message (a string, or ``{"content", "tool_calls",
 "reasoning_content"}``, optionally with ``logprobs``, ``token_ids`` and
-``prompt_token_ids`` that the response then carries, as vLLM's does); ``faults``
+``prompt_token_ids`` that the response then carries, as vLLM's does; a ``stream: true`` request gets the
+answer as server-sent events, ``trajkit.models.sse``); ``faults``
 injects 500s, 429s with ``Retry-After``, stalls and malformed 200 bodies by
 request index (or through a function of the index, e.g. ``faults_at_rate``).
 Every request is recorded (path, headers, body) so tests
