@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 from tests.curate.helpers import run, write_jsonl
 from tests.synth.brain import Brain
-from tests.test_cli import ROOT
+from tests.test_cli import trajkit
 from tests.test_user_errors import user_error
 from trajkit.curate.threads import Call, group, trajectory_row
 from trajkit.models.record import SESSION_HEADER, RecordingProxy
@@ -186,15 +184,7 @@ def test_recorded_trajectories_go_through_judge_filter_export_and_sql(recorded, 
     manifest = run(store, "synth.filter", min_completeness=None, min_task_quality=None)
     assert manifest["summary"]["of"] == 2
     out = tmp_path / "accepted.jsonl"
-    export = subprocess.run(
-        [sys.executable, "-m", "trajkit.cli", "export", str(out), "--run", str(run_dir)],
-        check=False,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert export.returncode == 0, export.stderr
+    trajkit("export", str(out), "--run", str(run_dir))
     exported = [json.loads(line) for line in out.read_text().splitlines()]
     sql = store.sql("SELECT count(*) AS n, min(source) AS s FROM trajectories WHERE reject_reason IS NULL").to_pylist()
     assert sql == [{"n": len(exported), "s": "recorded"}] and len(exported) == 2
@@ -264,26 +254,7 @@ def test_sharegpt_as_export_writes_it_imports_back_to_the_same_conversation(tmp_
     first = Store(tmp_path / "a", create=True)
     run(first, "curate.traces", path=str(source))
     shared = tmp_path / "sharegpt.jsonl"
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "trajkit.cli",
-            "export",
-            str(shared),
-            "--run",
-            str(first.root),
-            "--format",
-            "sharegpt",
-            "--all",
-        ],
-        check=False,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
+    trajkit("export", str(shared), "--run", str(first.root), "--format", "sharegpt", "--all")
     second = Store(tmp_path / "b", create=True)
     run(second, "curate.traces", path=str(shared))
     [a], [b] = first.rows("trajectories"), second.rows("trajectories")

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.test_cli import ROOT
+from tests.test_cli import ROOT, trajkit
 from trajkit.curate.trace_files import recorded_calls
 from trajkit.errors import UserError
 from trajkit.models.calllog import CallLog, log_path, read_log
@@ -269,15 +269,7 @@ def test_a_call_in_flight_when_the_proxy_is_killed_becomes_an_aborted_row(run_di
         again.send_signal(signal.SIGINT)
         assert again.wait(timeout=20) == 0
         assert "1 call(s) a previous proxy left unfinished are marked lost" in again.stderr.read()
-    out = subprocess.run(
-        [sys.executable, "-m", "trajkit.cli", "curate", "traces", "--run", str(run_dir)],
-        check=False,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr
+    trajkit("curate", "traces", "--run", str(run_dir))
     from trajkit.store import Store
 
     [row] = Store(run_dir).rows("trajectories")
@@ -294,14 +286,6 @@ def _quietly(fn, *args):
 
 
 def test_model_serve_record_needs_an_upstream_and_a_run(run_dir):
-    out = subprocess.run(
-        [sys.executable, "-m", "trajkit.cli", "model", "serve", "--record", "--run", str(run_dir)],
-        check=False,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ},
-    )
+    out = trajkit("model", "serve", "--record", "--run", str(run_dir), check=False)
     assert out.returncode == 2 and out.stderr.strip().count("\n") == 0
     assert "--record goes with --upstream URL and --run DIR" in out.stderr

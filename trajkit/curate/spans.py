@@ -44,7 +44,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trajkit.curate.threads import Call
+from trajkit.curate.threads import Call, json_value
 from trajkit.errors import UserError
 
 NO_CONTENT = (
@@ -152,13 +152,7 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 def _json(flat: dict[str, Any], key: str) -> Any:
     """The value at ``key`` of an attribute the conventions hold as JSON text (or as structure): parsed."""
-    value = _unflatten(flat, key)
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
+    return json_value(_unflatten(flat, key))
 
 
 def _unflatten(flat: dict[str, Any], key: str) -> Any:

@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 from trajkit.models.base import Completion, ToolCall
 from trajkit.models.chat import stored_message
+from trajkit.models.openai_backend import sampled_logprobs, token_ids_of
 from trajkit.schema import content_id
 
 CallStatus = Literal["ok", "failed", "unfinished", "unanswered"]
@@ -79,7 +80,7 @@ def completions(response: dict[str, Any]) -> list[Completion]:
     usage = response.get("usage") or {}
     if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices) or not isinstance(usage, dict):
         raise ValueError("'choices' is not a list of objects or 'usage' not an object")
-    prompt_ids = _ids(response.get("prompt_token_ids"), "prompt_token_ids")
+    prompt_ids = token_ids_of(response.get("prompt_token_ids"), "prompt_token_ids")
     out = []
     for choice in sorted(choices, key=lambda c: c.get("index") or 0):
         m = choice.get("message")
@@ -92,12 +93,8 @@ def completions(response: dict[str, Any]) -> list[Completion]:
                 raise TypeError("a tool call without a function name")
             args = fn.get("arguments")
             calls.append(ToolCall(c.get("id") or "", fn["name"], args if isinstance(args, str) else json.dumps(args)))
-        logprobs = (choice.get("logprobs") or {}).get("content") if isinstance(choice.get("logprobs"), dict) else None
-        if logprobs is not None:
-            logprobs = [t.get("logprob") if isinstance(t, dict) else None for t in logprobs]
-            if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in logprobs):
-                raise ValueError("a logprobs entry without a numeric logprob")
-        token_ids = _ids(choice.get("token_ids"), "token_ids")
+        logprobs = sampled_logprobs(choice.get("logprobs"), int(choice.get("index") or 0))
+        token_ids = token_ids_of(choice.get("token_ids"), "token_ids")
         out.append(
             Completion(
                 text=m.get("content") or "",
@@ -108,18 +105,10 @@ def completions(response: dict[str, Any]) -> list[Completion]:
                 completion_tokens=len(token_ids) if token_ids else int(usage.get("completion_tokens") or 0),
                 prompt_token_ids=prompt_ids,
                 token_ids=token_ids,
-                logprobs=[float(x) for x in logprobs] if logprobs is not None else None,
+                logprobs=logprobs,
             )
         )
     return out
-
-
-def _ids(value: Any, what: str) -> list[int] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
-        raise ValueError(f"{what} is not a list of integers")
-    return value
 
 
 @dataclass
@@ -145,7 +134,8 @@ def text(content: Any) -> str | None:
     return json.dumps(content, ensure_ascii=False)
 
 
-def _arguments(value: Any) -> Any:
+def json_value(value: Any) -> Any:
+    """JSON text parsed (tool-call arguments, an attribute held as JSON); anything else as it is."""
     if isinstance(value, str):
         try:
             return json.loads(value)
@@ -160,7 +150,7 @@ def _key(m: dict[str, Any]) -> bytes:
     key = [
         m.get("role"),
         text(m.get("content")) or None,
-        [[c["id"], c["name"], _arguments(c["arguments"])] for c in calls],
+        [[c["id"], c["name"], json_value(c["arguments"])] for c in calls],
         m.get("tool_call_id"),
     ]
     return json.dumps(key, sort_keys=True, ensure_ascii=False, default=str).encode() + b"\0"
