@@ -187,6 +187,12 @@ def test_one_proxy_records_into_a_run_at_a_time(run_dir):
         RecordingProxy(up.base_url, run_dir, token_ids="off").start()
 
 
+def test_a_run_that_cannot_be_recorded_into_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UserError, match="cannot record there"):
+        RecordingProxy("http://127.0.0.1:9/v1", tmp_path / "file", token_ids="off").start()
+
+
 def test_a_torn_last_record_is_moved_aside_and_the_log_goes_on(run_dir):
     log = CallLog(run_dir, fsync="never")
     log.start("a-1", b'{"messages": []}')

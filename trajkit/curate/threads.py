@@ -38,6 +38,7 @@ from typing import Any, Literal
 from trajkit.models.base import Completion, ToolCall
 from trajkit.models.chat import stored_message
 from trajkit.models.openai_backend import sampled_logprobs, token_ids_of
+from trajkit.models.tokens import TokenTrace
 from trajkit.schema import content_id
 
 CallStatus = Literal["ok", "failed", "unfinished", "unanswered"]
@@ -293,8 +294,6 @@ def _outcome(thread: Thread) -> tuple[str, str | None, str | None]:
 
 def trajectory_row(thread: Thread, traj_id: str, source: str, backend: str | None) -> dict[str, Any]:
     """The ``trajectories`` row of a thread."""
-    from trajkit.models.tokens import TokenTrace
-
     messages: list[dict[str, Any]] = []
     answers: list[dict[str, Any]] = []
     trace: TokenTrace | None = TokenTrace() if thread.rewritten is None else None

@@ -162,7 +162,10 @@ class RecordingProxy:
 
     async def serve(self) -> None:
         """Open the log (recovering what a killed proxy left), decide on token ids, and listen."""
-        self.log = CallLog(self.run, self.fsync)
+        try:
+            self.log = CallLog(self.run, self.fsync)
+        except OSError as e:
+            raise UserError(f"--run {self.run}: cannot record there ({e.strerror or e})") from None
         if self.log.lost:
             self._notes.append(f"{len(self.log.lost)} call(s) a previous proxy left unfinished are marked lost")
         if self.token_ids == "auto":
