@@ -4,9 +4,11 @@ stripped, no credentials kept, the Responses API refused in one line, and nothin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -159,6 +161,36 @@ async def test_a_stream_reaches_the_agent_as_the_upstream_sends_it(run_dir):
         tail = await asyncio.wait_for(reader.readuntil(b"0\r\n\r\n"), 10)
         assert rest in tail
         writer.close()
+    server.close()
+
+
+async def test_calls_go_on_after_the_upstream_restarts(run_dir):
+    """Connections kept alive to an upstream that restarted are all closed: the next call opens a new one."""
+    canned = json.dumps({"choices": [], "usage": {}}).encode()
+    connections = []
+
+    async def upstream(reader, writer):
+        connections.append(writer)
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                await reader.readexactly(int(re.search(rb"(?i)content-length: *(\d+)", head)[1]))
+                await asyncio.sleep(0.2)  # slow enough that calls at once take connections of their own
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(canned), canned))
+
+    server = await asyncio.start_server(upstream, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    body = {"model": "m", "messages": [{"role": "user", "content": "?"}]}
+    with RecordingProxy(f"http://127.0.0.1:{port}/v1", run_dir, token_ids="off") as proxy:
+        calls = [asyncio.to_thread(post, proxy.base_url, "/chat/completions", body) for _ in range(3)]
+        assert [s for s, _ in await asyncio.gather(*calls)] == [200, 200, 200]
+        assert len(connections) == 3
+        server.close()  # the restart: every connection goes
+        for writer in connections:
+            writer.close()
+        await server.wait_closed()
+        server = await asyncio.start_server(upstream, "127.0.0.1", port)
+        assert (await asyncio.to_thread(post, proxy.base_url, "/chat/completions", body))[0] == 200
     server.close()
 
 

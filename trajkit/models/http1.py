@@ -173,8 +173,8 @@ class Upstream:
         self, method: str, path: str, headers: list[tuple[str, str]], body: bytes
     ) -> tuple[Head, asyncio.StreamReader, asyncio.StreamWriter]:
         """Send a request; returns the response head and the connection to read its body from (give it back
-        with ``release`` once the body is read). A kept-alive connection the upstream closed meanwhile is
-        replaced once, before any byte of the response came."""
+        with ``release`` once the body is read). When a kept-alive connection turns out closed by the upstream
+        (a restart) before any byte of the response came, the idle ones go too and a new connection is tried."""
         head = f"{method} {self.target(path)} HTTP/1.1\r\nHost: {self.authority}\r\n"
         head += "".join(f"{k}: {v}\r\n" for k, v in headers)
         data = (head + f"Content-Length: {len(body)}\r\nAccept-Encoding: identity\r\n\r\n").encode("latin-1") + body
@@ -191,6 +191,7 @@ class Upstream:
                 writer.close()
                 if not reused or attempt:
                     raise
+                self.close()
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
