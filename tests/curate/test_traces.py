@@ -440,6 +440,24 @@ def test_what_does_not_map_is_one_line_and_exit_2(tmp_path, record, message):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_recorded_request_that_is_no_conversation_is_counted_not_a_row(run_dir):
+    """An agent's malformed request (the upstream refused it too) is skipped and counted; the others are rows."""
+    from trajkit.models.calllog import CallLog
+
+    log = CallLog(run_dir, fsync="never")
+    bad = {"model": "m", "messages": [{"role": "assistant", "tool_calls": ["not a call"]}]}
+    good = {"model": "m", "messages": [USER]}
+    answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "5"}, "finish_reason": "stop"}]}
+    for i, body in enumerate((bad, good)):
+        log.start(f"c{i}", json.dumps(body).encode())
+        log.end(f"c{i}", json.dumps(answer).encode(), status=200)
+    log.close()
+    manifest = run(Store(run_dir, create=True), "curate.traces")
+    assert manifest["counts"]["skipped.unreadable_request"] == 1
+    [row] = Store(run_dir).rows("trajectories")
+    assert row["final_answer"] == "5"
+
+
 def test_a_run_without_a_recording_is_a_user_error(run_dir):
     from trajkit.errors import UserError
 

@@ -204,7 +204,8 @@ def test_a_responses_api_call_is_answered_with_the_setting_that_switches_to_chat
 
 def test_an_upstream_that_does_not_answer_is_a_502_recorded_as_a_failed_call(run_dir):
     with RecordingProxy("http://127.0.0.1:9/v1", run_dir, token_ids="off") as proxy:
-        status, data = post(proxy.base_url, "/chat/completions", {"model": "m", "messages": []})
+        body = {"model": "m", "messages": [{"role": "user", "content": "?"}]}
+        status, data = post(proxy.base_url, "/chat/completions", body)
     assert status == 502 and "the upstream did not answer" in json.loads(data)["error"]["message"]
     [call], _ = recorded_calls(run_dir)
     assert call.status == "failed" and "did not answer" in call.error

@@ -13,8 +13,8 @@ each, in the order they started:
   start with: the messages of that thread's last call followed by the exact
   assistant message that call returned (content and tool calls, ids included;
   arguments compared as JSON values, reasoning left out, since agents drop it);
-  the longest such conversation wins. A call whose last call failed or was
-  never answered is continued by the same messages (the agent's retry). When
+  the longest such conversation wins. A thread whose last call failed or was
+  never answered is continued by a call of the same messages (a retry). When
   two threads are continued by the same messages, the call starts a thread of
   its own and the ambiguity is counted.
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,9 +39,10 @@ SHAREGPT_ROLES = {
 
 
 # ---------------------------------------------------------------- the recording proxy's log
-def recorded_calls(run: Path) -> tuple[list[Call], Counter]:
-    """The chat completion calls of a run's recording in the order they arrived, and counts of what could
-    not be read (``unreadable_request``: a body that is not a chat request)."""
+def recorded_calls(run: Path) -> tuple[list[Call], dict[str, Any]]:
+    """The chat completion calls of a run's recording in the order they arrived, and what could not be read:
+    ``unreadable_request``, how many bodies are not a chat conversation ``check_conversation`` reads, and
+    ``first_unreadable``, why the first is not."""
     from trajkit.models.calllog import log_path, read_log
 
     path = log_path(run)
@@ -57,14 +57,20 @@ def recorded_calls(run: Path) -> tuple[list[Call], Counter]:
             ends[r.call_id] = r
         else:
             lost.update(r.header.get("ids") or [])
-    calls, skipped = [], Counter()
+    calls: list[Call] = []
+    skipped: dict[str, Any] = {}
     for call_id, start in starts.items():
         try:
             request = json.loads(start.body)
         except ValueError:
             request = None
-        if not isinstance(request, dict) or not isinstance(request.get("messages"), list):
-            skipped["unreadable_request"] += 1
+        try:
+            if not isinstance(request, dict):
+                raise UserError("the body is not a JSON object")
+            check_conversation(request.get("messages"), request.get("tools"), f"call {call_id}")
+        except UserError as e:  # an agent's request the upstream will have refused too: counted, not a row
+            skipped["unreadable_request"] = skipped.get("unreadable_request", 0) + 1
+            skipped.setdefault("first_unreadable", str(e))
             continue
         end = ends.get(call_id)
         call = Call(call_id, request, session=start.header.get("session"), started=start.header.get("t"))

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -95,10 +94,15 @@ def verifiers_by_task(path: str, questions: dict[str, str | None]) -> tuple[dict
 def run_traces(ctx: StageContext, cfg: TracesConfig) -> dict[str, Any]:
     if cfg.path is not None:
         calls, fmt = file_calls(Path(cfg.path), cfg.format)
-        source, backend, skipped = "imported", None, Counter()
+        source, backend, skipped = "imported", None, {}
     else:
         calls, skipped = recorded_calls(ctx.store.root)
         source, backend, fmt = "recorded", "openai", "recording"
+        if skipped:
+            ctx.log(
+                f"{skipped['unreadable_request']} recorded request(s) are no chat conversation; the first: "
+                f"{skipped['first_unreadable']}"
+            )
     threads, ambiguous = group(calls)
     questions = {task_id(question(t)): question(t) for t in threads}
     verifiers, unknown = verifiers_by_task(cfg.tasks, questions) if cfg.tasks else ({}, 0)
@@ -122,7 +126,9 @@ def run_traces(ctx: StageContext, cfg: TracesConfig) -> dict[str, Any]:
             advance(len(todo[start : start + 1000]))
     if source == "recorded":
         ctx.counts["cached_calls"] = keep_for_replay(ctx, [c for t in threads for c in t.calls if _mine(ctx, t)])
-    ctx.counts.update({"calls": len(calls), "ambiguous": ambiguous, **{f"skipped.{k}": n for k, n in skipped.items()}})
+    ctx.counts.update({"calls": len(calls), "ambiguous": ambiguous})
+    if skipped:
+        ctx.counts["skipped.unreadable_request"] = skipped["unreadable_request"]
     if unknown:
         ctx.counts["skipped.unknown_task"] = unknown
     ctx.log(
