@@ -36,7 +36,7 @@ from typing import Any
 from pydantic import Field
 
 from trajkit.config import StageConfig
-from trajkit.curate.threads import Call, Thread, group, question, task_id, trajectory_row
+from trajkit.curate.threads import Call, group, question, task_id, trajectory_row
 from trajkit.curate.trace_files import Format, file_calls, recorded_calls
 from trajkit.errors import UserError
 from trajkit.runner import StageContext, StageSpec
@@ -76,11 +76,11 @@ def verifiers_by_task(path: str, questions: dict[str, str | None]) -> tuple[dict
         verifier = rec.get("verifier")
         if not isinstance(verifier, dict) or verifier.get("kind") not in VERIFIERS:
             raise UserError(f"{where}: 'verifier' is not {{kind, spec}} with kind one of {', '.join(VERIFIERS)}")
+        if "task_id" not in rec and not isinstance(rec.get("question"), str):
+            raise UserError(f"{where}: needs a question or a task_id")
         spec = verifier.get("spec")
         verifier = {"kind": verifier["kind"], "spec": spec if isinstance(spec, str) else json.dumps(spec or {})}
         tid = rec.get("task_id") if rec.get("task_id") in questions else by_question.get(rec.get("question"))
-        if "task_id" not in rec and not isinstance(rec.get("question"), str):
-            raise UserError(f"{where}: needs a question or a task_id")
         if tid is None:
             unknown += 1
             continue
@@ -114,18 +114,19 @@ def run_traces(ctx: StageContext, cfg: TracesConfig) -> dict[str, Any]:
         tid = row["task_id"]
         if tid not in have_tasks and tid not in tasks and ctx.mine(tid):
             tasks[tid] = task_row(tid, question(thread), source, verifiers.get(tid))
-    judged = [
+    to_verify = [
         (r, {"task_id": r["task_id"], "verifier": verifiers[r["task_id"]]}) for r in todo if r["task_id"] in verifiers
     ]
-    if judged:
-        _verdicts(judged, cfg)
+    if to_verify:
+        _verdicts(to_verify, cfg)
     ctx.write("tasks", list(tasks.values()))
     with ctx.progress(len(todo), "trajectories") as advance:
         for start in range(0, len(todo), 1000):
             ctx.write("trajectories", todo[start : start + 1000])
             advance(len(todo[start : start + 1000]))
     if source == "recorded":
-        ctx.counts["cached_calls"] = keep_for_replay(ctx, [c for t in threads for c in t.calls if _mine(ctx, t)])
+        mine = [c for t, r in zip(threads, rows) if ctx.mine(r["traj_id"]) for c in t.calls]
+        ctx.counts["cached_calls"] = keep_for_replay(ctx, mine)
     ctx.counts.update({"calls": len(calls), "ambiguous": ambiguous})
     if skipped:
         ctx.counts["skipped.unreadable_request"] = skipped["unreadable_request"]
@@ -136,10 +137,6 @@ def run_traces(ctx: StageContext, cfg: TracesConfig) -> dict[str, Any]:
         + (f"; {ambiguous} call(s) matched two trajectories and started their own" if ambiguous else "")
     )
     return {"calls": len(calls), "trajectories": len(threads), "ambiguous": ambiguous, "format": fmt}
-
-
-def _mine(ctx: StageContext, thread: Thread) -> bool:
-    return ctx.mine(content_id("recorded", thread.calls[0].id))
 
 
 def task_row(tid: str, text: str | None, source: str, verifier: dict[str, str] | None) -> dict[str, Any]:
@@ -156,17 +153,17 @@ def task_row(tid: str, text: str | None, source: str, verifier: dict[str, str] |
     }
 
 
-def _verdicts(judged: list[tuple[dict[str, Any], dict[str, Any]]], cfg: TracesConfig) -> None:
+def _verdicts(rows: list[tuple[dict[str, Any], dict[str, Any]]], cfg: TracesConfig) -> None:
     """Set each row's ``verdict`` from its task's verifier (code in the sandbox, where the kind runs code)."""
     from trajkit.envs.solve import trajectory_verdict
     from trajkit.verify import SANDBOXED_KINDS, make_sandbox
 
     async def judge_all(sandbox: Any) -> None:
-        verdicts = await asyncio.gather(*(trajectory_verdict(task, row, sandbox) for row, task in judged))
-        for (row, _), verdict in zip(judged, verdicts):
+        verdicts = await asyncio.gather(*(trajectory_verdict(task, row, sandbox) for row, task in rows))
+        for (row, _), verdict in zip(rows, verdicts):
             row["verdict"] = verdict
 
-    if any(task["verifier"]["kind"] in SANDBOXED_KINDS for _, task in judged):
+    if any(task["verifier"]["kind"] in SANDBOXED_KINDS for _, task in rows):
         with make_sandbox(cfg.sandbox, cfg.workers) as sandbox:
             asyncio.run(judge_all(sandbox))
     else:
