@@ -12,9 +12,12 @@ from tests.curate.helpers import run, write_jsonl
 from tests.synth.brain import Brain
 from tests.test_cli import trajkit
 from tests.test_user_errors import user_error
+from trajkit.config import build
 from trajkit.curate.threads import Call, group, trajectory_row
 from trajkit.models.record import SESSION_HEADER, RecordingProxy
 from trajkit.models.scripted_server import ScriptedServer
+from trajkit.runner import run_stage
+from trajkit.stages import get_stage
 from trajkit.store import Store
 
 ADD = {"type": "function", "function": {"name": "add", "description": "a + b", "parameters": {"type": "object"}}}
@@ -209,11 +212,38 @@ def test_a_task_file_attaches_verifiers_and_recorded_attempts_get_verdicts(recor
     )
     other = Store(tmp_path / "copy", create=True)  # a copy of the recording: the shared run stays as it is
     shutil.copytree(run_dir / "_record", other.root / "_record")
-    manifest = run(other, "curate.traces", tasks=str(tasks))
-    verdicts = {r["final_answer"]: r["verdict"] for r in other.rows("trajectories")}
-    assert verdicts == {"The result is 5.": "pass", "The result is 42.": "fail"}
+    run(other, "curate.traces")  # rows first, the task file afterwards
+    before = {r["final_answer"]: (r["traj_id"], r["verdict"]) for r in other.rows("trajectories")}
+    spec = get_stage("curate.traces")
+    manifest = run_stage(other, spec, build(spec.config, {"tasks": str(tasks)}), fresh=True, quiet=True)
+    after = {r["final_answer"]: (r["traj_id"], r["verdict"]) for r in other.rows("trajectories")}
+    assert {a: v for a, (_, v) in before.items()} == {"The result is 5.": None, "The result is 42.": None}
+    assert after == {
+        "The result is 5.": (before["The result is 5."][0], "pass"),
+        "The result is 42.": (before["The result is 42."][0], "fail"),
+    }
     assert all(t["verifier"]["kind"] == "custom" for t in other.rows("tasks"))
     assert manifest["counts"]["skipped.unknown_task"] == 1
+
+
+def test_secrets_in_what_the_agent_sent_are_redacted_in_rows_and_the_cache(run_dir, monkeypatch):
+    """The log keeps what the agent sent; rows and cache entries are redacted when the stage writes them."""
+    from trajkit.models.calllog import CallLog
+
+    secret = "Zq9vT4kLm2Xw8RbN"
+    monkeypatch.setenv("SHOP_API_TOKEN", secret)
+    log = CallLog(run_dir, fsync="never")
+    body = {"model": "m", "messages": [{"role": "user", "content": f"my token is {secret}, store it"}]}
+    answer = {"choices": [{"index": 0, "message": {"role": "assistant", "content": f"Stored {secret}."}}]}
+    log.start("c1", json.dumps(body).encode())
+    log.end("c1", json.dumps(answer).encode(), status=200)
+    log.close()
+    run(Store(run_dir, create=True), "curate.traces")
+    [row] = Store(run_dir).rows("trajectories")
+    assert row["final_answer"] == "Stored [REDACTED]." and "[REDACTED]" in row["messages"][0]["content"]
+    written = [p for p in run_dir.rglob("*") if p.is_file() and "_record" not in p.parts]
+    assert any(p.name == "calls.sqlite" for p in written)
+    assert not any(secret.encode() in p.read_bytes() for p in written)
 
 
 # ---------------------------------------------------------------- trace files

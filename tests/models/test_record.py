@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.test_cli import ROOT, trajkit
+from tests.test_user_errors import user_error
 from trajkit.curate.trace_files import recorded_calls
 from trajkit.errors import UserError
 from trajkit.models.calllog import CallLog, log_path, read_log
@@ -325,6 +326,5 @@ def _quietly(fn, *args):
 
 
 def test_model_serve_record_needs_an_upstream_and_a_run(run_dir):
-    out = trajkit("model", "serve", "--record", "--run", str(run_dir), check=False)
-    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0
-    assert "--record goes with --upstream URL and --run DIR" in out.stderr
+    message = user_error("model", "serve", "--record", "--run", str(run_dir))
+    assert "--record goes with --upstream URL and --run DIR" in message
