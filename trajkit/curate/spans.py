@@ -44,7 +44,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from trajkit.curate.threads import Call, json_value
+from trajkit.curate.threads import Call, check_conversation, json_value
 from trajkit.errors import UserError
 
 NO_CONTENT = (
@@ -220,6 +220,7 @@ def _call(span: dict[str, Any], where: str, digest: str) -> Call | None:
         call.status, call.error = "failed", str(span["error"])[:500]
         return call
     message, finish = output
+    check_conversation([*request["messages"], message], request.get("tools"), where)
     choice = {
         "index": 0,
         "message": message,

@@ -21,11 +21,10 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from trajkit.curate.threads import Call, completions
+from trajkit.curate.threads import Call, check_conversation, completions
 from trajkit.errors import UserError
 
 Format = Literal["auto", "openai", "sharegpt", "otel"]
-ROLES = ("system", "developer", "user", "assistant", "tool")
 SHAREGPT_ROLES = {
     "system": "system",
     "human": "user",
@@ -207,50 +206,6 @@ def conversation_calls(
         request = {"model": model, "messages": messages, "tools": tools}
         calls.append(Call(f"{scope}:end", request, status="unanswered", scope=scope))
     return calls
-
-
-def check_conversation(messages: Any, tools: Any, where: str) -> None:
-    """A conversation in the OpenAI chat format, or a UserError saying what does not map."""
-    if not isinstance(messages, list) or not messages:
-        raise UserError(f"{where}: 'messages' is not a non-empty list")
-    if tools is not None and not (isinstance(tools, list) and all(_tool_name(t) for t in tools)):
-        raise UserError(f"{where}: 'tools' is not a list of functions (name, description, parameters)")
-    calls: set[Any] = set()
-    for j, m in enumerate(messages, 1):
-        at = f"{where} message {j}"
-        if not isinstance(m, dict):
-            raise UserError(f"{at}: a JSON {type(m).__name__}, not a message object")
-        role = m.get("role")
-        if role not in ROLES:
-            legacy = " (the legacy function role: write it as a tool message)" if role == "function" else ""
-            raise UserError(f"{at}: role {role!r} is not one of {', '.join(ROLES)}{legacy}")
-        content = m.get("content")
-        if not (content is None or isinstance(content, str) or _parts(content)):
-            raise UserError(f"{at}: content is neither text nor a list of content parts")
-        if m.get("function_call") is not None:
-            raise UserError(f"{at}: the legacy function_call is not read; write it as tool_calls")
-        for k, call in enumerate(m.get("tool_calls") or [], 1):
-            if role != "assistant":
-                raise UserError(f"{at}: a {role} message with tool calls")
-            fn = call.get("function", call) if isinstance(call, dict) else None
-            args = fn.get("arguments") if isinstance(fn, dict) else None
-            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not isinstance(args, (str, dict)):
-                raise UserError(f"{at}: tool call {k} has no function name and arguments (text or object)")
-            calls.add(call.get("id"))
-        if role == "tool":
-            if not calls:
-                raise UserError(f"{at}: a tool result with no tool call before it")
-            if m.get("tool_call_id") not in calls:
-                raise UserError(f"{at}: tool_call_id {m.get('tool_call_id')!r} answers no tool call before it")
-
-
-def _parts(content: Any) -> bool:
-    return isinstance(content, list) and all(isinstance(p, dict) and isinstance(p.get("type"), str) for p in content)
-
-
-def _tool_name(tool: Any) -> str | None:
-    fn = tool.get("function", tool) if isinstance(tool, dict) else None
-    return fn.get("name") if isinstance(fn, dict) and isinstance(fn.get("name"), str) else None
 
 
 def sharegpt_tools(tools: Any, where: str) -> list[dict[str, Any]] | None:
