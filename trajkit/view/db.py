@@ -289,26 +289,25 @@ class RunDB:
         process that cannot write, on the views file (``sqlbox``); its result, or QueryError."""
         check_read(self.connection(), sql)
         self.user_queries += 1
-        for fresh in (False, True):
+        for attempt in range(2):
+            views, sig = self._views_file()
             try:
-                table, error, io = BOX.run(
-                    self._views_file(fresh), str(self.store.root), sql, QUERY_TIMEOUT_S, self.memory_limit
-                )
+                table, error, io = BOX.run(views, str(self.store.root), sql, QUERY_TIMEOUT_S, self.memory_limit)
             except Unavailable as e:
                 raise QueryError(str(e)) from None
             if error is None:
                 return table
-            if not io or fresh:
+            if not io or attempt or self.signature() == sig:  # a shard that vanished meanwhile: once more
                 raise QueryError(error)
         raise AssertionError("unreachable")
 
-    def _views_file(self, fresh: bool) -> str:
+    def _views_file(self) -> tuple[str, dict[str, tuple[str, ...]]]:
         """A DuckDB file holding the run's views as they are now, outside the run (the SQL box opens it
-        read-only); written again when the shards changed, or ``fresh``."""
+        read-only), written again when the shards changed; and the signature it was made from."""
         import duckdb
 
         with self._views_lock:
-            if self._views is None or fresh or self.signature() != self._views[1]:
+            if self._views is None or self.signature() != self._views[1]:
                 if self._views_dir is None:
                     self._views_dir = tempfile.mkdtemp(prefix="trajkit-view-")
                     weakref.finalize(self, shutil.rmtree, self._views_dir, True)
@@ -321,7 +320,7 @@ class RunDB:
                 if self._views is not None:
                     os.unlink(self._views[0])  # a child that opened it keeps reading it
                 self._views = (path, sig)
-            return self._views[0]
+            return self._views
 
 
 def statement_types(con, sql: str) -> list[str]:
