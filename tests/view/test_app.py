@@ -374,3 +374,46 @@ def test_two_viewer_processes_write_reviews_under_their_own_shard_names(run_copy
     shards = Store(run_copy).shards("reviews")
     assert len(shards) == 2 and len({p.name.split("-")[1] for p in shards}) == 2  # review-r<pid>-000000
     assert sorted(r["reviewer"] for r in Store(run_copy).rows("reviews")) == ["alice", "bob"]
+
+
+def _every_route(app, run: Path) -> list[tuple[str, set[str]]]:
+    """Each of the app's routes as a path to a real task, trajectory and plot of the run, with its methods."""
+    values = {
+        "task_id": _sql(run, "SELECT task_id FROM tasks LIMIT 1")[0]["task_id"],
+        "traj_id": _sql(run, "SELECT traj_id FROM trajectories LIMIT 1")[0]["traj_id"],
+        "name": next((run / "card" / "plots").glob("*.png")).name,
+        "path": "/view.js",
+    }
+    return [
+        (app.url_path_for(r.name, **{k: values[k] for k in r.param_convertors}), getattr(r, "methods", {"GET"}))
+        for r in app.routes
+    ]
+
+
+def test_every_route_is_a_get_without_user_sql_or_a_post_behind_the_token(client, run_copy):
+    """Whatever a request says, only a POST carrying this start's token from the app's own origin runs
+    user SQL or writes; every route of the app, those added later included."""
+    app, viewer = client.app, client.app.state.viewer
+    csrf, here = _csrf(client.get("/sql").text), str(client.base_url)
+    tid = _sql(run_copy, "SELECT task_id FROM tasks LIMIT 1")[0]["task_id"]
+    sneaky = {"q": f"COPY (SELECT 1) TO '{run_copy}/x.csv'", "target_kind": "task", "target_id": tid}
+    sneaky["decision"] = "reject"
+    routes = _every_route(app, run_copy)
+    assert {"/sql", "/sql.csv", "/review", f"/tasks/{tid}"} <= {p for p, _ in routes}
+    for path, methods in routes:
+        assert methods <= {"GET", "HEAD"} or methods == {"POST"}, path  # a route is a page or an action
+        assert client.get(path, params={**sneaky, "csrf": csrf}).status_code in (200, 405), path
+        for form, headers in (
+            (sneaky, {"origin": here}),
+            ({**sneaky, "csrf": "guessed"}, {"origin": here}),
+            ({**sneaky, "csrf": csrf}, {"origin": "http://evil.example"}),  # the token leaked, another origin
+            ({**sneaky, "csrf": csrf}, {"referer": "http://127.0.0.1.evil.example/"}),
+            ({**sneaky, "csrf": csrf}, {}),
+        ):
+            assert client.post(path, data=form, headers=headers).status_code in (403, 405), (path, headers)
+    assert viewer.db.user_queries == 0 and viewer.writes == 0 and not Store(run_copy).shards("reviews")
+    assert not (run_copy / "x.csv").exists()
+    assert _box(client, "SELECT 1").status_code == 200 and viewer.db.user_queries == 1  # what they count
+    r = client.post("/review", data={**sneaky, "csrf": csrf}, headers={"origin": here}, follow_redirects=False)
+    assert r.status_code == 303
+    assert viewer.writes == 1 and len(Store(run_copy).rows("reviews")) == 1
