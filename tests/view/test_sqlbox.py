@@ -148,3 +148,29 @@ def test_no_statement_of_any_type_changes_the_run_a_setting_a_view_or_a_table(ru
     assert db.read_only(STATE).to_pylist() == box_state  # the next query's
     assert Path(db._views[0]) == views and Store(run_copy).count("tasks") > 0
     assert "SELECT * FROM tasks" in ran and db.user_queries == 3 + sum(map(len, STATEMENTS.values()))
+
+
+def test_where_landlock_is_missing_the_box_runs_nothing_and_says_why(tmp_path, monkeypatch):
+    import sys
+
+    from starlette.testclient import TestClient
+
+    from tests.view.test_app import _box
+    from trajkit.view.app import create_app
+    from trajkit.view.sqlbox import SqlBox
+
+    helper = (
+        "import trajkit.view.sqlbox as box\n"
+        "def confine():\n"
+        "    raise OSError(38, 'Landlock version: Function not implemented')\n"
+        "box.confine = confine\n"
+        "box.serve()\n"
+    )
+    box = SqlBox([sys.executable, "-c", helper])
+    monkeypatch.setattr(db_module, "BOX", box)
+    with TestClient(create_app(RunDB(tmp_path), "alice"), base_url="http://127.0.0.1") as client:
+        for _ in range(2):  # the reason is kept: the second is refused at once
+            r = _box(client, "SELECT 1 AS one")
+            assert r.status_code == 400 and "cannot confine the SQL box&#39;s process" in r.text
+            assert "Function not implemented" in r.text and 'id="result"' not in r.text
+            assert box._proc is None and "Function not implemented" in box._refused

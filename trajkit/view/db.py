@@ -275,10 +275,10 @@ class RunDB:
 
     def row_at(self, filename: str, row: int, columns: tuple[str, ...]) -> dict[str, Any]:
         """Some columns of one row of one shard, by its position (DuckDB skips the shard's other row groups)."""
-        path = "'" + filename.replace("'", "''") + "'"
         return self.rows(
-            f"SELECT {', '.join(columns)} FROM read_parquet([{path}], file_row_number = true) WHERE file_row_number = ?",
-            [row],
+            f"SELECT {', '.join(columns)} FROM read_parquet(?::VARCHAR[], file_row_number = true) "
+            "WHERE file_row_number = ?",
+            [[filename], row],
         )[0]
 
     def rows(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:

@@ -213,10 +213,11 @@ def serve() -> None:
 
 # ------------------------------------------------------------------ the viewer's side
 class SqlBox:
-    """The viewer's handle on the helper process: started at the first query, again if it ended;
-    one query at a time."""
+    """The viewer's handle on the helper process (``command``; this module by default): started at the
+    first query, again if it ended; one query at a time."""
 
-    def __init__(self):
+    def __init__(self, command: list[str] | None = None):
+        self.command = command or [sys.executable, "-m", "trajkit.view.sqlbox"]
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._refused: str | None = None  # why the machine cannot confine it, once known
@@ -245,9 +246,7 @@ class SqlBox:
             raise Unavailable(self._refused)
         if self._proc is not None and self._proc.poll() is None:
             return self._proc
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "trajkit.view.sqlbox"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
-        )
+        proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
         try:
             ready = json.loads(_receive(proc.stdout.fileno(), time.monotonic() + START_TIMEOUT_S))
         except (EOFError, TimeoutError, ValueError):
