@@ -128,16 +128,16 @@ class RunDB:
     def _with_views(self, con) -> dict[str, tuple[str, ...]]:
         """(Re)create the views on ``con`` over the shards present; the signature they were made from
         (listed again when a shard vanished while they were made)."""
-        for attempt in range(3):
+        tries = 3
+        while True:
             sig = self.signature()
             try:
                 self.store.create_views(con)
+                return sig
             except UserError:
-                if attempt == 2:
+                tries -= 1
+                if not tries:
                     raise
-                continue
-            return sig
-        raise AssertionError("unreachable")
 
     @contextmanager
     def pinned(self) -> Iterator[None]:
@@ -289,17 +289,19 @@ class RunDB:
         process that cannot write, on the views file (``sqlbox``); its result, or QueryError."""
         check_read(self.connection(), sql)
         self.user_queries += 1
-        for attempt in range(2):
-            views, sig = self._views_file()
-            try:
-                table, error, io = BOX.run(views, str(self.store.root), sql, QUERY_TIMEOUT_S, self.memory_limit)
-            except Unavailable as e:
-                raise QueryError(str(e)) from None
-            if error is None:
-                return table
-            if not io or attempt or self.signature() == sig:  # a shard that vanished meanwhile: once more
-                raise QueryError(error)
-        raise AssertionError("unreachable")
+        views, sig = self._views_file()
+        table, error, io = self._in_box(views, sql)
+        if error is not None and io and self.signature() != sig:  # a shard vanished meanwhile: once more
+            table, error, io = self._in_box(self._views_file()[0], sql)
+        if error is not None:
+            raise QueryError(error)
+        return table
+
+    def _in_box(self, views: str, sql: str) -> tuple[pa.Table | None, str | None, bool]:
+        try:
+            return BOX.run(views, str(self.store.root), sql, QUERY_TIMEOUT_S, self.memory_limit)
+        except Unavailable as e:
+            raise QueryError(str(e)) from None
 
     def _views_file(self) -> tuple[str, dict[str, tuple[str, ...]]]:
         """A DuckDB file holding the run's views as they are now, outside the run (the SQL box opens it

@@ -246,15 +246,16 @@ class SqlBox:
             raise Unavailable(self._refused)
         if self._proc is not None and self._proc.poll() is None:
             return self._proc
-        proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)
+        proc = subprocess.Popen(  # its own session: Ctrl-C in the viewer's terminal is the viewer's
+            self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, start_new_session=True
+        )
         try:
             ready = json.loads(_receive(proc.stdout.fileno(), time.monotonic() + START_TIMEOUT_S))
         except (EOFError, TimeoutError, ValueError):
-            proc.kill()
-            proc.wait()
+            _end(proc)
             raise Unavailable("the SQL box's process did not start") from None
         if ready["error"] is not None:
-            proc.wait()
+            _end(proc)
             self._refused = ready["error"]
             raise Unavailable(self._refused)
         self._proc = proc
@@ -262,8 +263,7 @@ class SqlBox:
 
     def _stop(self) -> None:
         if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait()
+            _end(self._proc)
             self._proc = None
 
     def close(self) -> None:
@@ -276,6 +276,13 @@ class SqlBox:
                 except subprocess.TimeoutExpired:
                     self._stop()
                 self._proc = None
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """Kill the helper (its children die with it), wait for it, close its pipes."""
+    proc.kill()
+    with proc:
+        pass
 
 
 BOX = SqlBox()  # one helper per viewer process, whatever the runs it serves
