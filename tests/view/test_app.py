@@ -158,10 +158,13 @@ def test_model_and_tool_text_is_shown_as_text_never_markup(client, run_copy):
 
 REFUSED = [  # by the parser's check (layer a), before anything runs
     "COPY (SELECT 1 AS a) TO '{run}/tasks/evil.parquet'",
+    "COPY (SELECT 1 AS a) TO '{run}/x.csv'",
+    "COPY (SELECT 1 AS a) TO '/tmp/trajkit-view-evil.csv'",
     "EXPORT DATABASE '{run}/dump'",
     "ATTACH '{run}/evil.duckdb' AS evil",
     "CREATE TABLE evil AS SELECT 1",
     "INSTALL httpfs",
+    "LOAD httpfs",
     "SET enable_external_access = true",
     "PRAGMA enable_profiling",
     "CALL pragma_version()",
@@ -196,6 +199,19 @@ def test_the_sql_box_refuses_writes_attaches_installs_and_reads_outside_the_run(
             assert db.user_queries == 0, query  # refused by the parser's check: nothing ran
     assert db.user_queries == 2 * len(FAIL_IN_DUCKDB)
     assert sorted(p.relative_to(run_copy) for p in run_copy.rglob("*")) == before
+    assert not Path("/tmp/trajkit-view-evil.csv").exists()
+
+
+def test_the_pages_connection_is_locked_down(run_copy):
+    db = RunDB(run_copy)
+    for q in (
+        "SET enable_external_access = true",
+        "SET lock_configuration = false",
+        "SELECT * FROM read_text('/etc/hostname')",
+    ):
+        with pytest.raises(QueryError):
+            db.query(q)
+    assert db.query("SELECT count(*) FROM read_text('" + str(run_copy) + "/card/README.md')").num_rows == 1
 
 
 def test_the_parser_check_finds_the_statement_an_explain_wraps(run_copy):

