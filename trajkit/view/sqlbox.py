@@ -2,14 +2,14 @@
 
 A helper process (``python -m trajkit.view.sqlbox``) confines itself with Landlock
 before it imports anything that starts a thread: from then on it and every process it
-starts can create, write, truncate, rename or remove no file anywhere (the run
-included), open no TCP connection, and send no signal to a process outside it. It then
-imports DuckDB and pyarrow and forks one child per query. The child opens the run's
-views from a DuckDB file the viewer wrote outside the run, read-only (no CREATE,
-DROP, ALTER or INSERT there), limits file access to the run, turns extension installs
-and loads off, locks the configuration, runs the query and sends back Arrow IPC;
-whatever the statement changed in its own session ends with it. A query still running
-at its deadline is killed.
+starts can create, write, rename or remove no file anywhere (the run included), and, as
+far as the kernel's Landlock goes (ABI 3, 4, 6), truncate none, open no TCP connection
+and send no signal to a process outside it. It then imports DuckDB and pyarrow and forks
+one child per query. The child opens the run's views from a DuckDB file the viewer wrote
+outside the run, read-only (no CREATE, DROP, ALTER or INSERT there), limits file access
+to the run, turns extension installs and loads off, locks the configuration, runs the
+query and sends back Arrow IPC; whatever the statement changed in its own session ends
+with it. A query still running at its deadline is killed.
 
 Messages on the pipes are frames: four bytes of length (big-endian), then the bytes.
 A request is JSON (``views``, ``root``, ``sql``, ``timeout``, ``memory_limit``);
