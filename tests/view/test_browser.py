@@ -208,6 +208,10 @@ def _serve_page(host: str, html: str):
     return f"http://{host}:{server.server_address[1]}/", server
 
 
+def arrived(recorder: Recorder, paths: list[str]) -> dict[str, int]:
+    return {p: sum(1 for _, seen in recorder.seen if seen == p) for p in paths}
+
+
 def test_another_origin_cannot_make_the_viewer_run_sql_or_write(browser_page, run_copy):
     import json
     import time
@@ -228,13 +232,12 @@ def test_another_origin_cannot_make_the_viewer_run_sql_or_write(browser_page, ru
         try:
             browser_page.goto(page_url)
             deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and len(recorder.seen) < ATTEMPTS * len(paths):
+            while time.monotonic() < deadline and min(arrived(recorder, paths).values()) < ATTEMPTS:
                 time.sleep(0.2)
             time.sleep(0.5)  # anything still on its way
         finally:
             attacker.shutdown()
-    arrived = {p: sum(1 for _, q in recorder.seen if q == p) for p in paths}
-    assert all(n >= ATTEMPTS for n in arrived.values()), arrived  # every attempt reached the viewer
+    assert min(arrived(recorder, paths).values()) >= ATTEMPTS, arrived(recorder, paths)  # every attempt came
     assert {m for m, _ in recorder.seen} == {"GET", "POST"}
     assert viewer.db.user_queries == 0 and viewer.writes == 0
     assert _files(run_copy) == before
