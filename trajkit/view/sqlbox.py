@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Any
 
-_SYS_CREATE_RULESET, _SYS_RESTRICT_SELF = 444, 446  # the same numbers on every architecture
+_SYS_CREATE_RULESET, _SYS_RESTRICT_SELF = 444, 446  # Linux's numbers on every architecture but alpha
 _PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
 # Landlock's file rights that change the file system (ABI 1), then those later ABIs add:
 # REFER (moving files between directories, 2), TRUNCATE (3), IOCTL_DEV (5)
@@ -55,6 +55,8 @@ def confine() -> int:
     """Forbid this thread, and every thread and process it starts later, any write to the file system,
     TCP, and signals to processes outside; returns the Landlock ABI version. OSError if the kernel
     has no Landlock (Linux before 5.13, or turned off)."""
+    if sys.platform != "linux":
+        raise OSError(f"Landlock is Linux's, this is {sys.platform}")
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
