@@ -12,7 +12,8 @@ from trajkit.store import Store
 from trajkit.view import db as db_module
 from trajkit.view.db import QueryError, RunDB, statement_types
 
-# One or more statements of each type, aimed at the run ({run}); the type is the last statement's.
+# One or more statements of each type, aimed at the run ({run}, a shard of it, the views' database);
+# the type is the last statement's.
 STATEMENTS: dict[str, list[str]] = {
     "SELECT": [
         "SELECT * FROM enable_logging(storage = 'file', storage_path = '{run}/logs')",
@@ -35,6 +36,7 @@ STATEMENTS: dict[str, list[str]] = {
     "TRANSACTION": ["BEGIN TRANSACTION"],
     "COPY": [
         "COPY (SELECT 1 AS a) TO '{run}/tasks/forged.parquet'",
+        "COPY (SELECT 'forged' AS task_id) TO '{shard}' (USE_TMP_FILE false)",  # over a shard, in place
         "COPY (SELECT 'x' AS target_id) TO '{run}/reviews/review-forged-000000.parquet'",
         "COPY (SELECT 1 AS a) TO '{run}/card' (FORMAT parquet, PARTITION_BY (a), OVERWRITE_OR_IGNORE)",
     ],
@@ -106,7 +108,7 @@ def test_every_statement_type_has_statements_here():
     assert not set(STATEMENTS) & set(NOT_FROM_TEXT)
     for kind, statements in STATEMENTS.items():
         for sql in statements:
-            assert statement_types(con, sql.format(run="/r", views="v"))[-1] == kind, sql
+            assert statement_types(con, sql.format(run="/r", shard="/r/s.parquet", views="v"))[-1] == kind, sql
 
 
 def _files(*roots: Path) -> dict[str, str]:
@@ -128,7 +130,7 @@ def test_no_statement_of_any_type_changes_the_run_a_setting_a_view_or_a_table(ru
     ran = []
     for statements in STATEMENTS.values():
         for sql in statements:
-            sql = sql.format(run=run_copy, views=f'"{name}"')
+            sql = sql.format(run=run_copy, shard=Store(run_copy).shards("tasks")[0], views=f'"{name}"')
             try:  # then, in the same connection, its state (when the statement did not fail)
                 assert db.read_only(f"{sql};\n{STATE}").to_pylist() == box_state, sql
                 ran.append(sql)
