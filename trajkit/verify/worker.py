@@ -44,6 +44,7 @@ from messages import read_message, write_message
 from zygote import Zygote, force_remove
 
 sys.path.pop(0)  # this directory: programs must not import the worker's modules by name
+NAMESPACES = ("pid_namespace", "net_namespace", "ipc_namespace", "mount_namespace")  # the protections they give
 
 
 def supervise(config: dict) -> None:
@@ -63,7 +64,7 @@ def supervise(config: dict) -> None:
             missing["cgroup"] = str(exc)
     namespaces = False
     if config.get("namespaces") is False:
-        missing.update({k: "disabled" for k in ("pid_namespace", "net_namespace", "mount_namespace")})
+        missing.update({k: "disabled" for k in NAMESPACES})
     else:
         try:  # not root: inside a user namespace of the caller's own, whose capabilities programs never hold
             if os.geteuid() != 0 and isolation.own_proc_refused():
@@ -71,7 +72,7 @@ def supervise(config: dict) -> None:
             config["user_namespace"] = isolation.enter_namespaces(isolation.NAMESPACES)
             namespaces = True
         except OSError as exc:
-            missing.update({k: str(exc) for k in ("pid_namespace", "net_namespace", "mount_namespace")})
+            missing.update({k: str(exc) for k in NAMESPACES})
     # Programs get a fresh /tmp; where this interpreter lives under /tmp or /dev/shm, a fresh directory
     # in /tmp instead (the zygote lays an empty /tmp over the host's with the interpreter bound back in).
     private = "/tmp/.sandbox" if _covered_by_private_mounts() else "/tmp"
