@@ -9,6 +9,7 @@ import os
 import sys
 import tempfile
 
+from tests.envs.servers import kernel
 from tests.envs.test_leaks import children, open_fds
 from tests.fixtures.envs import RAW_SERVER
 from tests.nonroot import NOBODY, nobody_folder, run_as_nobody
@@ -18,9 +19,11 @@ from trajkit.envs.config import ServerConfig
 from trajkit.envs.contain import writable_paths
 from trajkit.envs.discovery import describe_server, discover
 from trajkit.envs.env import ToolEnv
+from trajkit.envs.forks import Zygote
 from trajkit.envs.session import Connection
 
 FILEKV = os.path.join(os.path.dirname(__file__), "servers", "filekv.py")
+CHANNELS = os.path.join(os.path.dirname(__file__), "servers", "channels.py")
 
 
 def _alive(pid: int) -> bool:
@@ -109,6 +112,45 @@ async def test_a_server_run_as_root_cannot_remount_the_host_writable_or_leave_it
             assert env.forks["filekv"].proc is not None
         assert seen[::2] == ["remount refused: Operation not permitted"] * 2 and os.listdir(folder) == []
         assert all(os.path.basename(cgroup).startswith("trajkit-") for cgroup in seen[1::2]), seen
+
+
+async def _plant_then_look(cfg: ServerConfig, fork: Zygote | None) -> dict:
+    """One instance plants through every channel, the next one looks: what each saw."""
+    seen = {}
+    for call, arguments in (("plant", {"value": 97}), ("look", {})):
+        conn = Connection("ch", cfg, fork=fork)
+        try:
+            seen[call] = json.loads((await conn.call(call, arguments)).text)
+        finally:
+            await conn.aclose()
+    return seen
+
+
+async def test_nothing_an_instance_leaves_in_the_kernel_reaches_the_next():
+    """An instance plants a value through every channel the kernel keeps (``servers/kernel.py``: System V and
+    POSIX IPC, keyrings, files and file-system metadata, the PID counter, a daemon's socket and lock); the next
+    instance of the server, spawned or forked, network on or off, finds none of it, and nothing stays on the
+    host. With the network on, an instance shares the host's network namespace, whose counters it can move (and
+    whose network reaches anything): that channel is the host's."""
+    seen, zygotes = {}, []
+    try:
+        for network in (True, False):
+            cfg = ServerConfig(command=sys.executable, args=[CHANNELS], network=network)
+            zygotes.append(Zygote("ch", cfg))
+            seen[network, "spawned"] = await _plant_then_look(cfg, None)
+            seen[network, "forked"] = await _plant_then_look(cfg, zygotes[-1])
+        assert all(z.proc is not None and z.restarts == 0 for z in zygotes)  # the forked ones were forked
+    finally:
+        for zygote in zygotes:
+            zygote.close()
+        on_host = kernel.look(kernel.STORES)
+        kernel.remove()
+    for (network, _), found in seen.items():
+        refused = {c: why for c, why in found["plant"].items() if why != "ok"}
+        assert set(refused) == {"keyring", "hostname"}, found["plant"]  # every other plant worked
+        assert refused["keyring"].startswith("PermissionError")  # the seccomp filter
+        assert [c for c, v in found["look"].items() if v == 97] == (["net"] if network else [])
+    assert on_host == dict.fromkeys(kernel.STORES)
 
 
 async def test_warm_pool_hands_each_trajectory_a_fresh_started_instance_and_reads_its_end_state():
