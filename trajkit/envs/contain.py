@@ -254,7 +254,9 @@ def _leave(cgroup: iso.Cgroup) -> None:
 def run(spec: dict, command: list[str] | Callable[[], object]) -> int:
     """Run ``command`` (an argv to exec, or a function of this process, e.g. in a fork server's child)
     contained as ``spec`` says, and return its exit status."""
-    flags = iso.CLONE_NEWNS | iso.CLONE_NEWPID | iso.CLONE_NEWIPC | (0 if spec.get("network", True) else iso.CLONE_NEWNET)
+    flags = (
+        iso.CLONE_NEWNS | iso.CLONE_NEWPID | iso.CLONE_NEWIPC | (0 if spec.get("network", True) else iso.CLONE_NEWNET)
+    )
     cgroup = _cgroup(spec["memory_mb"]) if spec.get("memory_mb") else None
     try:
         userns = iso.enter_namespaces(flags)  # not root: inside a user namespace of the caller's own
