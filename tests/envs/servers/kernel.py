@@ -340,4 +340,4 @@ def remove() -> None:
     for ring in (_SESSION, _USER):
         key = libc.syscall(_KEYCTL[1], 10, ring, b"user", b"trajkit-channel", 0)
         if key > 0:
-            libc.syscall(_KEYCTL[1], 9, ring, key)  # KEYCTL_UNLINK
+            libc.syscall(_KEYCTL[1], 9, key, ring)  # KEYCTL_UNLINK
