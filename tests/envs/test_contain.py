@@ -6,8 +6,10 @@ import asyncio
 import hashlib
 import json
 import os
+import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 from tests.envs.servers import kernel
 from tests.envs.test_leaks import children, open_fds
@@ -24,6 +26,7 @@ from trajkit.envs.session import Connection
 
 FILEKV = os.path.join(os.path.dirname(__file__), "servers", "filekv.py")
 CHANNELS = os.path.join(os.path.dirname(__file__), "servers", "channels.py")
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def _alive(pid: int) -> bool:
@@ -117,7 +120,7 @@ async def test_a_server_run_as_root_cannot_remount_the_host_writable_or_leave_it
 async def _plant_then_look(cfg: ServerConfig, fork: Zygote | None) -> dict:
     """One instance plants through every channel, the next one looks: what each saw."""
     seen = {}
-    for call, arguments in (("plant", {"value": 97}), ("look", {})):
+    for call, arguments in (("plant", {"value": kernel.VALUE}), ("look", {})):
         conn = Connection("ch", cfg, fork=fork)
         try:
             seen[call] = json.loads((await conn.call(call, arguments)).text)
@@ -131,26 +134,72 @@ async def test_nothing_an_instance_leaves_in_the_kernel_reaches_the_next():
     POSIX IPC, keyrings, files and file-system metadata, the PID counter, a daemon's socket and lock); the next
     instance of the server, spawned or forked, network on or off, finds none of it, and nothing stays on the
     host. With the network on, an instance shares the host's network namespace, whose counters it can move (and
-    whose network reaches anything): that channel is the host's."""
-    seen, zygotes = {}, []
+    whose network reaches anything): that channel is the host's, and not looked at."""
+    zygotes = {network: Zygote("ch", _channels(network)) for network in (True, False)}
+
+    async def chain(network: bool) -> list[dict]:  # (the two chains share no network namespace)
+        return [await _plant_then_look(_channels(network), fork) for fork in (None, zygotes[network])]
+
     try:
-        for network in (True, False):
-            cfg = ServerConfig(command=sys.executable, args=[CHANNELS], network=network)
-            zygotes.append(Zygote("ch", cfg))
-            seen[network, "spawned"] = await _plant_then_look(cfg, None)
-            seen[network, "forked"] = await _plant_then_look(cfg, zygotes[-1])
-        assert all(z.proc is not None and z.restarts == 0 for z in zygotes)  # the forked ones were forked
+        seen = dict(zip((True, False), await asyncio.gather(chain(True), chain(False))))
+        assert all(z.proc is not None and z.restarts == 0 for z in zygotes.values())  # the forked ones were forked
     finally:
-        for zygote in zygotes:
+        for zygote in zygotes.values():
             zygote.close()
         on_host = kernel.look(kernel.STORES)
         kernel.remove()
-    for (network, _), found in seen.items():
+    no_mqueue_fs = set() if os.path.isdir("/dev/mqueue") else {"mqueue_fs"}  # (the next test mounts one)
+    for network, found in ((n, f) for n, chained in seen.items() for f in chained):
         refused = {c: why for c, why in found["plant"].items() if why != "ok"}
-        assert set(refused) == {"keyring", "hostname"}, found["plant"]  # every other plant worked
+        assert set(refused) == {"keyring", "hostname", *no_mqueue_fs}, found["plant"]  # every other plant worked
         assert refused["keyring"].startswith("PermissionError")  # the seccomp filter
-        assert [c for c, v in found["look"].items() if v == 97] == (["net"] if network else [])
+        assert [c for c, v in found["look"].items() if v == kernel.VALUE and not (network and c == "net")] == []
     assert on_host == dict.fromkeys(kernel.STORES)
+
+
+def _channels(network: bool) -> ServerConfig:
+    return ServerConfig(command=sys.executable, args=[CHANNELS], network=network)
+
+
+MQUEUE_FS = """
+import asyncio, json, os
+from trajkit.verify import isolation as iso
+
+# the host's POSIX message queues at /dev/mqueue, as Docker mounts them (in a mount namespace of this process's own,
+# /dev overlaid so that nothing is made on the host's): a server must not see them there, nor make any
+iso.unshare(iso.CLONE_NEWNS)
+iso.mount(None, "/", None, iso.MS_REC | iso.MS_PRIVATE)
+iso.mount("tmpfs", LAYER, "tmpfs", 0, "size=1m")
+os.mkdir(LAYER + "/upper")
+os.mkdir(LAYER + "/work")
+iso.mount("overlay", "/dev", "overlay", 0, f"lowerdir=/dev,upperdir={LAYER}/upper,workdir={LAYER}/work")
+os.mkdir("/dev/mqueue")
+iso.mount("mqueue", "/dev/mqueue", "mqueue", 0)
+open("/dev/mqueue/trajkit-channel-200", "w").close()  # the host's own queue
+from tests.envs.test_contain import CHANNELS, _plant_then_look
+from trajkit.envs.config import ServerConfig
+
+seen = asyncio.run(_plant_then_look(ServerConfig(command=sys.executable, args=[CHANNELS]), None))
+print(json.dumps([seen["plant"]["mqueue_fs"], seen["look"]["mqueue_fs"], sorted(os.listdir("/dev/mqueue"))]))
+"""
+
+
+def test_an_instance_sees_its_own_posix_message_queues_where_the_host_mounts_them(tmp_path):
+    """Where the host mounts the mqueue file system at /dev/mqueue (Docker does), an instance sees its own IPC
+    namespace's queues there: not the host's, and what it makes there is gone with it."""
+    if os.geteuid() != 0:
+        return
+    script = f"import sys\nLAYER = {str(tmp_path)!r}\n{MQUEUE_FS}"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=CHECKOUT, check=False
+        )
+    finally:
+        kernel.remove()
+    assert done.returncode == 0, done.stderr
+    planted, looked, on_host = json.loads(done.stdout.splitlines()[-1])
+    assert planted == "ok" and looked is None  # its own queue, gone with it; the host's (200) not seen
+    assert on_host == ["trajkit-channel-200"]
 
 
 async def test_warm_pool_hands_each_trajectory_a_fresh_started_instance_and_reads_its_end_state():

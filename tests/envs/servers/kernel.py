@@ -2,7 +2,8 @@
 through each channel, ``look`` reads what each holds now (None: nothing there, or the channel is closed).
 
 Standard library only: sandbox programs run this file's text, and ``channels.py`` serves it as an MCP server.
-System V message queue, semaphore and shared memory; a POSIX message queue; files in /dev/shm and /tmp; the
+System V message queue, semaphore and shared memory; a POSIX message queue (made by ``mq_open``, and through
+the mqueue file system at /dev/mqueue); files in /dev/shm and /tmp; the
 times, an extended attribute and the inode counter of /tmp's file system; the PID counter; the network
 namespace's counters; the session and user keyrings; the hostname; an abstract Unix socket and a file lock held by
 a process left running (a daemon).
@@ -29,6 +30,7 @@ LOCKED = "/proc/self/exe"  # (opened read-only: a lock needs no write access)
 _KEYCTL = {"x86_64": (248, 250), "aarch64": (217, 219)}[os.uname().machine]  # add_key, keyctl
 _SESSION, _USER = -3, -4
 IPC_CREAT, IPC_NOWAIT, GETVAL, SETVAL = 0o1000, 0o4000, 12, 16
+VALUE = 9  # what the tests plant: no fresh run or instance holds it by chance, and few forks reach it as a PID
 
 
 def _ok(result: int) -> int:
@@ -96,6 +98,17 @@ def _look_posix_mq() -> int | None:
         libc.mq_send(queue, buffer, got, priority.value)  # put back
     libc.mq_close(queue)
     return None if got == -1 else priority.value
+
+
+def _plant_mqueue_fs(value: int) -> None:
+    """A POSIX message queue made through the mqueue file system at /dev/mqueue, whichever IPC namespace it shows."""
+    with open(f"/dev/mqueue/trajkit-channel-{value}", "w"):
+        pass
+
+
+def _look_mqueue_fs() -> int | None:
+    names = [n for n in os.listdir("/dev/mqueue") if n.startswith("trajkit-channel-")]
+    return int(names[0].rsplit("-", 1)[1]) if names else None
 
 
 def _plant_file(path: str, value: int) -> None:
@@ -271,6 +284,7 @@ PLANTS = {
     "sysv_shm": _plant_sysv_shm,
     "sysv_sem": _plant_sysv_sem,
     "posix_mq": _plant_posix_mq,
+    "mqueue_fs": _plant_mqueue_fs,
     **{name: (lambda value, path=path: _plant_file(path, value)) for name, path in FILES.items()},
     "tmp_times": _plant_tmp_times,
     "tmp_xattr": _plant_tmp_xattr,
@@ -286,6 +300,7 @@ LOOKS = {
     "sysv_shm": _look_sysv_shm,
     "sysv_sem": _look_sysv_sem,
     "posix_mq": _look_posix_mq,
+    "mqueue_fs": _look_mqueue_fs,
     **{name: (lambda path=path: _look_file(path)) for name, path in FILES.items()},
     "tmp_times": _look_tmp_times,
     "tmp_xattr": _look_tmp_xattr,
@@ -322,7 +337,16 @@ def look(channels: tuple[str, ...] | None = None) -> dict[str, int | None]:
     return found
 
 
-STORES = ("sysv_msg", "sysv_shm", "sysv_sem", "posix_mq", "posix_shm", "tmp_file", "keyring")  # outlive processes
+STORES = (
+    "sysv_msg",
+    "sysv_shm",
+    "sysv_sem",
+    "posix_mq",
+    "mqueue_fs",
+    "posix_shm",
+    "tmp_file",
+    "keyring",
+)  # outlive processes
 
 
 def remove() -> None:
@@ -334,6 +358,8 @@ def remove() -> None:
     if (semaphore := libc.semget(KEY, 0, 0)) != -1:
         libc.semctl(semaphore, 0, 0)
     libc.mq_unlink(NAME)
+    for value in range(1, 256):
+        libc.mq_unlink(f"/trajkit-channel-{value}".encode())
     for path in FILES.values():
         if os.path.exists(path):
             os.remove(path)
