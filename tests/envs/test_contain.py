@@ -176,11 +176,20 @@ iso.mount("overlay", "/dev", "overlay", 0, f"lowerdir=/dev,upperdir={LAYER}/uppe
 os.mkdir("/dev/mqueue")
 iso.mount("mqueue", "/dev/mqueue", "mqueue", 0)
 open("/dev/mqueue/trajkit-channel-200", "w").close()  # the host's own queue
-from tests.envs.test_contain import CHANNELS, _plant_then_look
 from trajkit.envs.config import ServerConfig
+from trajkit.envs.session import Connection
 
-seen = asyncio.run(_plant_then_look(ServerConfig(command=sys.executable, args=[CHANNELS]), None))
-print(json.dumps([seen["plant"]["mqueue_fs"], seen["look"]["mqueue_fs"], sorted(os.listdir("/dev/mqueue"))]))
+
+async def call(tool, arguments):  # on an instance of its own
+    conn = Connection("ch", ServerConfig(command=sys.executable, args=[CHANNELS]))
+    try:
+        return json.loads((await conn.call(tool, arguments)).text)["mqueue_fs"]
+    finally:
+        await conn.aclose()
+
+
+planted = asyncio.run(call("plant", {"value": 9}))
+print(json.dumps([planted, asyncio.run(call("look", {})), sorted(os.listdir("/dev/mqueue"))]))
 """
 
 
@@ -189,7 +198,7 @@ def test_an_instance_sees_its_own_posix_message_queues_where_the_host_mounts_the
     namespace's queues there: not the host's, and what it makes there is gone with it."""
     if os.geteuid() != 0:
         return
-    script = f"import sys\nLAYER = {str(tmp_path)!r}\n{MQUEUE_FS}"
+    script = f"import sys\nLAYER, CHANNELS = {str(tmp_path)!r}, {CHANNELS!r}\n{MQUEUE_FS}"
     try:
         done = subprocess.run(
             [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=CHECKOUT, check=False
