@@ -2,7 +2,7 @@
 
 ``python -I -S trajkit/envs/contain.py SPEC_JSON -- COMMAND ARGS...`` (a plain script on the
 standard library and ``verify/isolation.py`` only, so that a start imports no packages)
-enters new mount and pid namespaces (and a network namespace when the spec says
+enters new mount, pid and IPC namespaces (and a network namespace when the spec says
 ``network: false``), makes every host mount read-only, and puts a copy-on-write overlay
 over each path the server may write (``spec["writable"]``: paths named in its
 args/env/cwd, its home, /tmp). The overlays' upper layers sit on a size-capped tmpfs
@@ -23,8 +23,8 @@ but to its private /dev/shm fails, so a server wrongly declared stateless cannot
 between trajectories through the user's files. Run as a non-root user, the namespaces are made
 inside a user namespace of the launcher's own (``isolation.enter_namespaces``), the overlays
 keep their bookkeeping in ``user.`` extended attributes, and each writable folder gets an overlay of
-its own. Root or not, the server runs with every capability dropped and sees ``/sys`` and ``/proc/sys``
-read-only (docs/sandbox.md).
+its own. Root or not, the server runs with every capability dropped, a seccomp filter refusing the keyring
+calls (keyrings are not namespaced), and ``/sys`` and ``/proc/sys`` read-only (docs/sandbox.md).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import os
 import re
 import signal
@@ -557,39 +558,34 @@ def install_seccomp(programs: bool = True) -> None:
     with ENOSYS), and with ``programs`` (code under test, not a server): ``unshare``/``clone`` with
     CLONE_NEWUSER fail with EPERM, ``clone3`` with ENOSYS (the C library then falls back to ``clone``), and
     ``socket``/``socketpair`` of any family but AF_UNIX with EAFNOSUPPORT."""
+    _check(_raw_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(_seccomp_program(programs)), 0, 0), "seccomp")
+
+
+_raw_prctl = ctypes.CDLL(None, use_errno=True).prctl  # (no argtypes: its third argument is a pointer here)
+
+
+@functools.cache
+def _seccomp_program(programs: bool) -> _SockFprog:
+    """The filter, built once per process (a fork server's instances then only install it: building costs about a
+    millisecond in a freshly forked child)."""
     if _machine() not in _SECCOMP_ARCH:
         raise OSError(f"no seccomp filter for {_machine()}")
     arch, unshare_nr, clone_nr, keyrings, sockets = _SECCOMP_ARCH[_machine()]
-    code: list = [
-        (_LD, 0, 0, 4),
-        (_JEQ, 1, 0, arch),
-        (_RET, 0, 0, _KILL),
-        (_LD, 0, 0, 0),
-        (_JGE, "enosys", 0, _X32_BIT),
-    ]
-    code += [(_JEQ, "eperm", 0, nr) for nr in keyrings]
+    code: list = [(_LD, 0, 0, 4), (_JEQ, 1, 0, arch), (_RET, 0, 0, _KILL), (_LD, 0, 0, 0)]
+    code += [(_JGE, "enosys", 0, _X32_BIT), *[(_JEQ, "eperm", 0, nr) for nr in keyrings]]
     if programs:
         code += [(_JEQ, "enosys", 0, _SYS_CLONE3), (_JEQ, "ns", 0, unshare_nr), (_JEQ, "ns", 0, clone_nr)]
         code += [(_JEQ, "socket", 0, nr) for nr in sockets]
     code += [(_RET, 0, 0, _ALLOW)]
-    if programs:
-        code += [
-            "ns",
-            (_LD, 0, 0, 16),
-            (_JSET, "eperm", 0, _CLONE_NEWUSER),
-            (_RET, 0, 0, _ALLOW),
-        ]  # the flags' low half
-        code += ["socket", (_LD, 0, 0, 16), (_JEQ, 0, "eafnosupport", _AF_UNIX), (_RET, 0, 0, _ALLOW)]  # the family
+    if programs:  # the low half of the first argument: clone's flags, the socket's family
+        code += ["ns", (_LD, 0, 0, 16), (_JSET, "eperm", 0, _CLONE_NEWUSER), (_RET, 0, 0, _ALLOW)]
+        code += ["socket", (_LD, 0, 0, 16), (_JEQ, 0, "eafnosupport", _AF_UNIX), (_RET, 0, 0, _ALLOW)]
     code += ["enosys", (_RET, 0, 0, _ERRNO | errno.ENOSYS), "eperm", (_RET, 0, 0, _ERRNO | errno.EPERM)]
     code += ["eafnosupport", (_RET, 0, 0, _ERRNO | errno.EAFNOSUPPORT)]
     program = _assemble(code)
     filters = (_SockFilter * len(program))(*[_SockFilter(*ins) for ins in program])
     prog = _SockFprog(len(program), filters)
-    _libc.prctl.argtypes = None
-    try:
-        _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
-    finally:
-        _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    return prog
 
 
 def _assemble(code: list) -> list[tuple[int, int, int, int]]:

@@ -1,12 +1,15 @@
 """The zygote: confines its own world once, then forks one confined child per program.
 
 PID 1 of the worker's PID namespace and a member of its cgroup (``worker.py``
-sets both up), it remounts the filesystem read-only, mounts a private /tmp and
-pre-imports modules (``setup``); per program it forks a *child* that sets
-rlimits, drops to the slot's uid with no capabilities and no new privileges,
-and runs the program through ``harness.execute`` (``run``). The zygote
-enforces the wall-time limit and the output cap (``outcome.watch``), then kills
-every process the program left behind before answering. Standard library only.
+sets both up), it makes its root an allowlist of the host (read-only: the
+runtime, ``_runtime``), mounts a private /tmp and pre-imports modules
+(``setup``); per run it enters a new IPC namespace and resets the PID counter,
+so that nothing a run leaves in the kernel reaches the next, and per program it
+forks a *child* that sets rlimits, drops to the slot's uid with no capabilities
+and no new privileges, and runs the program through ``harness.execute``
+(``run``). The zygote enforces the wall-time limit and the output cap
+(``outcome.watch``), then kills every process the program left behind (and
+mounts a fresh /tmp) before answering. Standard library only.
 """
 
 from __future__ import annotations
