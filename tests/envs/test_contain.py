@@ -21,7 +21,6 @@ from trajkit.envs.config import ServerConfig
 from trajkit.envs.contain import writable_paths
 from trajkit.envs.discovery import describe_server, discover
 from trajkit.envs.env import ToolEnv
-from trajkit.envs.forks import Zygote
 from trajkit.envs.session import Connection
 
 FILEKV = os.path.join(os.path.dirname(__file__), "servers", "filekv.py")
@@ -117,8 +116,31 @@ async def test_a_server_run_as_root_cannot_remount_the_host_writable_or_leave_it
         assert all(os.path.basename(cgroup).startswith("trajkit-") for cgroup in seen[1::2]), seen
 
 
-async def _plant_then_look(cfg: ServerConfig, fork: Zygote | None) -> dict:
-    """One instance plants through every channel, the next one looks: what each saw."""
+KERNEL_CHANNELS = """
+import asyncio, json, os, sys
+from tests.envs.servers import kernel
+from trajkit.envs.config import ServerConfig
+from trajkit.envs.forks import Zygote
+from trajkit.envs.session import Connection
+from trajkit.verify import isolation as iso
+
+if os.geteuid() == 0:  # the host's POSIX message queues at /dev/mqueue, as Docker mounts them (in a mount namespace
+    # of this process's own, over a /dev of its own, so that nothing is made in the host's): not for a server to see
+    iso.unshare(iso.CLONE_NEWNS)
+    iso.mount(None, "/", None, iso.MS_REC | iso.MS_PRIVATE)
+    devices = {name: iso.detached_copy(f"/dev/{name}") for name in ("null", "zero", "full", "random", "urandom")}
+    iso.mount("tmpfs", "/dev", "tmpfs", iso.MS_NOSUID, "size=1m,mode=0755")
+    for name, fd in devices.items():
+        open(f"/dev/{name}", "w").close()
+        iso.attach(fd, f"/dev/{name}")
+    os.symlink("/proc/self/fd", "/dev/fd")
+    os.mkdir("/dev/shm", 0o1777)
+    os.mkdir("/dev/mqueue")
+    iso.mount("mqueue", "/dev/mqueue", "mqueue", 0)
+    open("/dev/mqueue/trajkit-channel-200", "w").close()  # the host's own queue
+
+
+async def plant_then_look(cfg, fork):  # one instance plants through every channel, the next one looks
     seen = {}
     for call, arguments in (("plant", {"value": kernel.VALUE}), ("look", {})):
         conn = Connection("ch", cfg, fork=fork)
@@ -129,86 +151,55 @@ async def _plant_then_look(cfg: ServerConfig, fork: Zygote | None) -> dict:
     return seen
 
 
-async def test_nothing_an_instance_leaves_in_the_kernel_reaches_the_next():
-    """An instance plants a value through every channel the kernel keeps (``servers/kernel.py``: System V and
-    POSIX IPC, keyrings, files and file-system metadata, the PID counter, a daemon's socket and lock); the next
-    instance of the server, spawned or forked, network on or off, finds none of it, and nothing stays on the
-    host. With the network on, an instance shares the host's network namespace, whose counters it can move (and
-    whose network reaches anything): that channel is the host's, and not looked at."""
-    zygotes = {network: Zygote("ch", _channels(network)) for network in (True, False)}
-
-    async def chain(network: bool) -> list[dict]:  # (the two chains share no network namespace)
-        return [await _plant_then_look(_channels(network), fork) for fork in (None, zygotes[network])]
-
+async def chain(network):  # spawned, then forked (the two chains share no network namespace)
+    cfg = ServerConfig(command=sys.executable, args=[CHANNELS], network=network)
+    zygote = Zygote("ch", cfg)
     try:
-        seen = dict(zip((True, False), await asyncio.gather(chain(True), chain(False))))
-        assert all(z.proc is not None and z.restarts == 0 for z in zygotes.values())  # the forked ones were forked
+        seen = [await plant_then_look(cfg, fork) for fork in (None, zygote)]
+        return seen if zygote.proc is not None and zygote.restarts == 0 else "not forked"
     finally:
-        for zygote in zygotes.values():
-            zygote.close()
-        on_host = kernel.look(kernel.STORES)
-        kernel.remove()
-    no_mqueue_fs = set() if os.path.isdir("/dev/mqueue") else {"mqueue_fs"}  # (the next test mounts one)
-    for network, found in ((n, f) for n, chained in seen.items() for f in chained):
-        refused = {c: why for c, why in found["plant"].items() if why != "ok"}
-        assert set(refused) == {"keyring", "hostname", *no_mqueue_fs}, found["plant"]  # every other plant worked
-        assert refused["keyring"].startswith("PermissionError")  # the seccomp filter
-        assert [c for c, v in found["look"].items() if v == kernel.VALUE and not (network and c == "net")] == []
-    assert on_host == dict.fromkeys(kernel.STORES)
+        zygote.close()
 
 
-def _channels(network: bool) -> ServerConfig:
-    return ServerConfig(command=sys.executable, args=[CHANNELS], network=network)
+async def main():
+    return dict(zip(("on", "off"), await asyncio.gather(chain(True), chain(False))))
 
 
-MQUEUE_FS = """
-import asyncio, json, os
-from trajkit.verify import isolation as iso
-
-# the host's POSIX message queues at /dev/mqueue, as Docker mounts them (in a mount namespace of this process's own,
-# /dev overlaid so that nothing is made on the host's): a server must not see them there, nor make any
-iso.unshare(iso.CLONE_NEWNS)
-iso.mount(None, "/", None, iso.MS_REC | iso.MS_PRIVATE)
-iso.mount("tmpfs", LAYER, "tmpfs", 0, "size=1m")
-os.mkdir(LAYER + "/upper")
-os.mkdir(LAYER + "/work")
-iso.mount("overlay", "/dev", "overlay", 0, f"lowerdir=/dev,upperdir={LAYER}/upper,workdir={LAYER}/work")
-os.mkdir("/dev/mqueue")
-iso.mount("mqueue", "/dev/mqueue", "mqueue", 0)
-open("/dev/mqueue/trajkit-channel-200", "w").close()  # the host's own queue
-from trajkit.envs.config import ServerConfig
-from trajkit.envs.session import Connection
-
-
-async def call(tool, arguments):  # on an instance of its own
-    conn = Connection("ch", ServerConfig(command=sys.executable, args=[CHANNELS]))
-    try:
-        return json.loads((await conn.call(tool, arguments)).text)["mqueue_fs"]
-    finally:
-        await conn.aclose()
-
-
-planted = asyncio.run(call("plant", {"value": 9}))
-print(json.dumps([planted, asyncio.run(call("look", {})), sorted(os.listdir("/dev/mqueue"))]))
+seen = asyncio.run(main())
+mqueue = sorted(os.listdir("/dev/mqueue")) if os.path.isdir("/dev/mqueue") else None
+print(json.dumps({"seen": seen, "mqueue": mqueue}))
 """
 
 
-def test_an_instance_sees_its_own_posix_message_queues_where_the_host_mounts_them(tmp_path):
-    """Where the host mounts the mqueue file system at /dev/mqueue (Docker does), an instance sees its own IPC
-    namespace's queues there: not the host's, and what it makes there is gone with it."""
-    if os.geteuid() != 0:
-        return
-    script = f"import sys\nLAYER, CHANNELS = {str(tmp_path)!r}, {CHANNELS!r}\n{MQUEUE_FS}"
+def test_nothing_an_instance_leaves_in_the_kernel_reaches_the_next():
+    """An instance plants a value through every channel the kernel keeps (``servers/kernel.py``: System V and
+    POSIX IPC, the mqueue file system at /dev/mqueue, keyrings, files and file-system metadata, the PID counter, a
+    daemon's socket and lock); the next instance of the server, spawned or forked, network on or off, finds none
+    of it, and nothing stays on the host. As root, the run has the host's queues at /dev/mqueue (Docker mounts
+    them there): an instance sees its own IPC namespace's there instead. With the network on, an instance shares
+    the host's network namespace, whose counters it can move (and whose network reaches anything): that channel
+    is the host's, and not looked at."""
+    script = f"CHANNELS = {CHANNELS!r}\n{KERNEL_CHANNELS}"
     try:
         done = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=CHECKOUT, check=False
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=CHECKOUT, check=False
         )
     finally:
+        on_host = kernel.look(kernel.STORES)
         kernel.remove()
     assert done.returncode == 0, done.stderr
-    planted, looked, on_host = json.loads(done.stdout.splitlines()[-1])
-    assert planted == "ok" and looked is None  # its own queue, gone with it; the host's (200) not seen
-    assert on_host == ["trajkit-channel-200"]
+    found = json.loads(done.stdout.splitlines()[-1])
+    no_mqueue = set() if found["mqueue"] is not None else {"mqueue_fs"}  # (as root there is: the script mounts one)
+    for network, chain in found["seen"].items():
+        assert chain != "not forked"
+        for seen in chain:
+            refused = {c: why for c, why in seen["plant"].items() if why != "ok"}
+            assert set(refused) == {"keyring", "hostname", *no_mqueue}, seen["plant"]  # every other plant worked
+            assert refused["keyring"].startswith("PermissionError")  # the seccomp filter
+            leaked = [c for c, v in seen["look"].items() if v == kernel.VALUE and not (network == "on" and c == "net")]
+            assert leaked == [], leaked
+    assert found["mqueue"] in (None, ["trajkit-channel-200"])  # the host's own queue, and only it
+    assert on_host == dict.fromkeys(kernel.STORES)
 
 
 async def test_warm_pool_hands_each_trajectory_a_fresh_started_instance_and_reads_its_end_state():

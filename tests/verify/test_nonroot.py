@@ -130,7 +130,7 @@ with Sandbox(workers=1, allow_weaker=True) as one:
         look = json.loads(one.run(KERNEL + "\\nimport json\\nprint(json.dumps(look()))").stdout)
         found["leaks"][channel] = [c for c, v in look.items() if v == VALUE]
     spec = {"test": "assert f(11) == 1\\nassert f(4) == 0\\nassert f(7) == 0\\nassert f(2) == 1", "timeout_s": 10}
-    found["oracle"] = [verify({"kind": "unit_tests", "spec": spec}, KERNEL + ORACLE, sandbox=one).verdict for _ in range(64)]
+    found["oracle"] = [verify({"kind": "unit_tests", "spec": spec}, KERNEL + ORACLE, sandbox=one).verdict for _ in range(16)]
 print(json.dumps(found))
 """
 
@@ -138,7 +138,7 @@ print(json.dumps(found))
 def test_the_hostile_family_as_a_non_root_user():
     """Everything the hostile suites try, run by ``nobody`` (``--allow-weaker-sandbox``: no uid of its own): the
     reward hacks on both verifiers, the whole-filesystem search for expected outputs planted under /srv, every
-    kernel channel from one run to the next, and the oracle attack over 64 runs."""
+    kernel channel from one run to the next, and the oracle attack over 16 runs (64 as root)."""
     import shutil
 
     key = uuid.uuid4().hex
@@ -159,4 +159,4 @@ def test_the_hostile_family_as_a_non_root_user():
     assert found["judged wrongly"] == []
     assert "nothing found" in found["search"]
     assert not any(found["leaks"].values()), found["leaks"]
-    assert found["oracle"] == ["fail"] * 64
+    assert found["oracle"] == ["fail"] * 16  # (passes from the third run where a channel is open)
