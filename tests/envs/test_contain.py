@@ -140,9 +140,9 @@ if os.geteuid() == 0:  # the host's POSIX message queues at /dev/mqueue, as Dock
     open("/dev/mqueue/trajkit-channel-200", "w").close()  # the host's own queue
 
 
-async def plant_then_look(cfg, fork):  # one instance plants through every channel, the next one looks
+async def plant_then_look(cfg, fork, value):  # one instance plants through every channel, the next one looks
     seen = {}
-    for call, arguments in (("plant", {"value": kernel.VALUE}), ("look", {})):
+    for call, arguments in (("plant", {"value": value}), ("look", {})):
         conn = Connection("ch", cfg, fork=fork)
         try:
             seen[call] = json.loads((await conn.call(call, arguments)).text)
@@ -151,18 +151,19 @@ async def plant_then_look(cfg, fork):  # one instance plants through every chann
     return seen
 
 
-async def chain(network):  # spawned, then forked (the two chains share no network namespace)
+async def chain(network, value):  # spawned, then forked; a value of its own (the two chains run side by side, and
+    # a running instance can see another's lock on a host file: concurrent, not left for the next)
     cfg = ServerConfig(command=sys.executable, args=[CHANNELS], network=network)
     zygote = Zygote("ch", cfg)
     try:
-        seen = [await plant_then_look(cfg, fork) for fork in (None, zygote)]
+        seen = [await plant_then_look(cfg, fork, value) for fork in (None, zygote)]
         return seen if zygote.proc is not None and zygote.restarts == 0 else "not forked"
     finally:
         zygote.close()
 
 
 async def main():
-    return dict(zip(("on", "off"), await asyncio.gather(chain(True), chain(False))))
+    return dict(zip(("on", "off"), await asyncio.gather(chain(True, VALUES["on"]), chain(False, VALUES["off"]))))
 
 
 seen = asyncio.run(main())
@@ -179,7 +180,8 @@ def test_nothing_an_instance_leaves_in_the_kernel_reaches_the_next():
     them there): an instance sees its own IPC namespace's there instead. With the network on, an instance shares
     the host's network namespace, whose counters it can move (and whose network reaches anything): that channel
     is the host's, and not looked at."""
-    script = f"CHANNELS = {CHANNELS!r}\n{KERNEL_CHANNELS}"
+    values = {"on": kernel.VALUE, "off": kernel.VALUE + 1}
+    script = f"CHANNELS, VALUES = {CHANNELS!r}, {values!r}\n{KERNEL_CHANNELS}"
     try:
         done = subprocess.run(
             [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=CHECKOUT, check=False
@@ -196,7 +198,9 @@ def test_nothing_an_instance_leaves_in_the_kernel_reaches_the_next():
             refused = {c: why for c, why in seen["plant"].items() if why != "ok"}
             assert set(refused) == {"keyring", "hostname", *no_mqueue}, seen["plant"]  # every other plant worked
             assert refused["keyring"].startswith("PermissionError")  # the seccomp filter
-            leaked = [c for c, v in seen["look"].items() if v == kernel.VALUE and not (network == "on" and c == "net")]
+            leaked = [
+                c for c, v in seen["look"].items() if v == values[network] and not (network == "on" and c == "net")
+            ]
             assert leaked == [], leaked
     assert found["mqueue"] in (None, ["trajkit-channel-200"])  # the host's own queue, and only it
     assert on_host == dict.fromkeys(kernel.STORES)
