@@ -106,7 +106,6 @@ def test_a_non_root_run_where_proc_is_masked_names_the_namespaces():
 
 FAMILY = """
 import json
-from pathlib import Path
 from tests.envs.servers import kernel
 from tests.verify import test_reward_hacks as hacks
 from tests.verify.test_hostile import SEARCH
