@@ -67,6 +67,19 @@ class UnitTestsSpec(_Spec):
         return self
 
 
+LINE_END = " \t\r\f\v"  # the ASCII whitespace a line of output may end with ("\n" ends it)
+
+
+def output_lines(text: str) -> list[str]:
+    """A stdio output as it is compared: its lines (split at "\n" only), each without the ASCII whitespace it ends
+    with (spaces, tabs, carriage returns, form feeds, vertical tabs), and without the empty lines it ends with;
+    nothing else is normalized (docs/schema.md): other whitespace, a no-break space say, is a character like any."""
+    lines = [line.rstrip(LINE_END) for line in text.split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
 class StdioCase(_Spec):
     input: str = ""
     output: str
@@ -81,7 +94,7 @@ class StdioSpec(_Spec):
 
     @model_validator(mode="after")
     def _expects_output(self) -> StdioSpec:
-        if not any(case.output.split() for case in self.cases):
+        if not any(output_lines(case.output) for case in self.cases):
             raise ValueError("every case expects no output: a program that prints nothing passes them all")
         return self
 
