@@ -77,7 +77,7 @@ def run_as_nobody(
     for p in needed:
         assert os.stat(p).st_mode & 0o005 == 0o005, f"{p} is not readable by other users (umask?)"
     become = _BECOME_NOBODY.format(
-        verify=str(CHECKOUT / "trajkit" / "verify"),
+        verify=str(CHECKOUT / "trajkit" / "confine"),
         needed=needed,
         uid=NOBODY.pw_uid,
         folder=str(folder),

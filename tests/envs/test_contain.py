@@ -122,7 +122,7 @@ from tests.envs.servers import kernel
 from trajkit.envs.config import ServerConfig
 from trajkit.envs.forks import Zygote
 from trajkit.envs.session import Connection
-from trajkit.verify import isolation as iso
+from trajkit.confine import isolation as iso
 
 if os.geteuid() == 0:  # the host's POSIX message queues at /dev/mqueue, as Docker mounts them (in a mount namespace
     # of this process's own, over a /dev of its own, so that nothing is made in the host's): not for a server to see
@@ -334,7 +334,7 @@ def test_a_non_root_run_contains_a_file_backed_server_through_a_user_namespace()
 
 def test_a_non_root_run_where_proc_is_masked_refuses_containment_in_one_line():
     script = (
-        "from trajkit.envs import contain\nfrom trajkit.verify.isolation import ProtectionMissing\n"
+        "from trajkit.envs import contain\nfrom trajkit.confine.isolation import ProtectionMissing\n"
         "try:\n    contain.enabled()\nexcept ProtectionMissing as exc:\n    print(exc)\n"
     )
     with nobody_folder() as folder:

@@ -151,7 +151,9 @@ print(os.path.exists({str(REPO / "pyproject.toml")!r}))
 
 
 def test_the_workers_own_modules_are_not_importable(hostile_pool):
-    source = (REPO / "trajkit" / "verify" / "zygote.py").read_text()  # a worker-side module: not importable here
+    source = (
+        REPO / "trajkit" / "confine" / "program_zygote.py"
+    ).read_text()  # a worker-side module: not importable here
     worker_modules = ast.literal_eval(source.split("WORKER_MODULES = ", 1)[1].split("  #", 1)[0])
     assert "plain" in worker_modules
     program = "import importlib\n" + "".join(

@@ -41,9 +41,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if __package__:
-    from trajkit.verify import isolation as iso
+    from trajkit.confine import isolation as iso
 else:  # the launcher, run as a plain script
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "verify"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "confine"))
     import isolation as iso
 if TYPE_CHECKING:
     from trajkit.envs.config import ServerConfig

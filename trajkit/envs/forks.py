@@ -38,12 +38,12 @@ import subprocess
 from collections.abc import AsyncIterator
 from typing import Any
 
+from trajkit.confine.server_zygote import REHEARSED_UNFIT, UNFIT
 from trajkit.envs import contain
 from trajkit.envs.config import ServerConfig, resolve_command
 from trajkit.envs.stdio import Stderr, Streams, environment
-from trajkit.envs.zygote import REHEARSED_UNFIT, UNFIT
 
-ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
+ZYGOTE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "confine", "server_zygote.py")
 PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
 MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 MAX_RESTARTS = 2

@@ -141,7 +141,7 @@ class OutputCheck:
 
 def _serve() -> None:
     """The checking process: a request ``[tool, schema, content]`` per line in, a JSON reason or null per line out."""
-    from trajkit.envs.zygote import _die_with_parent
+    from trajkit.confine.server_zygote import _die_with_parent
 
     _die_with_parent()
     resource.setrlimit(resource.RLIMIT_AS, (MAX_MEMORY, MAX_MEMORY))

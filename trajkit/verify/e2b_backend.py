@@ -27,11 +27,11 @@ from typing import Self
 from trajkit.errors import UserError
 from trajkit.verify.result import RunResult
 
-_HERE = Path(__file__).parent
+_HERE = Path(__file__).parent.parent / "confine"
 _SOURCES = (
     "worker.py",
     "messages.py",
-    "zygote.py",
+    "program_zygote.py",
     "outcome.py",
     "harness.py",
     "crossing.py",

@@ -31,13 +31,13 @@ from pathlib import Path
 from typing import Self
 
 from trajkit.concurrency import cpus
+from trajkit.confine import isolation
 from trajkit.errors import UserError
-from trajkit.verify import isolation
 from trajkit.verify.result import RunResult
 
 log = logging.getLogger("trajkit.verify")
 
-WORKER = Path(__file__).with_name("worker.py")
+WORKER = Path(__file__).parent.parent / "confine" / "worker.py"
 _HEADER = struct.Struct(">I")
 _SERIALS = itertools.count(1)
 WORKERS_PER_CPU = 8  # each worker is three processes and a uid; more only queue for the CPUs

@@ -41,7 +41,7 @@ WORKER_MODULES = (
     "isolation",
     "outcome",
     "messages",
-    "zygote",
+    "program_zygote",
 )  # never visible to programs
 
 

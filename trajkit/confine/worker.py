@@ -42,7 +42,7 @@ import traceback
 import isolation
 import outcome
 from messages import read_message, write_message
-from zygote import Zygote, force_remove
+from program_zygote import Zygote, force_remove
 
 sys.path.pop(0)  # this directory: programs must not import the worker's modules by name
 NAMESPACES = ("pid_namespace", "net_namespace", "ipc_namespace", "mount_namespace")  # the protections they give

@@ -293,7 +293,7 @@ def serve(control_fd: int, client: int, spec: dict, entry: list[str]) -> None:
     _die_with_parent(signal.SIGTERM)  # (to _outside, below)
     if os.getppid() != client:  # the client died before the line above
         return
-    contain = _ours("contain", _here)
+    contain = _ours("contain", os.path.join(os.path.dirname(_here), "envs"))
     flags = contain.iso.CLONE_NEWNS | contain.iso.CLONE_NEWPID | contain.iso.CLONE_NEWIPC
     if not spec.get("network", True):  # the server's body runs here: no network, as a spawned instance has none
         flags |= contain.iso.CLONE_NEWNET
