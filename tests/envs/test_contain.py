@@ -281,6 +281,7 @@ async def test_hundreds_of_contained_sessions_leave_no_process_fd_or_mount_behin
 
 NOBODY_SERVERS = """
 import asyncio, json, os, sys
+from trajkit.confine import launcher
 from trajkit.envs import contain
 from trajkit.envs.config import ServerConfig
 from trajkit.envs.session import Connection
@@ -289,7 +290,7 @@ contain.DISK_MB, contain.MEMORY_MB = 64, 300
 
 
 async def main() -> dict:
-    found = {"missing": contain._missing()}
+    found = {"missing": launcher.missing()}
     cfg = ServerConfig(command=sys.executable, args=[FILEKV], env={"STATE_FILE": os.path.abspath("data/state.json")})
     conns = [Connection(f"filekv{i}", cfg) for i in range(2)]
     try:

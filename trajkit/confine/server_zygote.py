@@ -2,7 +2,7 @@
 
 ``PYTHON zygote.py serve CONTROL_FD CLIENT_PID SPEC -- ENTRY...`` runs on the server's own interpreter,
 with its environment and cwd (ENTRY is ``-m MODULE ARGS...`` or ``SCRIPT ARGS...``, as the server's
-config says). In a mount namespace of its own where the host is read-only (``contain._contain`` with
+config says). In a mount namespace of its own where the host is read-only (``launcher._contain`` with
 SPEC: no writable path), locked so (a user namespace's copy of it: the server's body runs with our
 capabilities), and a network namespace with no interfaces where SPEC says ``network: false`` (what the
 body opens is inherited), it imports once what the
@@ -14,13 +14,13 @@ takes instances on CONTROL_FD, its end of a unix socket pair the client made (no
 outlives a killed client, and nothing an instance could connect to): each brings the zygote's end of a socket
 pair of the instance's own, and its request on that carries the instance's stdin, stdout and stderr and its
 containment spec; the zygote forks, and the child, contained as the spec says
-(``contain.run``), runs that ``__main__`` block alone, or, where there was none or the rest failed
-here, the whole entry module as ``__main__`` (``runpy``), as the ``contain.py`` launcher does. The
+(``launcher.run``), runs that ``__main__`` block alone, or, where there was none or the rest failed
+here, the whole entry module as ``__main__`` (``runpy``), as the launcher (``launcher.py``) does. The
 zygote answers ``pid N`` at once and ``exit CODE`` when the instance is gone; ``term`` on the request's
 socket sends the instance SIGTERM, and a client that hangs up has it killed (``forks.Zygote.instance``
 is that client). The zygote dies with its client (parent-death signal), and each instance with the zygote.
 
-A plain script on the standard library and ``contain.py``: a server's interpreter need not have trajkit
+A plain script on the standard library and ``launcher.py``: a server's interpreter need not have trajkit
 installed.
 """
 
@@ -49,7 +49,7 @@ def _ours(name: str, folder: str) -> object:
         return importlib.import_module(name)
     finally:
         sys.path[:] = path
-        for plain in ("contain", "isolation"):
+        for plain in ("launcher", "isolation"):
             sys.modules.pop(plain, None)
 
 
@@ -272,15 +272,15 @@ def _instance(spec: dict, fds: list[int], entry: list[str], own: list, run: Call
         os._exit(code)
 
 
-def _outside(zygote: int, contain: object) -> None:
+def _outside(zygote: int, launcher: object) -> None:
     """The client's child, outside the zygote's PID namespace: killed, it takes the zygote and so the whole
     namespace with it (the zygote's parent-death signal); signalled (its client died: its parent-death signal),
-    it kills the zygote, and then removes what the instances, killed with it, could not (``contain.sweep``).
+    it kills the zygote, and then removes what the instances, killed with it, could not (``launcher.sweep``).
     Otherwise it ends with the zygote's status."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda _s, _f: os.kill(zygote, signal.SIGKILL))
     _, status = os.waitpid(zygote, 0)
-    contain.sweep()
+    launcher.sweep()
     code = os.waitstatus_to_exitcode(status)
     os._exit(code if code >= 0 else 128 - code)
 
@@ -293,21 +293,21 @@ def serve(control_fd: int, client: int, spec: dict, entry: list[str]) -> None:
     _die_with_parent(signal.SIGTERM)  # (to _outside, below)
     if os.getppid() != client:  # the client died before the line above
         return
-    contain = _ours("contain", os.path.join(os.path.dirname(_here), "envs"))
-    flags = contain.iso.CLONE_NEWNS | contain.iso.CLONE_NEWPID | contain.iso.CLONE_NEWIPC
+    launcher = _ours("launcher", _here)
+    flags = launcher.iso.CLONE_NEWNS | launcher.iso.CLONE_NEWPID | launcher.iso.CLONE_NEWIPC
     if not spec.get("network", True):  # the server's body runs here: no network, as a spawned instance has none
-        flags |= contain.iso.CLONE_NEWNET
-    userns = contain.iso.enter_namespaces(flags)
+        flags |= launcher.iso.CLONE_NEWNET
+    userns = launcher.iso.enter_namespaces(flags)
     zygote = os.fork()  # PID 1 of the new namespace: what the server's body starts there dies with it
     if zygote:
-        _outside(zygote, contain)
+        _outside(zygote, launcher)
     _die_with_parent()
-    contain._contain(spec, userns)  # the host read-only to what the imports do: only the instances may write
-    contain.iso.install_seccomp(programs=False)  # the server's body runs here: no keyrings (not namespaced)
+    launcher._contain(spec, userns)  # the host read-only to what the imports do: only the instances may write
+    launcher.iso.install_seccomp(programs=False)  # the server's body runs here: no keyrings (not namespaced)
     # and for good: copied into a user namespace's mount namespace, read-only mounts stay read-only (the kernel
     # locks them), or the server's body, run here with our capabilities, could remount the host writable
-    contain.iso.enter_namespaces(contain.iso.CLONE_NEWNS, user=True)
-    run = contain.run
+    launcher.iso.enter_namespaces(launcher.iso.CLONE_NEWNS, user=True)
+    run = launcher.run
     _server_path(entry)
     sys.dont_write_bytecode = True  # (the host is read-only here)
     try:
@@ -319,10 +319,10 @@ def serve(control_fd: int, client: int, spec: dict, entry: list[str]) -> None:
         _preload(tree, init["__package__"] or "")
         argv = [path, *entry[2:]] if entry[0] == "-m" else list(entry)  # as python sets it
         main = _prepare(path, tree, init, argv)
-    unfit = _unfit(contain.iso)  # what the server imports, or its body, started
+    unfit = _unfit(launcher.iso)  # what the server imports, or its body, started
     if main is not None and unfit is None and spec.get("rehearse", True):
         _rehearse(main, [control_fd])
-    if why := unfit or _unfit(contain.iso):
+    if why := unfit or _unfit(launcher.iso):
         print(f"trajkit: {why}", file=sys.stderr, flush=True)
         os._exit(UNFIT if unfit else REHEARSED_UNFIT)
     gc.collect()
