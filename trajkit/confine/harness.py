@@ -30,7 +30,7 @@ import sys
 import traceback
 import types
 
-import crossing
+from . import crossing
 
 
 def _stream(fd: int, mode: str) -> io.TextIOWrapper:

@@ -38,11 +38,7 @@ import signal
 import sys
 from collections.abc import Callable
 
-if __package__:
-    from trajkit.confine import isolation as iso
-else:  # the launcher, run as a plain script
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import isolation as iso
+from . import isolation as iso
 
 LAYERS = "/dev/shm/.trajkit-layers"  # in the instance's own /dev/shm (a tmpfs of DISK_MB)
 MS_RDONLY_REMOUNT = iso.MS_REMOUNT | iso.MS_BIND | iso.MS_RDONLY

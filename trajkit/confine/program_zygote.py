@@ -30,19 +30,7 @@ import sys
 import tempfile
 import time
 
-import harness
-import isolation
-import outcome
-
-WORKER_MODULES = (
-    "harness",
-    "crossing",
-    "plain",
-    "isolation",
-    "outcome",
-    "messages",
-    "program_zygote",
-)  # never visible to programs
+from . import harness, isolation, outcome, zygote
 
 
 class Zygote:
@@ -236,8 +224,7 @@ class Zygote:
             if trusted or self.config.get("user_namespace"):  # as root runs' uid change does by default
                 isolation.prctl(isolation.PR_SET_DUMPABLE, 0)
             isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
-            for name in WORKER_MODULES:
-                sys.modules.pop(name, None)
+            zygote.forget()  # the program finds none of the worker's modules by name
         except BaseException as exc:  # noqa: BLE001 - never run a program that is not fully confined
             outcome.emergency_status(status_fd, nonce, f"{type(exc).__name__}: {exc}")
             os._exit(126)

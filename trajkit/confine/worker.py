@@ -39,12 +39,10 @@ import sys
 import tempfile
 import traceback
 
-import isolation
-import outcome
-from messages import read_message, write_message
-from program_zygote import Zygote, force_remove
+from . import isolation, outcome
+from .messages import read_message, write_message
+from .program_zygote import Zygote, force_remove
 
-sys.path.pop(0)  # this directory: programs must not import the worker's modules by name
 NAMESPACES = ("pid_namespace", "net_namespace", "ipc_namespace", "mount_namespace")  # the protections they give
 
 
@@ -105,8 +103,9 @@ def supervise(config: dict) -> None:
 
 def _covered_by_private_mounts() -> str | None:
     """/tmp or /dev/shm if this interpreter's files live there (programs get fresh, empty ones), else None."""
+    started_from = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # (not in the sandbox's root)
     for place in (sys.prefix, sys.base_prefix, *sys.path):
-        path = os.path.realpath(place) if place else ""
+        path = os.path.realpath(place) if place and place != started_from else ""
         for mount in ("/tmp", "/dev/shm"):
             if path.startswith(mount + "/"):
                 return mount

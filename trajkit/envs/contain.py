@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
 from typing import TYPE_CHECKING
 
 from trajkit.confine import isolation as iso
-from trajkit.confine import launcher
+from trajkit.confine import launcher, start
 
 if TYPE_CHECKING:
     from trajkit.envs.config import ServerConfig
@@ -77,7 +78,7 @@ def _caches(home: str) -> list[str]:
 def wrap(
     name: str, cfg: ServerConfig, command: str, args: list[str], readonly: bool = False, warm_caches: bool = False
 ) -> list[str]:
-    """The launcher's arguments (after ``python``) that run ``command args`` contained; ``readonly``:
+    """The command line of the launcher that runs ``command args`` contained; ``readonly``:
     the server sees the whole filesystem read-only (a stateless server shared by trajectories);
     ``warm_caches``: the package caches (``PACKAGE_CACHES``) are written through to the host, so what
     this start downloads is there for every later instance (harvest's start, which serves no trajectory)."""
@@ -98,7 +99,7 @@ def wrap(
         "keep": keep,
         "through": _package_caches(home) if warm_caches else [],
     }
-    return ["-I", "-S", os.path.abspath(launcher.__file__), json.dumps(spec), "--", command, *args]
+    return start.command(sys.executable, "launcher", json.dumps(spec), "--", command, *args, flags=("-I", "-S"))
 
 
 def _package_caches(home: str) -> list[str]:

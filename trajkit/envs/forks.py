@@ -38,12 +38,12 @@ import subprocess
 from collections.abc import AsyncIterator
 from typing import Any
 
+from trajkit.confine import start
 from trajkit.confine.server_zygote import REHEARSED_UNFIT, UNFIT
 from trajkit.envs import contain
 from trajkit.envs.config import ServerConfig, resolve_command
 from trajkit.envs.stdio import Stderr, Streams, environment
 
-ZYGOTE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "confine", "server_zygote.py")
 PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
 MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 MAX_RESTARTS = 2
@@ -152,7 +152,9 @@ class Zygote:
             }
             fd, spec = str(theirs.fileno()), json.dumps(spec)
             self.proc = subprocess.Popen(
-                [resolve_command(cfg.command), ZYGOTE, "serve", fd, str(os.getpid()), spec, "--", *cfg.args],
+                start.command(
+                    resolve_command(cfg.command), "server_zygote", "serve", fd, str(os.getpid()), spec, "--", *cfg.args
+                ),
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,

@@ -27,17 +27,15 @@ import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Self
 
 from trajkit.concurrency import cpus
-from trajkit.confine import isolation
+from trajkit.confine import isolation, start
 from trajkit.errors import UserError
 from trajkit.verify.result import RunResult
 
 log = logging.getLogger("trajkit.verify")
 
-WORKER = Path(__file__).parent.parent / "confine" / "worker.py"
 _HEADER = struct.Struct(">I")
 _SERIALS = itertools.count(1)
 WORKERS_PER_CPU = 8  # each worker is three processes and a uid; more only queue for the CPUs
@@ -261,7 +259,8 @@ class _Worker:
     def spawn(self) -> None:
         self.serial = next(_SERIALS)  # unique in this process: pools may share slot numbers
         self.proc = subprocess.Popen(
-            [sys.executable, "-s", "-B", str(WORKER)],
+            # -I but -E: the environment is built here, and its PYTHONHASHSEED=0 keeps programs' output the same
+            start.command(sys.executable, "worker", flags=("-s", "-B")),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=self.sandbox.env,
