@@ -1,8 +1,8 @@
-"""Linux confinement primitives for the sandbox worker: namespaces, mounts, cgroups, credentials.
+"""Linux confinement primitives for the jail: namespaces, mounts, cgroups, credentials, seccomp.
 
 Standard library only (``ctypes`` for the system calls Python 3.11's ``os``
-lacks), because the worker imports it as a plain script. Every function
-raises ``OSError`` when the kernel refuses; the worker decides what a refusal
+lacks), as all of this package. Every function raises ``OSError`` when the
+kernel refuses; the caller (the sandbox worker, a server's launcher) decides what a refusal
 means: ``require`` is the one downgrade rule for code and MCP servers alike.
 """
 

@@ -1,8 +1,7 @@
 """Run one stdio MCP server contained for one trajectory.
 
-``python -I -S trajkit/confine/launcher.py SPEC_JSON -- COMMAND ARGS...`` (a plain script on the
-standard library and ``isolation.py`` only, so that a start imports no packages; ``trajkit.envs.contain.wrap``
-gives these arguments)
+``python -I -S FOLDER launcher SPEC_JSON -- COMMAND ARGS...`` (``start.command``; standard library only, and no
+site-packages, so that a start imports no packages; ``trajkit.envs.contain.wrap`` gives this command line)
 enters new mount, pid and IPC namespaces (and a network namespace when the spec says
 ``network: false``), makes every host mount read-only, and puts a copy-on-write overlay
 over each path the server may write (``spec["writable"]``: paths named in its
@@ -39,6 +38,7 @@ import sys
 from collections.abc import Callable
 
 from . import isolation as iso
+from . import zygote
 
 LAYERS = "/dev/shm/.trajkit-layers"  # in the instance's own /dev/shm (a tmpfs of DISK_MB)
 MS_RDONLY_REMOUNT = iso.MS_REMOUNT | iso.MS_BIND | iso.MS_RDONLY
@@ -190,9 +190,8 @@ def _kernel_read_only() -> None:
 
 
 def _serve(spec: dict, command: list[str] | Callable[[], object], cgroup: iso.Cgroup | None) -> int:
-    pid = os.fork()  # the child is pid 1 of the new pid namespace
+    pid = zygote.fork_init()  # the child is pid 1 of the new pid namespace: it, and so the namespace, dies with us
     if pid == 0:
-        iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)  # and us: the namespace ends with its pid 1
         os.setsid()
         iso.mount(None, "/proc", None, iso.MS_REC | iso.MS_PRIVATE)
         iso.mount("proc", "/proc", "proc", iso.MS_NOSUID | iso.MS_NODEV | iso.MS_NOEXEC)
@@ -222,10 +221,7 @@ def _serve(spec: dict, command: list[str] | Callable[[], object], cgroup: iso.Cg
                 os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
     if cgroup is not None:
         _leave(cgroup)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda s, _f: os.kill(pid, signal.SIGKILL))
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) & 0xFF
+    return zygote.wait_init(pid) & 0xFF
 
 
 if __name__ == "__main__":

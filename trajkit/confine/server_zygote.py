@@ -1,7 +1,8 @@
-"""A fork server for one Python stdio MCP server.
+"""A Python stdio MCP server's zygote: a fork server of its instances (what it shares with the sandbox's is in
+``zygote.py``).
 
-``PYTHON FOLDER server_zygote serve CONTROL_FD CLIENT_PID SPEC -- ENTRY...`` (``start.command``) runs on the server's own interpreter,
-with its environment and cwd (ENTRY is ``-m MODULE ARGS...`` or ``SCRIPT ARGS...``, as the server's
+``PYTHON FOLDER server_zygote serve CONTROL_FD CLIENT_PID SPEC -- ENTRY...`` (``start.command``) runs on the
+server's own interpreter, with its environment and cwd (ENTRY is ``-m MODULE ARGS...`` or ``SCRIPT ARGS...``, as the server's
 config says). In a mount namespace of its own where the host is read-only (``launcher._contain`` with
 SPEC: no writable path), locked so (a user namespace's copy of it: the server's body runs with our
 capabilities), and a network namespace with no interfaces where SPEC says ``network: false`` (what the
@@ -183,20 +184,9 @@ def _unfit() -> str | None:
     return None
 
 
-def _exit_code(code: object) -> int:
-    """The status ``sys.exit(code)`` ends an interpreter with (a message goes to stderr, as Python does)."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    print(code, file=sys.stderr)
-    return 1
-
-
 def _run_server(entry: list[str], main: object | None) -> None:
     """The instance's server process: the entry module as ``__main__`` (``main``: only its ``__main__`` block, the
     rest ran in the zygote), then the interpreter's exit."""
-    import atexit
     import runpy
     import traceback
 
@@ -211,14 +201,12 @@ def _run_server(entry: list[str], main: object | None) -> None:
             sys.argv = list(entry)
             runpy.run_path(entry[0], run_name="__main__")
     except SystemExit as e:
-        code = _exit_code(e.code)
+        code = zygote.exit_status(e.code)
     except BaseException:  # noqa: BLE001 - an uncaught exception: its traceback, status 1
         traceback.print_exc()
         code = 1
     try:
-        if "threading" in sys.modules:
-            sys.modules["threading"]._shutdown()  # non-daemon threads are waited for, as at interpreter exit
-        atexit._run_exitfuncs()
+        zygote.finish_like_python()
         sys.stdout.flush()
         sys.stderr.flush()
     finally:
@@ -232,8 +220,7 @@ def _instance(spec: dict, fds: list[int], entry: list[str], own: list, run: Call
 
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target)
+    zygote.place(dict(enumerate(fds)))
     for fd in {*fds, *(x if isinstance(x, int) else x.fileno() for x in own)}:
         with contextlib.suppress(OSError):
             os.close(fd)
@@ -255,11 +242,8 @@ def _outside(pid: int) -> None:
     namespace with it (the zygote's parent-death signal); signalled (its client died: its parent-death signal),
     it kills the zygote, and then removes what the instances, killed with it, could not (``launcher.sweep``).
     Otherwise it ends with the zygote's status."""
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda _s, _f: os.kill(pid, signal.SIGKILL))
-    _, status = os.waitpid(pid, 0)
+    code = zygote.wait_init(pid)
     launcher.sweep()
-    code = os.waitstatus_to_exitcode(status)
     os._exit(code if code >= 0 else 128 - code)
 
 
@@ -275,10 +259,9 @@ def serve(control_fd: int, client: int, spec: dict, entry: list[str]) -> None:
     if not spec.get("network", True):  # the server's body runs here: no network, as a spawned instance has none
         flags |= iso.CLONE_NEWNET
     userns = iso.enter_namespaces(flags)
-    init = os.fork()  # PID 1 of the new namespace: what the server's body starts there dies with it
+    init = zygote.fork_init()  # PID 1 of the new namespace: what the server's body starts there dies with it
     if init:
         _outside(init)
-    iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)
     launcher._contain(spec, userns)  # the host read-only to what the imports do: only the instances may write
     iso.install_seccomp(programs=False)  # the server's body runs here: no keyrings (not namespaced)
     # and for good: copied into a user namespace's mount namespace, read-only mounts stay read-only (the kernel

@@ -2,7 +2,7 @@
 
 A spawned instance of a Python server pays its interpreter's start and every import (about a
 CPU-second for an ``mcp`` server); forked from a process that made those imports once
-(``zygote.py``), it pays a fork and the containment (docs/sandbox.md has the numbers). A server
+(``trajkit/confine/server_zygote.py``), it pays a fork and the containment (docs/sandbox.md has the numbers). A server
 qualifies when its ``command`` is a Python interpreter (``python``, ``python3.12``, a venv's
 ``.../bin/python``) running ``-m MODULE`` or a ``.py`` script, with nothing else before them, and uses
 no ``${SESSION_DIR}``; ``uvx``, ``uv run``, console scripts and node servers are spawned, as are

@@ -1,6 +1,6 @@
 """The local sandbox: a pool of confined worker processes that run untrusted Python programs.
 
-``Sandbox`` starts one worker per slot (``worker.py`` in a fresh interpreter
+``Sandbox`` starts one worker per slot (``trajkit/confine/worker.py`` in a fresh interpreter
 with a scrubbed environment; see ``docs/sandbox.md`` for the threat model).
 ``run`` takes an idle worker, sends it the program, and waits; calls from
 several threads run in parallel, one per worker. A worker that dies or stops
