@@ -42,27 +42,41 @@ _ANSWER_LINE = re.compile(
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+")
 _PARAGRAPH = re.compile(r"\n[ \t]*\n")
 _NUMBER = re.compile(
-    r"(?<![\w.])([-+−]?)(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)([eE][-+]?\d+)?"
+    r"(?<![\w.])([-+−]?)(\d{1,3}(?:[, \u00a0\u202f]\d{3}(?!\d))+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)([eE][-+]?\d+)?"
     r"(?:/(\d+)(?![\d.]))?(\s*(?:%|percent\b|per\s+cent\b))?",
     re.IGNORECASE,
 )
 _BARE_NUMBER = re.compile(
     r"^\s*[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?\s*%?\s*$|^\s*[-+]?\.\d+\s*$"
 )
-# words that make an answer something other than a plain statement of it: a hedge, a negation, an error report
+# Words and signs that make an answer something other than a plain statement of it: a hedge, a bound or
+# comparison, a negation or retraction, an error report. A list of words cannot be complete; what no wording
+# gets around is the one-value rule (a number answer names one value, an exact one equals the answer).
 _HEDGES = (
-    r"probably|maybe|perhaps|possibly|likely|unlikely|might|could\s+be|may\s+be|i\s+think|i\s+believe|i\s+guess"
-    r"|guess|not\s+sure|unsure|approximately|approx|roughly|about|around|nearly|almost|close\s+to|or\s+so"
-    r"|at\s+least|at\s+most|more\s+than|less\s+than|fewer\s+than|up\s+to|estimated?|somewhere|between|either"
-    r"|whether|if|unless|assuming|suppose"
+    r"probably|maybe|perhaps|possibly|presumably|apparently|likely|unlikely|might|could|may\s+be|i\s+think"
+    r"|i\s+believe|guess|guesses|guessed|guessing|not\s+sure|unsure|uncertain|unverified|unconfirmed"
+    r"|approximately|approx|roughly|about|around|near|nearly|almost|close\s+to|or\s+so|give\s+or\s+take"
+    r"|estimate|estimates|estimated|somewhere|between|either|whether|if|unless|assuming|suppose|supposedly"
 )
-_NEGATIONS = r"not|never|neither|nor|nobody|cannot|anything\s+but|rather\s+than|instead\s+of|other\s+than|except|wrong|incorrect|false"
+_COMPARED = r"higher|lower|greater|smaller|more|less|fewer|above|below|over|under"
+_BOUNDS = (  # a bound rather than a value: "over 42", "42 or more", "more than 42", "at least 42"
+    rf"(?:over|under|above|below|upwards\s+of|up\s+to|min|max|minimum|maximum)\s*[:$€£]?\s*\d"
+    rf"|or\s+(?:{_COMPARED})|(?:{_COMPARED})\s+than|at\s+(?:least|most)"
+)
+_NEGATIONS = (
+    r"not|never|neither|nor|nobody|cannot|anything\s+but|rather\s+than|instead\s+of|other\s+than|except|excluding"
+    r"|wrong|incorrect|false|ruled\s+out|scratch\s+that|never\s+mind|retract|retracted|no\s+longer"
+)
 _ERRORS = (
     r"errors?|exception|fail|fails|failed|failure|unable|invalid|denied|forbidden|refused|timeout|timed\s+out"
     r"|traceback|unavailable|unreachable|crash|crashed"
 )
-_QUALIFIER = re.compile(rf"(?<![\w])(?:{_HEDGES}|{_NEGATIONS}|{_ERRORS})(?![\w])|\w+n['’]t\b|[~≈±?]", re.IGNORECASE)
-_COPULA = re.compile(r"(?<![\w])(?:is|are|was|were|equals|named|called)\s+|\s*[:=]\s*", re.IGNORECASE)
+_QUALIFIER = re.compile(
+    rf"(?<![\w])(?:{_HEDGES}|{_NEGATIONS}|{_ERRORS})(?![\w])|(?<![\w])(?:{_BOUNDS})"
+    r"|\w+n['’]t\b|\d[-\s]?ish\b|\d\+(?!\d)|[~≈±?<>≤≥]",
+    re.IGNORECASE,
+)
+_COPULA = re.compile(r"(?<![\w])(?:is|are|was|were|equals|named|called)\s+|(?<=\w)['’]s\s+|\s*[:=]\s*", re.IGNORECASE)
 _EDGES = " \t\"'`*_“”‘’"
 _ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)
 REL_TOL, ABS_TOL = 1e-6, 1e-9
@@ -132,10 +146,11 @@ def state_matches(observed: str, expected: str, how: str) -> tuple[bool, str]:
 
 
 def numbers(text: str) -> list[float]:
-    """The numeric values written in ``text``, in order (``1,250`` is 1250, ``50%`` is 0.5, ``3/4`` is 0.75)."""
+    """The numeric values written in ``text``, in order (``1,250`` and ``1 250`` are 1250, ``50%`` is 0.5,
+    ``3/4`` is 0.75)."""
     out = []
     for sign, digits, exponent, denominator, percent in _NUMBER.findall(text):
-        value = float(digits.replace(",", "") + (exponent or ""))
+        value = float(re.sub(r"[, \u00a0\u202f]", "", digits) + (exponent or ""))
         if denominator:
             if int(denominator) == 0:
                 continue
