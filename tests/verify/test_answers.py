@@ -72,7 +72,8 @@ def test_a_spec_without_a_mode_is_judged_by_number_or_exact_never_contains():
 @pytest.mark.parametrize(
     "expected, match, observed, verdict",
     [
-        ("108", "exact", "41080", "fail"),  # a substring is not the value
+        ("108", None, "41080", "fail"),  # a substring is not the value (the default was contains)
+        ("108", "exact", "41080", "fail"),
         ("108", "exact", "108.0", "pass"),
         ("108", "exact", " 108\n", "pass"),
         ("blue", "exact", "blueberry", "fail"),
@@ -89,7 +90,7 @@ def test_a_spec_without_a_mode_is_judged_by_number_or_exact_never_contains():
     ],
 )
 def test_end_state_probes_compare_values(expected, match, observed, verdict):
-    probe = {"server": "kv", "tool": "get", "expected": expected, "match": match}
+    probe = {"server": "kv", "tool": "get", "expected": expected} | ({"match": match} if match else {})
     result = outcome({"state": [probe]}, "", [observed])
     assert result.verdict == verdict, result.details
 
