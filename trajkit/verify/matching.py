@@ -10,8 +10,9 @@ The rules (also in docs/schema.md, "Answer matching"):
   the expected one (relative tolerance 1e-6). Thousands separators, currency
   signs, units and ``a/b`` fractions are allowed; a percent is a percent
   (``50%`` is 0.5, not 50). An answer that hedges ("probably", "about", a
-  question mark), negates ("not", "isn't", "wrong") or reports an error
-  ("error", "failed", "timed out") fails whatever its number.
+  question mark), gives a bound ("over 42", "42 or more"), negates or retracts
+  ("not", "isn't", "wrong") or reports an error ("error", "failed", "timed
+  out") fails whatever its number.
 * ``exact``: the answer equals the expected text, ignoring case, surrounding
   quotes and emphasis, a final period and a leading article; or it is one
   sentence that ends ``... is|are|was|were|equals|named|called|:|= <expected>``
