@@ -207,24 +207,34 @@ def test_warmup_config_covers_the_fixture_code(tmp_path, monkeypatch):
     assert differs.startswith("fixture: ")
 
 
-async def test_the_fixtures_reference_answers_pass_the_worlds_checks(
-    example_servers, example_servers_config, scripted_openai
-):
+async def test_the_fixtures_reference_answers_pass_the_worlds_checks(example_servers, example_servers_config):
     """Every world task on the project's servers, solved by the fixture through the real agent loop and
     judged by the verifier synthesis builds for it: the final answer is the Answer line, and it passes."""
     import asyncio
 
-    from trajkit.demo.fixture import ReferenceFixture
+    from trajkit.demo.fixture import reply
     from trajkit.demo.world import TASKS
     from trajkit.envs.agent import AgentLimits, run_episode
     from trajkit.envs.env import ToolEnv
     from trajkit.envs.solve import trajectory_verdict
-    from trajkit.models.base import SamplingParams
+    from trajkit.models.base import Backend, Completion, ModelSpec, SamplingParams, ToolCall
     from trajkit.synth.candidates import ToolIndex, to_task
+
+    class Fixture(Backend):  # the fixture in process (the demo serves it over HTTP only to record it)
+        name = "fixture"
+
+        async def _generate(self, messages, tools, params):
+            out = reply(messages, tools)
+            out = {"content": out} if isinstance(out, str) else out
+            calls = [
+                ToolCall(f"c{i}", c["name"], json.dumps(c["arguments"]))
+                for i, c in enumerate(out.get("tool_calls") or [])
+            ]
+            return [Completion(out.get("content") or "", calls, reasoning=out.get("reasoning_content"))]
 
     ids = {r["name"]: r["server_id"] for r in example_servers}
     world = [t for t in TASKS if set(t.servers) <= set(ids)]  # sqlite runs through uvx: the demo run covers it
-    _, backend = scripted_openai(ReferenceFixture())
+    backend = Fixture(ModelSpec(model="reference-fixture", backend="openai", base_url="http://unused"))
     async with ToolEnv(example_servers, config=example_servers_config) as env:
 
         async def solve(t):
