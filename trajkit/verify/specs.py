@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trajkit.verify.extract import parse_python
+from trajkit.verify.matching import default_answer_match, expected_number
 
 Match = Literal["exact", "contains", "number", "regex"]
 
@@ -26,9 +27,13 @@ def _text(value: Any) -> Any:
 
 
 def _checks_something(expected: str | None, match: str) -> None:
-    """Refuse a ``contains`` or ``regex`` check that an empty text passes (``""``, ``.*``, ``\\d*``):
-    every answer would pass it, whatever the agent did."""
-    if expected is None or match not in ("contains", "regex"):
+    """Refuse a ``contains`` or ``regex`` check that an empty text passes (``""``, ``.*``, ``\\d*``): every
+    answer would pass it, whatever the agent did; and a ``number`` check that expects no single number."""
+    if expected is None:
+        return
+    if match == "number" and expected_number(expected) is None:
+        raise ValueError(f"a number check expects one number, not {expected!r}")
+    if match not in ("contains", "regex"):
         return
     try:
         vacuous = not expected.split() if match == "contains" else re.search(expected, "", re.DOTALL) is not None
@@ -111,7 +116,7 @@ class StateProbe(_Spec):
     tool: str
     arguments: dict = Field(default_factory=dict)
     expected: str
-    match: Match = "contains"
+    match: Match = "exact"
 
     read_numbers_as_text = field_validator("expected", mode="before")(_text)
 
@@ -122,14 +127,20 @@ class StateProbe(_Spec):
 
 
 class ToolOutcomeSpec(_Spec):
+    """An answer check and end-state probes (rules: ``trajkit.verify.matching``). Without ``answer_match``,
+    a bare-number answer is matched as a ``number`` and any other as ``exact``; ``contains`` is never a
+    default. A probe's ``match`` defaults to ``exact`` (its output compared as a value)."""
+
     answer: str | None = None
-    answer_match: Match = "contains"
+    answer_match: Match | None = None
     state: list[StateProbe] = Field(default_factory=list)
 
     read_numbers_as_text = field_validator("answer", mode="before")(_text)
 
     @model_validator(mode="after")
     def _checks(self) -> ToolOutcomeSpec:
+        if self.answer_match is None:
+            self.answer_match = default_answer_match(self.answer)
         _checks_something(self.answer, self.answer_match)
         return self
 
