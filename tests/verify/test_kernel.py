@@ -128,13 +128,15 @@ def hold(seconds):
         "sqlite": lambda: sqlite3.connect("/tmp/db", isolation_level=None).execute("BEGIN EXCLUSIVE"),  # fcntl locks
     }
     result = {way: said(call) for way, call in ways.items()}
+    listed = any(f":{os.stat(os.__file__).st_ino} " in line for line in open("/proc/locks"))  # (its own: seen)
     if watch:
         _ok(libc.inotify_add_watch(watch[0], b"/etc/ld.so.cache", 0x1 | 0x20))  # IN_ACCESS, IN_OPEN
     start, woken = time.time(), 0
     while time.time() < start + seconds:
         woken += bool(watch and select.select(watch, [], [], 0.05)[0] and os.read(watch[0], 4096))
         time.sleep(0 if watch else 0.05)
-    return {"said": result, "woke": {"inotify": woken, "dnotify": woke["dnotify"]}, "from": start, "to": time.time()}
+    woke = {"inotify": woken, "dnotify": woke["dnotify"]}
+    return {"said": result, "listed": listed, "woke": woke, "from": start, "to": time.time()}
 
 
 def look(seconds):
@@ -155,7 +157,11 @@ def look(seconds):
         fcntl.lockf(fds["/dev/null"], fcntl.LOCK_EX | fcntl.LOCK_NB)
         fcntl.lockf(fds["/dev/null"], fcntl.LOCK_UN)
 
-    ways = {"flock": flock, "read_lock": read_lock, "device_lock": device_lock}
+    def proc_locks():  # the machine's locks, as far as this PID namespace sees
+        if any(f":{os.stat(os.__file__).st_ino} " in line for line in open("/proc/locks")):
+            raise OSError(errno.EAGAIN, "listed")
+
+    ways = {"flock": flock, "read_lock": read_lock, "device_lock": device_lock, "proc_locks": proc_locks}
     seen, start = dict.fromkeys(ways, "ok"), time.time()
     while time.time() < start + seconds and "ok" in seen.values():
         seen.update({way: said(call) for way, call in ways.items() if seen[way] == "ok"})
@@ -175,16 +181,16 @@ def test_runs_side_by_side_on_two_workers_cannot_signal_each_other(sandbox_pool)
     which locks with fcntl, still works."""
     held: list = []
     holder = threading.Thread(
-        target=lambda: held.append(sandbox_pool.run(f"{SIDE_BY_SIDE}\nprint(json.dumps(hold(4)))", timeout_s=30))
+        target=lambda: held.append(sandbox_pool.run(f"{SIDE_BY_SIDE}\nprint(json.dumps(hold(2.5)))", timeout_s=30))
     )
     holder.start()
     time.sleep(0.5)
-    looked = sandbox_pool.run(f"{SIDE_BY_SIDE}\nprint(json.dumps(look(3)))", timeout_s=30)
+    looked = sandbox_pool.run(f"{SIDE_BY_SIDE}\nprint(json.dumps(look(1.5)))", timeout_s=30)
     holder.join()
     assert held[0].verdict == "pass" and looked.verdict == "pass", (held, looked)
     held, looked = json.loads(held[0].stdout), json.loads(looked.stdout)
     assert held["from"] < looked["to"] and looked["from"] < held["to"]  # side by side
-    assert held["woke"] == {"inotify": 0, "dnotify": 0}, (held, looked)
+    assert held["woke"] == {"inotify": 0, "dnotify": 0} and held["listed"], (held, looked)
     assert held["said"] == {
         "flock": "ENOSYS",  # as a kernel built without them
         "read_lock": "ok",  # (a read lock hides from other read locks: only a query, refused below, sees it)
@@ -193,4 +199,4 @@ def test_runs_side_by_side_on_two_workers_cannot_signal_each_other(sandbox_pool)
         "dnotify": "EINVAL",
         "sqlite": "ok",
     }
-    assert looked["said"] == {"flock": "ENOSYS", "read_lock": "EINVAL", "device_lock": "ok"}, looked
+    assert looked["said"] == {"flock": "ENOSYS", "read_lock": "EINVAL", "device_lock": "ok", "proc_locks": "ok"}
