@@ -265,23 +265,21 @@ def confine_filesystem(binds: list[str], covers: list[str], tmp: str) -> None:
 
 def own_devices(folder: str, devices: list[str]) -> list[str]:
     """Make ``devices`` (the host's, by path) anew in a tmpfs at ``folder``, the nodes of this mount namespace's
-    own; returns those made, none where the kernel refuses (``mknod`` needs CAP_MKNOD in the first user namespace:
-    root). A lock is the inode's: on a device bound from the host, one that a run holds is seen by a run on another
-    worker at the same time (a write lock on /dev/null refused, a value passed); on a node of its own, by none."""
+    own; returns them, or none where the kernel refuses (``mknod`` needs CAP_MKNOD in the first user namespace:
+    root; the host's are bound then). A lock is the inode's: on a device bound from the host, one that a run holds
+    is seen by a run on another worker at the same time (a write lock on /dev/null refused, a value passed); on a
+    node of its own, by none."""
     os.makedirs(folder, 0o755)
     mount("tmpfs", folder, "tmpfs", MS_NOSUID, "size=1m,mode=0755")  # (nodev off: the nodes must open)
-    made = []
-    for path in devices:
-        try:
-            os.mknod(f"{folder}/{os.path.basename(path)}", 0o666 | stat.S_IFCHR, os.stat(path).st_rdev)
-        except PermissionError:
-            break
-        os.chmod(f"{folder}/{os.path.basename(path)}", 0o666)  # (past the umask)
-        made.append(path)
-    if len(made) < len(devices):  # the host's, bound: all or none made
+    try:
+        for path in devices:
+            node = f"{folder}/{os.path.basename(path)}"
+            os.mknod(node, 0o666 | stat.S_IFCHR, os.stat(path).st_rdev)
+            os.chmod(node, 0o666)  # (past the umask)
+    except PermissionError:
         umount(folder)
         return []
-    return made
+    return devices
 
 
 def _resolve(path: str, links: dict[str, str]) -> str:
@@ -357,10 +355,10 @@ def children_of(pid: int) -> list[int]:
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
+                line = f.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
+        fields = line[line.rfind(b")") + 2 :].split()
         if int(fields[1]) == pid:
             kids.append(int(entry))
     return kids
