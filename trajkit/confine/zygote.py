@@ -24,6 +24,7 @@ import fcntl
 import os
 import signal
 import sys
+import types
 
 from . import isolation
 
@@ -62,9 +63,13 @@ def place(fds: dict[int, int]) -> None:
 
 def forget() -> None:
     """Drop this package's modules from ``sys.modules`` (they run on): the code run next, a program or a server's
-    body, finds none of them by name, nor a package of its own of the same name shadowed by this one."""
-    for name in [n for n in sys.modules if n == __package__ or n.startswith(f"{__package__}.")]:
-        del sys.modules[name]
+    body, finds none of them by name, nor a package of its own of the same name shadowed by this one. They are found
+    as the package's attributes (an import sets each there), not by a scan of ``sys.modules``: with the preloaded
+    libraries, that held about 800 names, a scan per forked child cost 3-4% of a unit-test sample's CPU."""
+    package = sys.modules.pop(__package__)
+    for name, value in vars(package).items():
+        if isinstance(value, types.ModuleType) and value.__name__ == f"{__package__}.{name}":
+            sys.modules.pop(value.__name__, None)
 
 
 def exit_status(code: object) -> int:
