@@ -39,7 +39,7 @@ chromium:
 test: setup chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=30 tests
 
 bench: setup
 	@for b in bench/*.py; do grep -q '__main__' $$b || continue; echo "== $$b"; $(BIN)/python $$b || exit 1; done
