@@ -16,12 +16,11 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from tests.models.conftest import CACHE
 from trajkit.cli import app
 from trajkit.errors import UserError
 from trajkit.models import gguf as G
 
-ROOT = Path(__file__).resolve().parents[2]
-CACHE = ROOT / ".cache" / "models"
 TOOLS = [
     {
         "type": "function",
@@ -152,12 +151,6 @@ def test_qwen3s_template_needs_chatml_tokens_else_the_files_own(tmp_path):
     result = CliRunner().invoke(app, ["model", "gguf", str(path), str(tmp_path / "own"), "--template", "gguf"])
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "own" / G.RECORD).read_text())["template"] == "gguf"
-
-
-@pytest.fixture(scope="module")
-def smollm2_dir() -> Path:
-    """The real model `make setup` converted (converted here, once, when setup has not run)."""
-    return G.smollm2(cache=CACHE)
 
 
 def test_smollm2_smoke(smollm2_dir, monkeypatch):
