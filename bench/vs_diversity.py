@@ -22,8 +22,11 @@ setting: the line is there to compare like with like, not to claim a match.
     python bench/vs_diversity.py --backend openai --base-url http://localhost:8000/v1 --model Qwen/Qwen3-8B
 
 Generation runs on a GPU when there is one (the transformers backend picks
-cuda); a rerun with the same ``--run`` resumes, so a run generated elsewhere is
-measured here by pointing ``--run`` at it.
+cuda); a rerun with the same ``--run`` resumes. ``--only`` splits the work for a
+GPU machine without MCP or the embedding model: ``--only harvest`` here (the
+servers table), ``--only generate`` there on the carried run directory (harvest is
+skipped when the run has servers), ``--only measure`` here on the run that came back
+(it reads the stages' rows and runs nothing).
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=1024)
     p.add_argument("--seeds", default="0,1", help="Comma-separated seeds (server draws and sampling).")
     p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--only", choices=["harvest", "generate", "measure"], help="One step (default: all three).")
     args = p.parse_args()
     if not args.model and (SMOLLM2 / "config.json").is_file():
         args.model = str(SMOLLM2)
@@ -78,29 +82,38 @@ def main() -> None:
     run = Path(args.run) if args.run else Path(tempfile.mkdtemp(prefix="vs-diversity-"))
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    store = harvest(run, args.servers)
-    results = {(m, s): generate(store, m, s, args) for s in seeds for m in methods}
-    print_table(results, methods, seeds, args)
-    print(f"\nrun directory: {run}")
-
-
-def harvest(run: Path, servers: str | None):
-    from trajkit.config import build
-    from trajkit.runner import run_stage
-    from trajkit.stages import get_stage
     from trajkit.store import Store
 
     store = Store(run, create=True)
+    if args.only in (None, "harvest", "generate") and "servers" not in store.tables():
+        harvest(store, args.servers)
+    if args.only in (None, "generate"):
+        for s in seeds:
+            for m in methods:
+                generate(store, m, s, args)
+    if args.only in (None, "measure"):
+        print_table({(m, s): read(store, m, s) for s in seeds for m in methods}, methods, seeds, args)
+    print(f"\nrun directory: {run}")
+
+
+def harvest(store, servers: str | None) -> None:
+    from trajkit.config import build
+    from trajkit.runner import run_stage
+    from trajkit.stages import get_stage
+
     if servers is None:
-        servers = str(run / "servers.json")
+        servers = str(store.root / "servers.json")
         Path(servers).write_text(json.dumps({"mcpServers": EXAMPLE_SERVERS}))
     spec = get_stage("synth.harvest")
     run_stage(store, spec, build(spec.config, {"servers": servers}), quiet=True)
-    return store
 
 
-def generate(store, method: str, seed: int, args: argparse.Namespace) -> dict:
-    """Run synth.tasks with one method and seed; return its candidates' count, usable questions and usage."""
+def stage_name(method: str, seed: int) -> str:
+    return f"tasks_{method}_s{seed}"
+
+
+def generate(store, method: str, seed: int, args: argparse.Namespace) -> None:
+    """Run (or resume) synth.tasks with one method and seed."""
     from trajkit.config import build
     from trajkit.runner import run_stage
     from trajkit.stages import get_stage
@@ -122,8 +135,19 @@ def generate(store, method: str, seed: int, args: argparse.Namespace) -> dict:
         "seed": seed,
         "concurrency": args.concurrency,
     }
-    name = f"tasks_{method}_s{seed}"
-    manifest = run_stage(store, spec, build(spec.config, {k: v for k, v in cfg.items() if v is not None}), name=name)
+    run_stage(
+        store, spec, build(spec.config, {k: v for k, v in cfg.items() if v is not None}), name=stage_name(method, seed)
+    )
+
+
+def read(store, method: str, seed: int) -> dict:
+    """One method and seed's candidates' count, usable questions and usage, from its completed stage."""
+    from trajkit.errors import UserError
+
+    name = stage_name(method, seed)
+    manifest = next((m for m in store.manifests() if m["stage"] == name), None)
+    if manifest is None:
+        raise UserError(f"{store.root}: stage {name} has not completed (run --only generate first)")
     rows = store.rows("tasks", stage=name)
     rejected = store.rejected("tasks")
     usable = [r["question"] for r in rows if r["question"] and r["task_id"] not in rejected]
