@@ -5,7 +5,8 @@ dequantized) wrote in ``trajkit demo --student smollm2`` (held-out tool tasks,
 before SFT and after 4 SFT steps on the fixture's trajectories), as the text of
 the sampled tokens: prose, code instead of a call, endless text, JSON outside any
 tag, tag soup with a stray ``</tool_call>``, calls to tools that do not exist,
-arguments that violate the schema, a call cut off by the length limit. Each is
+arguments that violate the schema, a block whose JSON does not parse, a call cut
+off by the length limit. Each is
 turned into a completion by the transformers backend's own decoding (SmolLM2's
 tokenizer), then run through the agent loop against real MCP servers and judged
 (``envs.solve.solve``: what rollouts, pass@k tagging and ``eval passk`` run), and
@@ -41,6 +42,7 @@ EXPECTED = {
     "unknown_tool": ("failed", "unknown_tool"),
     "schema_violation": ("failed", "bad_arguments"),
     "half_tool_call": ("failed", "malformed_call"),
+    "invalid_json": ("failed", "malformed_call"),
 }
 
 

@@ -129,7 +129,8 @@ def run_student_demo(pipeline: str | Path, run: str | Path, student: str, fresh:
 
 
 def student_rows(run: str | Path, student: Path) -> list[dict[str, Any]]:
-    """Per model (before SFT, after SFT, after GRPO): held-out tasks, samples, pass@1, turns, tool-call accuracy."""
+    """Per model (before SFT, after SFT, after GRPO): held-out tasks, samples, pass@1; on the held-out
+    trajectories' turns, tool-call accuracy where the reference called a tool and abstention where it answered."""
     from trajkit.store import Store
 
     store = Store(run)
@@ -146,9 +147,11 @@ def student_rows(run: str | Path, student: Path) -> list[dict[str, Any]]:
         for r in store.sql(query).to_pylist():
             rows.setdefault(r.pop("model"), {}).update(r)
     if "eval_tools" in present:
+        call, answer = "FILTER (expected <> '[]')", "FILTER (expected = '[]')"  # a turn that called / that answered
         query = (
-            "SELECT model, count(*) AS turns, round(avg(name_correct::INT), 3) AS name_acc, "
-            "round(avg(correct::INT), 3) AS call_acc FROM eval_tools GROUP BY model"
+            f"SELECT model, count(*) {call} AS call_turns, round(avg(name_correct::INT) {call}, 3) AS name_acc, "
+            f"round(avg(correct::INT) {call}, 3) AS call_acc, count(*) {answer} AS answer_turns, "
+            f"round(avg(correct::INT) {answer}, 3) AS abstain_acc FROM eval_tools GROUP BY model"
         )
         for r in store.sql(query).to_pylist():
             rows.setdefault(r.pop("model"), {}).update(r)
@@ -159,7 +162,23 @@ def print_student(run: str | Path, student: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    columns = ("model", "tasks", "samples", "correct", "pass_at_1", "turns", "name_acc", "call_acc")
+    from trajkit.demo.summary import stage_table
+    from trajkit.store import Store
+
+    console = Console()
+    console.print(stage_table(Store(run)))
+    columns = (
+        "model",
+        "tasks",
+        "samples",
+        "correct",
+        "pass_at_1",
+        "call_turns",
+        "name_acc",
+        "call_acc",
+        "answer_turns",
+        "abstain_acc",
+    )
     table = Table(
         *columns,
         title="the student on held-out tool tasks (SmolLM2-135M-Instruct, Q4_1 dequantized, unless --student DIR)",
@@ -167,4 +186,4 @@ def print_student(run: str | Path, student: Path) -> None:
     )
     for row in student_rows(run, student):
         table.add_row(*("-" if row.get(c) is None else str(row[c]) for c in columns))
-    Console().print(table)
+    console.print(table)
