@@ -14,7 +14,9 @@ both demos): the synthesis and curation stages as they are, minus the warm-up,
 the coding slice, decontamination, pass@k tagging, the curriculum and the card;
 one GRPO stage on every train task; training and evaluation sized for a 135M
 model on a CPU (``STUDENT_SFT``, ``STUDENT_GRPO``). The derived file is written to
-``RUN/pipeline.yaml``; the teacher's model name carries the fixture's code hash,
+``RUN/pipeline.yaml`` (it names that run's loopback teacher: rerun it with
+``trajkit demo --student``, which serves the teacher again, not with ``trajkit
+run``); the teacher's model name carries the fixture's code hash,
 so a rerun after the fixture changed refuses the completed stages
 (``--fresh`` starts over) instead of reusing answers of the old script.
 """
@@ -112,7 +114,7 @@ def student_pipeline(pipeline: str | Path, run: str | Path, student: Path, teach
 
 
 def run_student_demo(pipeline: str | Path, run: str | Path, student: str, fresh: bool, overrides: list[str]) -> None:
-    """Serve the fixture as the teacher, run the derived pipeline, print the summary and the student's table."""
+    """Serve the fixture as the teacher, run the derived pipeline, print the stage table and the student's table."""
     from trajkit.demo.fixture import NAME, ReferenceFixture
     from trajkit.demo.warmup import fixture_hash
     from trajkit.models.scripted_server import ScriptedServer
