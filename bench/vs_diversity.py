@@ -198,18 +198,18 @@ def print_table(results: dict, methods: list[str], seeds: list[int], args: argpa
         row = {
             "method": method,
             "asked": str(asked),
-            "rows": " / ".join(str(r["candidates"]) for r, _, _ in per_seed),
-            "usable": " / ".join(str(len(r["usable"])) for r, _, _ in per_seed),
-            "usable % of asked": " / ".join(_pct(len(r["usable"]), asked) for r, _, _ in per_seed),
-            "n (equal)": " / ".join(str(m["n"]) if m["n"] else "-" for _, m, _ in per_seed),
+            "rows": _per_seed(str(r["candidates"]) for r, _, _ in per_seed),
+            "usable": _per_seed(str(len(r["usable"])) for r, _, _ in per_seed),
+            "usable % of asked": _per_seed(_pct(len(r["usable"]), asked) for r, _, _ in per_seed),
+            "n (equal)": _per_seed(str(m["n"]) if m["n"] else "-" for _, m, _ in per_seed),
         }
         for key, label in (("semantic", "semantic div"), ("distinct2", "distinct-2")):
-            row[label] = " / ".join(_fmt(m[key]) if m["n"] else missing for _, m, _ in per_seed)
-            row[f"x direct ({label})"] = " / ".join(
+            row[label] = _per_seed(_fmt(m[key]) if m["n"] else missing for _, m, _ in per_seed)
+            row[f"x direct ({label})"] = _per_seed(
                 _fmt(m[key] / d[key]) if m["n"] and d and d["n"] and d[key] else missing for _, m, d in per_seed
             )
-        row["mean p"] = " / ".join(_fmt(r["mean_probability"]) for r, _, _ in per_seed)
-        row["tokens"] = " / ".join(str(r["tokens"]) for r, _, _ in per_seed)
+        row["mean p"] = _per_seed(_fmt(r["mean_probability"]) for r, _, _ in per_seed)
+        row["tokens"] = _per_seed(str(r["tokens"]) for r, _, _ in per_seed)
         rows.append(row)
     print(
         f"\nmodel {args.model} ({args.backend}{', ' + size if size else ''}); seeds {' / '.join(map(str, seeds))}; "
@@ -241,6 +241,12 @@ def model_size(model: str) -> str | None:
     if not total:
         return None
     return f"{total / 1e9:.1f}B" if total >= 1e9 else f"{total / 1e6:.0f}M"
+
+
+def _per_seed(values) -> str:
+    """One cell for every seed: ``a / b``, or the value once when the seeds agree."""
+    values = list(values)
+    return values[0] if len(set(values)) == 1 else " / ".join(values)
 
 
 def _pct(part: int, whole: int) -> str:
