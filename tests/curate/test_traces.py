@@ -1,5 +1,6 @@
 """`curate traces`: recorded calls and trace files grouped into trajectories, written as first-class rows that the
-judge, the filter, export and SQL read unchanged; verdicts from a task file; one-line errors for what does not map."""
+judge, the filter, export, SFT, the card and SQL read unchanged; verdicts from a task file; one-line errors for
+what does not map."""
 
 from __future__ import annotations
 
