@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import Field
 
-from trajkit.config import StageConfig, build, config_hash, read_yaml
+from trajkit.config import StageConfig, Unhashed, build, config_hash, read_yaml
 from trajkit.errors import UserError
 
 
@@ -17,7 +17,7 @@ class Example(StageConfig):
     k: int = 4
     name: str
     inner: Inner = Inner()
-    concurrency: int = Field(8, json_schema_extra={"hash": False})
+    concurrency: Unhashed[int] = Field(8)
 
 
 def test_yaml_then_options_then_overrides(tmp_path):

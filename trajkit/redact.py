@@ -16,7 +16,6 @@ import os
 import re
 from collections import Counter
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
@@ -141,6 +140,11 @@ def config_secrets(servers: Mapping[str, Any], environ: Mapping[str, str] | None
     return out
 
 
+def config_inputs(cfg: Any) -> dict[str, str]:
+    """The values a stage config gives VS Code's ``${input:ID}`` (its ``inputs``): {ID: value}."""
+    return {k: v.get_secret_value() for k, v in (getattr(cfg, "inputs", None) or {}).items()}
+
+
 def _flag_values(args: list[str]) -> list[tuple[str, str]]:
     """(flag, value) for every ``--flag VALUE`` and ``--flag=VALUE`` in a command line."""
     out = []
@@ -174,17 +178,13 @@ class Redactor:
     @classmethod
     def for_stage(cls, cfg: Any, environ: Mapping[str, str] | None = None) -> Redactor:
         """The environment's secret-named variables, the ``inputs`` a stage config gives (VS Code's
-        ``${input:ID}``), and the env and header values of the servers file it names (``servers_config``,
-        or ``servers`` when it is a path)."""
-        from trajkit.envs.config import load_servers_config
+        ``${input:ID}``), and what its fields marked ``SecretSource`` point at (the env and header values
+        of a servers file: ``trajkit.envs.config.ServersFile``)."""
+        from trajkit.config import field_secrets
 
         values = environment_secrets(environ)
-        inputs = {k: v.get_secret_value() for k, v in (getattr(cfg, "inputs", None) or {}).items()}  # ${input:ID}
-        values.update({f"input.{k}": v for k, v in inputs.items() if worth_redacting(v, True)})
-        for field in ("servers_config", "servers"):
-            path = getattr(cfg, field, None)
-            if isinstance(path, str) and Path(path).is_file():
-                values.update(config_secrets(load_servers_config(path, inputs), environ))
+        values.update({f"input.{k}": v for k, v in config_inputs(cfg).items() if worth_redacting(v, True)})
+        values.update(field_secrets(cfg))
         return cls(values)
 
     def text(self, text: str) -> str:

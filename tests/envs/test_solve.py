@@ -108,7 +108,7 @@ async def test_solver_starts_the_sandbox_only_for_verifiers_that_run_code(script
 
     from trajkit.envs.solve import Solver
     from trajkit.models import ModelSpec
-    from trajkit.runner import Usage
+    from trajkit.models.accounting import Usage
 
     server, _ = scripted_openai(lambda m, t, b: "3")
     spec = ModelSpec(model="scripted", backend="openai", base_url=server.base_url, cache=False, max_retries=0)

@@ -13,9 +13,10 @@ import pytest
 from trajkit.config import StageConfig
 from trajkit.errors import StageStopped
 from trajkit.models import ModelSpec, SamplingParams, make_backend
+from trajkit.models.accounting import Usage
 from trajkit.models.cache import CallCache, call_key, model_identity
 from trajkit.models.scripted_server import Fault, ScriptedServer, count_tokens
-from trajkit.runner import StageContext, StageSpec, Usage, run_stage
+from trajkit.runner import StageContext, StageSpec, run_stage
 from trajkit.schema import content_id
 from trajkit.store import Store
 

@@ -15,8 +15,8 @@ from trajkit.envs.config import ServerConfig
 from trajkit.envs.discovery import discover
 from trajkit.errors import StageStopped, UserError
 from trajkit.models.scripted_server import Fault, ScriptedServer
+from trajkit.prompts import DEFAULT_DIR
 from trajkit.store import Store
-from trajkit.synth.prompts import DEFAULT_DIR
 
 
 def _config(server, **extra):

@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
+from trajkit.config import Unhashed
 from trajkit.curate.pool import active_tasks
 from trajkit.curate.samples import Thresholds, positive_ks, sample_row, thresholds_field, write_passk
 from trajkit.envs.options import EpisodeOptions
@@ -50,14 +51,10 @@ class PassKConfig(EpisodeOptions):
     sources: list[str] | None = Field(None, description="Only tasks from these sources.")
     limit: int | None = Field(None, ge=1, description="Only the first N tasks (in task id order).")
     rollout: str | None = Field(None, description="Custom rollout function pkg.mod:fn for tool tasks (see envs.agent).")
-    sandbox: SandboxKind = Field("local", json_schema_extra={"hash": False}, description=SANDBOX_HELP)
-    concurrency: int = Field(16, ge=1, json_schema_extra={"hash": False}, description="Attempts in flight.")
-    workers: int | None = Field(
-        None, ge=1, json_schema_extra={"hash": False}, description="Sandbox workers (default: CPUs)."
-    )
-    flush_rows: int = Field(
-        64, ge=1, json_schema_extra={"hash": False}, description="Samples and trajectories per written shard."
-    )
+    sandbox: Unhashed[SandboxKind] = Field("local", description=SANDBOX_HELP)
+    concurrency: Unhashed[int] = Field(16, ge=1, description="Attempts in flight.")
+    workers: Unhashed[int | None] = Field(None, ge=1, description="Sandbox workers (default: CPUs).")
+    flush_rows: Unhashed[int] = Field(64, ge=1, description="Samples and trajectories per written shard.")
 
     @field_validator("ks")
     @classmethod

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from trajkit.config import StageConfig
+from trajkit.config import StageConfig, Unhashed
 from trajkit.curate.files import read_records, text_field
 from trajkit.curate.pool import active_tasks
 from trajkit.curate.samples import Thresholds, positive_ks, sample_row, thresholds_field, write_passk
@@ -37,12 +37,10 @@ class VerifyConfig(StageConfig):
     )
     ks: list[int] | None = Field(None, description="k values of pass@k (default: powers of 2 up to n, and n).")
     thresholds: Thresholds | None = thresholds_field
-    sandbox: SandboxKind = Field("local", json_schema_extra={"hash": False}, description=SANDBOX_HELP)
-    workers: int | None = Field(
-        None, ge=1, json_schema_extra={"hash": False}, description="Sandbox workers (default: CPUs)."
-    )
-    batch: int = Field(64, ge=1, json_schema_extra={"hash": False}, description="Samples verified per write.")
-    flush_rows: int = Field(256, ge=1, json_schema_extra={"hash": False}, description="Samples per written shard.")
+    sandbox: Unhashed[SandboxKind] = Field("local", description=SANDBOX_HELP)
+    workers: Unhashed[int | None] = Field(None, ge=1, description="Sandbox workers (default: CPUs).")
+    batch: Unhashed[int] = Field(64, ge=1, description="Samples verified per write.")
+    flush_rows: Unhashed[int] = Field(256, ge=1, description="Samples per written shard.")
 
     @field_validator("ks")
     @classmethod

@@ -5,7 +5,7 @@
   ``tools`` (OpenAI function tools, ``parameters`` a JSON object), ready for a chat template's
   ``tools=`` and for TRL's ``SFTTrainer``.
 * ``rl``: accepted tasks with a prompt: the conversational ``prompt`` (as trajkit's own GRPO
-  builds it, ``train.data.grpo_rows``), the verifier (kind and JSON spec), ``difficulty``,
+  builds it, ``envs.solve.grpo_rows``), the verifier (kind and JSON spec), ``difficulty``,
   ``split``, curriculum ``stage``, the server set (``environment``) and its ``tools``.
 
 ``tools`` is a list of JSON values (Arrow's ``arrow.json`` extension type, Parquet's JSON logical
@@ -133,9 +133,8 @@ def sft_batches(store: Store, memory_limit: str = "1GB") -> Iterator[pa.Table]:
 
 def rl_rows(store: Store) -> list[dict[str, Any]]:
     """Accepted tasks with a prompt, in id order, with their split, curriculum stage and tools."""
-    from trajkit.envs.solve import is_tool_task
+    from trajkit.envs.solve import grpo_rows, is_tool_task
     from trajkit.envs.tools import tool_schemas
-    from trajkit.train.data import grpo_rows
 
     tasks = sorted(accepted(store, "tasks").to_pylist(), key=lambda t: t["task_id"])
     by_id = {t["task_id"]: t for t in tasks}

@@ -8,7 +8,8 @@ is one chat completion from a prompt built from the task. Faults are data
 never exceptions. ``solve`` is an attempt judged by the task's verifier, as
 ``curate.passk`` and ``eval.passk`` both run it through one ``Solver`` (backends,
 servers and sandbox opened once per stage); ``envs.agent.episode_seed`` is
-the seed of sample ``index`` of a task, whichever the model.
+the seed of sample ``index`` of a task, whichever the model. ``grpo_rows`` poses tasks to a policy in
+training (and in the card's ``rl`` view) with the same user message.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ STDIO_INSTRUCTION = (
 )
 MATH_INSTRUCTION = "Reason step by step, then give the final answer in \\boxed{}."
 MODEL_FAULT = "malformed tool call"  # reasons that are the model's doing: a wrong answer, not an error
+NO_TOOLS = "none"  # the environment of tasks that offer no tools
+ALL_SERVERS = "all"  # a tool_outcome task that names no servers is offered every server, as in rollouts
 
 
 @dataclass
@@ -101,6 +104,44 @@ def task_prompt(task: dict[str, Any]) -> str:
     if kind == "math":
         return f"{question}\n\n{MATH_INSTRUCTION}"
     return question
+
+
+def environment_name(task: dict[str, Any]) -> str:
+    """The TRL environment a task uses: its server ids joined in order (the order tools render in)."""
+    if task.get("server_ids"):
+        return "+".join(task["server_ids"])
+    return ALL_SERVERS if is_tool_task(task) else NO_TOOLS
+
+
+def grpo_rows(tasks: list[dict[str, Any]], system_prompt: str | None = None) -> list[dict[str, Any]]:
+    """GRPO dataset rows: conversational ``prompt`` plus the reward columns.
+
+    The user message is the one pass@k tagging and rollouts send (``task_prompt``):
+    the question for a tool task, the question plus its verifier's answer format otherwise.
+    Columns: ``task_id``, ``verifier_kind``, ``verifier_spec`` (JSON text), ``difficulty``,
+    ``environment`` (the server set), ``target_tools``.
+    """
+    rows = []
+    for t in tasks:
+        verifier = t.get("verifier") or {}
+        text = (t.get("question") or "") if is_tool_task(t) else task_prompt(t)
+        if not text:
+            continue
+        prompt = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
+            {"role": "user", "content": text}
+        ]
+        rows.append(
+            {
+                "prompt": prompt,
+                "task_id": t["task_id"],
+                "verifier_kind": verifier.get("kind") or "none",
+                "verifier_spec": verifier.get("spec") or "{}",
+                "difficulty": t.get("difficulty"),
+                "environment": environment_name(t),
+                "target_tools": list(t.get("target_tools") or []),
+            }
+        )
+    return rows
 
 
 async def attempt(

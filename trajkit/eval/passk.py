@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from trajkit import schema as S
+from trajkit.config import Unhashed
 from trajkit.envs.options import EpisodeOptions
 from trajkit.errors import UserError
 from trajkit.eval.report import passk_report
@@ -42,12 +43,10 @@ class EvalPasskConfig(EpisodeOptions):
     seed: int = Field(0, description="Base seed; attempt i at a task derives its seed from it, the task, model and i.")
     system_prompt: str | None = None
     limit: int | None = Field(None, ge=1, description="Evaluate only the first N tasks (by task id).")
-    concurrency: int = Field(16, ge=1, json_schema_extra={"hash": False}, description="Attempts in flight.")
-    sandbox: SandboxKind = Field("local", json_schema_extra={"hash": False}, description=SANDBOX_HELP)
-    workers: int | None = Field(
-        None, ge=1, json_schema_extra={"hash": False}, description="Sandbox workers (default: CPUs)."
-    )
-    flush_rows: int = Field(16, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
+    concurrency: Unhashed[int] = Field(16, ge=1, description="Attempts in flight.")
+    sandbox: Unhashed[SandboxKind] = Field("local", description=SANDBOX_HELP)
+    workers: Unhashed[int | None] = Field(None, ge=1, description="Sandbox workers (default: CPUs).")
+    flush_rows: Unhashed[int] = Field(16, ge=1, description="Rows per written shard.")
 
     @field_validator("ks")
     @classmethod

@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from trajkit import schema as S
-from trajkit.config import StageConfig
+from trajkit.config import StageConfig, Unhashed
 from trajkit.errors import StageStopped, UserError
 from trajkit.eval import bfcl
 from trajkit.eval.report import tools_report
@@ -54,8 +54,8 @@ class EvalToolsConfig(StageConfig):
     top_p: float = 1.0
     max_tokens: int = 512
     seed: int = Field(0, description="Sampling seed of every request (one request per replayed turn).")
-    concurrency: int = Field(16, ge=1, json_schema_extra={"hash": False}, description="Requests in flight.")
-    flush_rows: int = Field(64, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
+    concurrency: Unhashed[int] = Field(16, ge=1, description="Requests in flight.")
+    flush_rows: Unhashed[int] = Field(64, ge=1, description="Rows per written shard.")
 
     @model_validator(mode="after")
     def _check(self) -> EvalToolsConfig:

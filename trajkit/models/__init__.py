@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from trajkit.models.accounting import Usage
     from trajkit.models.base import (
         Backend,
         Completion,
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
         ToolCallError,
         ToolSchema,
     )
-    from trajkit.runner import Usage
 
 __all__ = [
     "Backend",

@@ -30,9 +30,9 @@ from trajkit.envs.agent import episode_head
 from trajkit.envs.options import ServerPoolOptions
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec, SamplingParams
+from trajkit.prompts import load_prompt, quote_data, render
 from trajkit.runner import StageContext, StageSpec
 from trajkit.store import sql_condition
-from trajkit.synth.prompts import load_prompt, quote_data, render
 from trajkit.synth.transcripts import conversation_text, tool_listing
 
 END = "<END_CONVERSATION>"

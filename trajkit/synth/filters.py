@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from trajkit.accepted import DEFAULT
-from trajkit.config import StageConfig
+from trajkit.config import StageConfig, Unhashed
 from trajkit.errors import UserError
 from trajkit.runner import StageContext, StageSpec
 from trajkit.synth import rules
@@ -55,7 +55,7 @@ class TrajectoryFilterConfig(StageConfig):
     custom: list[str] = Field(
         default_factory=list, description="Dotted paths to fn(trajectory: dict) -> str | None (a reject reason)."
     )
-    flush_rows: int = Field(1024, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
+    flush_rows: Unhashed[int] = Field(1024, ge=1, description="Rows per written shard.")
 
     @field_validator("rules")
     @classmethod

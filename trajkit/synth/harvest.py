@@ -21,26 +21,22 @@ from typing import Any
 
 from pydantic import Field, SecretStr
 
-from trajkit.config import StageConfig
+from trajkit.config import StageConfig, Unhashed
+from trajkit.envs.config import ServersFile
 from trajkit.runner import StageContext, StageSpec
 
 
 class HarvestConfig(StageConfig):
-    servers: str = Field(
+    servers: ServersFile[str] = Field(
         description="The servers JSON file as Claude Desktop, Cursor, VS Code (mcp.json) or Cline write it."
     )
-    inputs: dict[str, SecretStr] = Field(
+    inputs: Unhashed[dict[str, SecretStr]] = Field(
         default_factory=dict,
-        json_schema_extra={"hash": False},
         description="Values of VS Code ${input:ID} (else the environment variable ID in capitals, '-' as '_').",
     )
-    startup_timeout_s: float = Field(
-        60.0, gt=0, json_schema_extra={"hash": False}, description="Limit on spawning plus initialize, per server."
-    )
-    list_timeout_s: float = Field(
-        30.0, gt=0, json_schema_extra={"hash": False}, description="Limit per tools/list page."
-    )
-    concurrency: int = Field(4, ge=1, json_schema_extra={"hash": False}, description="Servers harvested at once.")
+    startup_timeout_s: Unhashed[float] = Field(60.0, gt=0, description="Limit on spawning plus initialize, per server.")
+    list_timeout_s: Unhashed[float] = Field(30.0, gt=0, description="Limit per tools/list page.")
+    concurrency: Unhashed[int] = Field(4, ge=1, description="Servers harvested at once.")
 
 
 def retry_timed_out(ctx: StageContext, _: HarvestConfig) -> int:

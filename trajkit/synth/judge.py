@@ -20,10 +20,10 @@ from typing import Any, Literal
 from pydantic import Field
 
 from trajkit import schema as S
-from trajkit.config import StageConfig
+from trajkit.config import StageConfig, Unhashed
 from trajkit.models.base import ModelSpec, SamplingParams
+from trajkit.prompts import load_prompt, quote_data, render
 from trajkit.runner import StageContext, StageSpec
-from trajkit.synth.prompts import load_prompt, quote_data, render
 from trajkit.synth.ratings import TASK_DIMENSIONS, TRAJECTORY_DIMENSIONS, mean_score, parse_judgment
 from trajkit.synth.tool_accuracy import tool_accuracy
 from trajkit.synth.transcripts import conversation_text, tool_listing
@@ -45,8 +45,8 @@ class JudgeConfig(StageConfig):
     seed: int = 0
     max_conversation_chars: int = Field(12_000, ge=500, description="Longer conversations are cut in the middle.")
     prompts_dir: str | None = Field(None, description="A directory whose prompt files replace examples/prompts/.")
-    concurrency: int = Field(8, ge=1, json_schema_extra={"hash": False})
-    flush_rows: int = Field(256, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
+    concurrency: Unhashed[int] = Field(8, ge=1)
+    flush_rows: Unhashed[int] = Field(256, ge=1, description="Rows per written shard.")
 
 
 def retry_failed_requests(ctx: StageContext, _: JudgeConfig) -> int:

@@ -31,14 +31,14 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from trajkit import schema as S
-from trajkit.config import StageConfig
+from trajkit.config import StageConfig, Unhashed
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec, SamplingParams
+from trajkit.prompts import load_prompt, render
 from trajkit.runner import StageContext, StageSpec
 from trajkit.synth import sampling as sampling_
 from trajkit.synth import vs
 from trajkit.synth.candidates import ToolIndex, is_refusal, to_task, utf8
-from trajkit.synth.prompts import load_prompt, render
 from trajkit.synth.transcripts import tool_listing
 
 Mode = Literal[S.SYNTH_MODES]  # type: ignore[valid-type]
@@ -70,8 +70,8 @@ class TasksConfig(StageConfig):
     max_tokens: int = Field(2048, ge=1)
     seed: int = Field(0, description="Seeds server draws and generation.")
     prompts_dir: str | None = Field(None, description="A directory whose prompt files replace examples/prompts/.")
-    concurrency: int = Field(8, ge=1, json_schema_extra={"hash": False}, description="Requests in flight.")
-    flush_rows: int = Field(256, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
+    concurrency: Unhashed[int] = Field(8, ge=1, description="Requests in flight.")
+    flush_rows: Unhashed[int] = Field(256, ge=1, description="Rows per written shard.")
 
     @model_validator(mode="after")
     def _check(self) -> TasksConfig:

@@ -4,9 +4,9 @@ asked of ``trajkit.accepted`` (the run's DuckDB views), the one definition expor
 ``task_rows`` joins ``tasks`` with its annotations (``passk``, ``splits``,
 ``curriculum``; for an annotation written by several stages the row of the stage
 that finished last wins: ``Store.latest``, as in the store's SQL views), keeps
-accepted tasks and applies a stage's data filter. ``grpo_rows`` turns tasks into
-the rows of the GRPO dataset: a conversational ``prompt`` plus the columns the
-rewards read. ``sft_rows`` turns accepted trajectories into SFT examples.
+accepted tasks and applies a stage's data filter (``trajkit.envs.solve.grpo_rows``
+turns them into the GRPO dataset's rows). ``sft_rows`` turns accepted trajectories
+into SFT examples.
 """
 
 from __future__ import annotations
@@ -19,14 +19,10 @@ from trajkit import schema as S
 from trajkit.accepted import accepted_ids
 from trajkit.config import StageConfig
 from trajkit.envs.agent import TOKEN_TRACE
-from trajkit.envs.solve import is_tool_task, task_prompt
 from trajkit.errors import UserError
 from trajkit.export import openai_tools
 from trajkit.models.chat import to_template
 from trajkit.store import Store
-
-NO_TOOLS = "none"  # the environment of tasks that offer no tools
-ALL_SERVERS = "all"  # a tool_outcome task that names no servers is offered every server, as in rollouts
 
 
 class DataFilter(StageConfig):
@@ -87,44 +83,6 @@ def task_rows(store: Store, data: DataFilter) -> list[dict[str, Any]]:
         if data.limit is not None and len(out) >= data.limit:
             break
     return out
-
-
-def environment_name(task: dict[str, Any]) -> str:
-    """The TRL environment a task uses: its server ids joined in order (the order tools render in)."""
-    if task.get("server_ids"):
-        return "+".join(task["server_ids"])
-    return ALL_SERVERS if is_tool_task(task) else NO_TOOLS
-
-
-def grpo_rows(tasks: list[dict[str, Any]], system_prompt: str | None = None) -> list[dict[str, Any]]:
-    """GRPO dataset rows: conversational ``prompt`` plus the reward columns.
-
-    The user message is the one pass@k tagging and rollouts sent (``trajkit.envs.solve``):
-    the question for a tool task, the question plus its verifier's answer format otherwise.
-    Columns: ``task_id``, ``verifier_kind``, ``verifier_spec`` (JSON text), ``difficulty``,
-    ``environment`` (the server set), ``target_tools``.
-    """
-    rows = []
-    for t in tasks:
-        verifier = t.get("verifier") or {}
-        text = (t.get("question") or "") if is_tool_task(t) else task_prompt(t)
-        if not text:
-            continue
-        prompt = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
-            {"role": "user", "content": text}
-        ]
-        rows.append(
-            {
-                "prompt": prompt,
-                "task_id": t["task_id"],
-                "verifier_kind": verifier.get("kind") or "none",
-                "verifier_spec": verifier.get("spec") or "{}",
-                "difficulty": t.get("difficulty"),
-                "environment": environment_name(t),
-                "target_tools": list(t.get("target_tools") or []),
-            }
-        )
-    return rows
 
 
 def sft_rows(store: Store, use_tokens: bool = True) -> list[dict[str, Any]]:

@@ -25,10 +25,12 @@ from typing import Any
 
 from pydantic import Field
 
-from trajkit.config import StageConfig
+from trajkit.config import StageConfig, Unhashed
+from trajkit.envs.config import ServersFile
+from trajkit.envs.solve import NO_TOOLS, grpo_rows
 from trajkit.errors import UserError
 from trajkit.runner import StageContext, StageSpec
-from trajkit.train.data import NO_TOOLS, DataFilter, grpo_rows, task_rows
+from trajkit.train.data import DataFilter, task_rows
 from trajkit.train.rewards import Conciseness, RewardSpec
 from trajkit.verify.backends import SANDBOX_HELP, SandboxKind
 from trajkit.verify.verifiers import SANDBOXED_KINDS
@@ -56,10 +58,10 @@ class GRPOStageConfig(StageConfig):
     rewards: list[RewardSpec] = Field(default_factory=lambda: list(DEFAULT_REWARDS))
     conciseness: Conciseness = Field(default_factory=Conciseness)
     tools: bool = Field(True, description="Offer each task's MCP servers as tools (multi-turn GRPO).")
-    servers_config: str | None = Field(
+    servers_config: ServersFile[str | None] = Field(
         None, description="The mcpServers file, for the env values, headers and cwd of the run's servers."
     )
-    sandbox: SandboxKind = Field("local", json_schema_extra={"hash": False}, description=SANDBOX_HELP)
+    sandbox: Unhashed[SandboxKind] = Field("local", description=SANDBOX_HELP)
     tool_timeout_s: float = Field(30.0, gt=0, description="Per tool call, as in rollouts.")
     max_tool_output_chars: int = Field(4000, ge=1, description="Tool output beyond it is cut, as in rollouts.")
     system_prompt: str | None = Field(None, description="A system message put before each task's question.")

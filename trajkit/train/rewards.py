@@ -2,7 +2,7 @@
 
 Each reward returns one float per completion, or ``None`` where it does not
 apply (TRL then leaves it out of that completion's sum). Columns come from the
-dataset ``trajkit.train.data.grpo_rows`` builds (``verifier_kind``,
+dataset ``trajkit.envs.solve.grpo_rows`` builds (``verifier_kind``,
 ``verifier_spec``, ``difficulty``, ``environment``, ``tools_json``); settings are
 bound with ``functools.partial``.
 

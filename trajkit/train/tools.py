@@ -32,10 +32,10 @@ from typing import Any
 from trajkit.envs.agent import AgentLimits, outcome_probes
 from trajkit.envs.env import Episode, ToolEnv
 from trajkit.envs.session import ServerFault
+from trajkit.envs.solve import ALL_SERVERS, NO_TOOLS
 from trajkit.envs.tools import ToolRoute
 from trajkit.errors import UserError
 from trajkit.store import Store
-from trajkit.train.data import ALL_SERVERS, NO_TOOLS
 
 SCHEMA_ATTR = "__trajkit_tool_schema__"
 ORDER_ATTR = "__trajkit_tool_order__"
@@ -226,7 +226,7 @@ def environment_factories(
 ) -> Tools:
     """TRL's ``environment_factory`` mapping, with the tool schemas of each environment.
 
-    ``names`` are ``trajkit.train.data.environment_name`` values (server ids joined
+    ``names`` are ``trajkit.envs.solve.environment_name`` values (server ids joined
     by ``+``); ``config`` the mcpServers file (env values, headers, cwd) for the
     run's servers. Binds the schemas onto ``tokenizer`` (see ``bind_tool_schemas``).
     """
