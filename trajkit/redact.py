@@ -5,17 +5,19 @@ replaces with ``[REDACTED]`` the values of secret-named environment variables an
 of the servers config's ``env`` and ``headers`` (over a length and entropy floor, so
 ``false`` or ``UTC`` stay), those values split by invisible characters, and forms
 that are a credential wherever they appear (``Bearer`` tokens, passwords in URLs,
-known token formats). ``trajkit.runner`` builds one per stage and makes it
-``current()``; the store, manifests, log lines and the call cache apply it.
+known token formats). ``trajkit.runner`` builds one per stage and hands it to the
+stage's store (``Store.redactor``), which applies it to rows, manifests and stage
+configs; the stage's log lines, call cache entries and errors go through the same one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
@@ -192,6 +194,16 @@ class Redactor:
             text = rx.sub(replacement, text)
         return text
 
+    @contextlib.contextmanager
+    def errors(self) -> Iterator[None]:
+        """An exception leaving the block leaves with its text redacted (a message may quote a server's
+        stderr or a config value), so whoever prints it prints no secret."""
+        try:
+            yield
+        except BaseException as e:
+            e.args = tuple(self.text(a) if isinstance(a, str) else a for a in e.args)
+            raise
+
     def value(self, data: Any) -> Any:
         """Strings anywhere in dicts, lists and tuples redacted (keys too)."""
         if isinstance(data, str):
@@ -256,16 +268,3 @@ class Redactor:
             rows[pc.list_parent_indices(arr).to_numpy()[mask]] = True
             return rebuilt, rows
         return arr, None
-
-
-_current = Redactor(environment_secrets())
-
-
-def current() -> Redactor:
-    """The redactor of the stage running now (the environment's secrets alone before any stage ran)."""
-    return _current
-
-
-def activate(redactor: Redactor) -> None:
-    global _current
-    _current = redactor

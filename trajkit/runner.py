@@ -20,26 +20,30 @@ import contextlib
 import datetime as dt
 import functools
 import hashlib
+import os
 import sys
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from trajkit import __version__, redact
+from trajkit import __version__
 from trajkit import schema as S
-from trajkit.concurrency import bounded, cpus
+from trajkit.concurrency import Share, bounded, machine_cpus
 from trajkit.config import StageConfig, config_differences, config_hash, hashed_dict
 from trajkit.errors import Fenced, StageStopped, UserError
 from trajkit.models.accounting import Usage
 from trajkit.progress import console, display, to_file
 from trajkit.redact import Redactor, clean_endpoints
-from trajkit.store import STAGES_DIR, ShardWriter, Store, atomic_write_json, remove_empty_tree
+from trajkit.store import STAGES_DIR, ShardWriter, Store, remove_empty_tree
+
+if TYPE_CHECKING:
+    from trajkit.models.base import Backend, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -80,7 +84,9 @@ _TALLIES = {
 
 @dataclass
 class StageContext:
-    """What a running stage sees: the store, its name and shard, writers and counters."""
+    """What a running stage sees: the store (which redacts what it writes with the stage's redactor), its
+    name and shard, writers and counters, its usage, and its ``share`` of the machine (the CPUs its pools
+    size from, the run its sandboxed programs must not see)."""
 
     store: Store
     name: str
@@ -91,6 +97,7 @@ class StageContext:
     counts: Counter = field(default_factory=Counter)
     quiet: bool = False
     progress_file: Path | None = None
+    share: Share = field(default_factory=Share)
     _writers: dict[str, ShardWriter] = field(default_factory=dict)
     _rejected: set[str] | None = None
 
@@ -246,12 +253,20 @@ class StageContext:
             return True
         return int(hashlib.sha256(row_id.encode()).hexdigest()[:8], 16) % self.world_size == self.rank
 
+    # ------------------------------------------------------------ models
+    def backend(self, spec: ModelSpec) -> Backend:
+        """The backend of a model spec for this stage: its calls counted into the stage's usage (and budget),
+        kept in the run's call cache, redacted as the stage's rows are."""
+        from trajkit.models import make_backend
+
+        return make_backend(spec, self.usage, self.store.root / "_cache", self.store.redactor)
+
     # ------------------------------------------------------------ reporting
     def log(self, message: str) -> None:
         if not self.quiet:
             from rich.markup import escape  # messages carry server and model text: shown literally
 
-            text = escape(redact.current().text(message))
+            text = escape(self.store.redactor.text(message))
             console().print(f"[dim]{escape(self.name)}[/]: {text}", highlight=False)
 
     @contextlib.contextmanager
@@ -353,97 +368,99 @@ def run_stage(
     budget_tokens: int | None = None,
     budget_cost: float | None = None,
     progress_file: Path | None = None,
+    cpus: int | None = None,
 ) -> dict[str, Any]:
     """Run (or resume, or skip) one stage and return its manifest. ``progress_file``: where a shard run by
-    another process's executor keeps its progress (``trajkit.progress.to_file``)."""
+    another process's executor keeps its progress (``trajkit.progress.to_file``); ``cpus``: the CPUs an
+    executor gave it (by default every CPU this process may run on)."""
     name = name or spec.kind.split(".")[-1]
     check_runner_options(rank, world_size, budget_tokens, budget_cost)
-    redact.activate(Redactor.for_stage(cfg))  # rows, manifests, log lines and cache entries go through it
-    chash, pin = check_config(store, name, cfg, fresh, spec.kind)
-    done = store.manifest(name, rank, world_size)
-    if done is not None and not fresh:
-        for table in spec.outputs:  # a complete stage whose shard was damaged since: name it, never skip silently
-            try:
-                store.validate(table, stage=name)
-            except UserError as e:
-                raise UserError(f"stage {name!r} is complete but {e}; rerun with --fresh to redo it") from None
-        for table, wrote in done.get("outputs", {}).items() if world_size == 1 else ():
-            if (held := store.count(table, stage=name)) != wrote:  # shards lost, or copied in twice
-                raise UserError(
-                    f"stage {name!r} is complete but its {table} shards hold {held} rows, not the {wrote} "
-                    f"it wrote; rerun with --fresh to redo it"
-                )
+    redactor = Redactor.for_stage(cfg)  # rows, manifests, log lines, call cache entries and errors go through it
+    with redactor.errors():
+        chash, pin = check_config(store, name, cfg, fresh, spec.kind)
+        done = store.manifest(name, rank, world_size)
+        if done is not None and not fresh:
+            for table in spec.outputs:  # a complete stage whose shard was damaged since: name it, never skip silently
+                try:
+                    store.validate(table, stage=name)
+                except UserError as e:
+                    raise UserError(f"stage {name!r} is complete but {e}; rerun with --fresh to redo it") from None
+            for table, wrote in done.get("outputs", {}).items() if world_size == 1 else ():
+                if (held := store.count(table, stage=name)) != wrote:  # shards lost, or copied in twice
+                    raise UserError(
+                        f"stage {name!r} is complete but its {table} shards hold {held} rows, not the {wrote} "
+                        f"it wrote; rerun with --fresh to redo it"
+                    )
+            if not quiet:
+                console().print(f"[dim]{name}[/]: already complete, skipped{_summary(done, spec)}", highlight=False)
+            return done
+        # the stage's folders this run makes, removed if it fails leaving them empty; not with other ranks
+        # starting beside it in the same folders
+        made = [d for d in (store.root / STAGES_DIR, store.stage_dir(name)) if not d.is_dir() and world_size == 1]
+        store = store.leased(name, rank, redactor)  # an older run of this shard still alive is fenced off from here on
+        store.clean_temp(name, rank)
+        if pin:
+            config = {"stage": name, "kind": spec.kind, "config": hashed_dict(cfg), "config_hash": chash}
+            store.write_json(store.stage_dir(name) / "_config.json", config)
+        usage = Usage(budget_tokens, budget_cost, served_file=store.stage_dir(name) / "_served.json")
+        share = Share(cpus or machine_cpus(), (os.path.realpath(store.root),))
+        ctx = StageContext(
+            store, name, spec.kind, rank, world_size, usage, quiet=quiet, progress_file=progress_file, share=share
+        )
+        started, t0 = _now(), time.monotonic()
+        inputs = {t: {"rows": store.count(t), "shards": len(store.shards(t))} for t in spec.inputs}
+        try:
+            retried = spec.retry(ctx, cfg) if spec.retry is not None else 0
+            if retried:
+                ctx.counts["retried"] += retried
+                ctx.log(f"running again {retried} unit(s) that failed in a way a rerun may cure")
+            extra = spec.run(ctx, cfg) or {}
+        except Fenced:
+            ctx.discard()
+            raise
+        except StageStopped as e:
+            ctx.flush()
+            raise StageStopped(f"stage {name!r} stopped: {e}; rerun to resume") from None
+        except BaseException:
+            ctx.flush()
+            if not any(store.shards(t, name) for t in S.TABLES):  # no rows: pin nothing, hold nothing
+                (store.stage_dir(name) / "_config.json").unlink(missing_ok=True)
+                (store.stage_dir(name) / "_served.json").unlink(missing_ok=True)
+                store.lease.release()
+                for folder in reversed(made):  # left empty, or holding empty folders (a trainer's output_dir)
+                    remove_empty_tree(folder)
+            raise
+        finally:
+            ctx.flush()
+        for table in S.TABLES:  # the stage's many small shards (written as rows finished) merged into few
+            store.compact(table, name, rank)
+        ctx.recount()
+        manifest = {
+            "stage": name,
+            "kind": spec.kind,
+            "config": clean_endpoints(cfg.model_dump(mode="json")),
+            "config_hash": chash,
+            "inputs": inputs,
+            "outputs": {t: store.count(t, stage=name) for t in S.TABLES if store.shards(t, name)},
+            "code_version": code_version(),
+            "python": sys.version.split()[0],
+            "cpus": ctx.share.cpus,
+            "rank": rank,
+            "world_size": world_size,
+            "started_at": started,
+            "finished_at": _now(),
+            "seconds": round(time.monotonic() - t0, 3),
+            "counts": dict(sorted(ctx.counts.items())),
+            "usage": ctx.usage.as_dict(),
+            **({"summary": extra} if extra else {}),
+        }
+        store.lease.check()
+        store.write_json(store.manifest_path(name, rank, world_size), manifest)
         if not quiet:
-            console().print(f"[dim]{name}[/]: already complete, skipped{_summary(done, spec)}", highlight=False)
-        return done
-    # the stage's folders this run makes, removed if it fails leaving them empty; not with other ranks
-    # starting beside it in the same folders
-    made = [d for d in (store.root / STAGES_DIR, store.stage_dir(name)) if not d.is_dir() and world_size == 1]
-    store = store.leased(name, rank)  # an older run of this shard still alive is fenced off from here on
-    store.clean_temp(name, rank)
-    if pin:
-        atomic_write_json(
-            store.stage_dir(name) / "_config.json",
-            redact.current().value(
-                {"stage": name, "kind": spec.kind, "config": hashed_dict(cfg), "config_hash": chash}
-            ),
-        )
-    usage = Usage(budget_tokens, budget_cost, served_file=store.stage_dir(name) / "_served.json")
-    ctx = StageContext(store, name, spec.kind, rank, world_size, usage, quiet=quiet, progress_file=progress_file)
-    started, t0 = _now(), time.monotonic()
-    inputs = {t: {"rows": store.count(t), "shards": len(store.shards(t))} for t in spec.inputs}
-    try:
-        retried = spec.retry(ctx, cfg) if spec.retry is not None else 0
-        if retried:
-            ctx.counts["retried"] += retried
-            ctx.log(f"running again {retried} unit(s) that failed in a way a rerun may cure")
-        extra = spec.run(ctx, cfg) or {}
-    except Fenced:
-        ctx.discard()
-        raise
-    except StageStopped as e:
-        ctx.flush()
-        raise StageStopped(f"stage {name!r} stopped: {e}; rerun to resume") from None
-    except BaseException:
-        ctx.flush()
-        if not any(store.shards(t, name) for t in S.TABLES):  # no rows: pin nothing, hold nothing
-            (store.stage_dir(name) / "_config.json").unlink(missing_ok=True)
-            (store.stage_dir(name) / "_served.json").unlink(missing_ok=True)
-            store.lease.release()
-            for folder in reversed(made):  # left empty, or holding empty folders (a trainer's output_dir)
-                remove_empty_tree(folder)
-        raise
-    finally:
-        ctx.flush()
-    for table in S.TABLES:  # the stage's many small shards (written as rows finished) merged into few
-        store.compact(table, name, rank)
-    ctx.recount()
-    manifest = {
-        "stage": name,
-        "kind": spec.kind,
-        "config": clean_endpoints(cfg.model_dump(mode="json")),
-        "config_hash": chash,
-        "inputs": inputs,
-        "outputs": {t: store.count(t, stage=name) for t in S.TABLES if store.shards(t, name)},
-        "code_version": code_version(),
-        "python": sys.version.split()[0],
-        "cpus": cpus(),
-        "rank": rank,
-        "world_size": world_size,
-        "started_at": started,
-        "finished_at": _now(),
-        "seconds": round(time.monotonic() - t0, 3),
-        "counts": dict(sorted(ctx.counts.items())),
-        "usage": ctx.usage.as_dict(),
-        **({"summary": extra} if extra else {}),
-    }
-    store.lease.check()
-    atomic_write_json(store.manifest_path(name, rank, world_size), redact.current().value(manifest))
-    if not quiet:
-        console().print(
-            f"[dim]{name}[/]: done in {manifest['seconds']:.1f}s{_summary(manifest, spec)}", highlight=False
-        )
-    return manifest
+            console().print(
+                f"[dim]{name}[/]: done in {manifest['seconds']:.1f}s{_summary(manifest, spec)}", highlight=False
+            )
+        return manifest
 
 
 def _summary(manifest: dict[str, Any], spec: StageSpec) -> str:

@@ -206,17 +206,19 @@ def test_the_callers_keyrings_are_out_of_reach():
     assert r.stdout.splitlines() == ["-1 1 -1 b''"] * 3 + ["-1 1"]  # EPERM
 
 
-def test_run_directories_this_process_opened_are_hidden(tmp_path):
-    """A run directory outside the working directory (here under /var/tmp) is still empty for programs."""
+def test_the_run_directories_of_its_share_are_hidden(tmp_path):
+    """A stage's run directory (its ``Share``), outside the working directory (here under /var/tmp), is still
+    empty for programs."""
     import shutil
 
+    from trajkit.concurrency import Share
     from trajkit.store import Store
 
     run = Path("/var/tmp") / f"trajkit-run-{uuid.uuid4().hex}"
     try:
         Store(run, create=True)
         (run / "secret.txt").write_text(SECRET)
-        with Sandbox(workers=1) as sandbox:
+        with Sandbox(workers=1, share=Share(runs=(str(run),))) as sandbox:
             r = sandbox.run(f"import os\nprint(os.listdir({str(run)!r}))")
         assert r.verdict == "pass" and r.stdout == "[]\n"
     finally:

@@ -116,7 +116,7 @@ def run_verify(ctx: StageContext, cfg: VerifyConfig) -> dict[str, Any]:
         if sid not in done and ctx.mine(task["task_id"]):
             todo.append((sid, task, index, rec["completion"]))
     wrote = ctx.flush_every(cfg.flush_rows, ("samples",))
-    with make_sandbox(cfg.sandbox, cfg.workers) as sandbox, ctx.progress(len(todo), "samples") as advance:
+    with make_sandbox(cfg.sandbox, cfg.workers, ctx.share) as sandbox, ctx.progress(len(todo), "samples") as advance:
         for start in range(0, len(todo), cfg.batch):
             chunk = todo[start : start + cfg.batch]
             results = verify_many([(t["verifier"], c or "", None) for _, t, _, c in chunk], sandbox, cfg.workers)

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import Field
 
+from trajkit.concurrency import Share
 from trajkit.config import StageConfig, Unhashed
 from trajkit.envs.agent import AgentLimits
 from trajkit.envs.config import ServersFile
@@ -58,12 +59,14 @@ class ServerPoolOptions(EpisodeOptions):
     )
     flush_rows: Unhashed[int] = Field(64, ge=1, description="Rows per written shard.")
 
-    def tool_env(self, servers: list[dict[str, Any]]) -> ToolEnv:
-        """The stage's servers, with a warm instance started ahead of demand per episode in flight."""
+    def tool_env(self, servers: list[dict[str, Any]], share: Share) -> ToolEnv:
+        """The stage's servers, with a warm instance started ahead of demand per episode in flight, sized
+        from the stage's ``share``."""
         return ToolEnv(
             servers,
             config=self.servers_config,
             max_processes=self.max_processes,
             pool_size=self.pool_size,
             warm=self.concurrency,
+            share=share,
         )

@@ -18,9 +18,11 @@ import contextlib
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+from trajkit.concurrency import Share
 from trajkit.envs.agent import MODEL_ERROR, AgentLimits, RolloutFn, episode_seed, is_transient, run_episode
 from trajkit.envs.env import ToolEnv
 from trajkit.envs.options import EpisodeOptions
@@ -240,7 +242,9 @@ async def judge(task: dict[str, Any], a: Attempt, sandbox: Any = None) -> Any:
 class Solver:
     """What attempts at a stage's tasks need, opened once: a backend per model, the run's servers as a
     ``ToolEnv`` (only when a task needs tools) and the sandbox (only when a task's verifier runs code).
-    ``curate.passk`` and ``eval.passk`` both solve through it::
+    ``backend`` makes a model spec's backend (a stage's ``ctx.backend``: its usage, call cache, redactor);
+    ``share`` sizes the pools and names the run programs must not see. ``curate.passk`` and
+    ``eval.passk`` both solve through it::
 
         async with Solver(models, tasks, servers, ...) as solver:
             solved = await solver.solve(task, model_name, index)
@@ -255,8 +259,8 @@ class Solver:
         params: SamplingParams,
         limits: AgentLimits,
         seed: int,
-        usage: Any,
-        cache_dir: Any,
+        backend: Callable[[Any], Backend],
+        share: Share | None = None,
         servers_config: str | None = None,
         system_prompt: str | None = None,
         rollout: str | None = None,
@@ -267,7 +271,7 @@ class Solver:
         self.models, self.tasks, self.servers = models, tasks, servers
         self.scope = scope
         self.params, self.limits, self.seed = params, limits, seed
-        self.usage, self.cache_dir, self.servers_config = usage, cache_dir, servers_config
+        self.make_backend, self.share, self.servers_config = backend, share, servers_config
         self.system_prompt, self.rollout_path = system_prompt, rollout
         self.sandbox_kind, self.workers = sandbox, workers
         self._stack = contextlib.AsyncExitStack()
@@ -294,8 +298,8 @@ class Solver:
             params=cfg.sampling(),
             limits=cfg.limits(),
             seed=cfg.seed,
-            usage=ctx.usage,
-            cache_dir=ctx.store.root / "_cache",
+            backend=ctx.backend,
+            share=ctx.share,
             servers_config=cfg.servers_config,
             system_prompt=system_prompt,
             rollout=rollout,
@@ -306,23 +310,22 @@ class Solver:
 
     async def __aenter__(self) -> Self:
         from trajkit.envs.agent import load_rollout
-        from trajkit.models import make_backend
-        from trajkit.verify import SANDBOXED_KINDS, make_sandbox
+        from trajkit.verify.backends import sandbox_for
 
         try:
             self.rollout = load_rollout(self.rollout_path) if self.rollout_path else None
             self.backends = {}
             for spec in self.models:
-                backend = make_backend(spec, usage=self.usage, cache_dir=self.cache_dir)
+                backend = self.make_backend(spec)
                 self._stack.push_async_callback(backend.aclose)
                 self.backends[spec.model] = backend
             self.env = None
             if any(is_tool_task(t) for t in self.tasks):
-                self.env = ToolEnv(self.servers, config=self.servers_config)
+                self.env = ToolEnv(self.servers, config=self.servers_config, share=self.share)
                 self._stack.push_async_callback(self.env.aclose)
-            self.sandbox = None  # started only for verifiers that run code (a custom or tool verifier runs here)
-            if any((t.get("verifier") or {}).get("kind") in SANDBOXED_KINDS for t in self.tasks):
-                self.sandbox = self._stack.enter_context(make_sandbox(self.sandbox_kind, self.workers))
+            # started only for verifiers that run code (a custom or tool verifier runs here)
+            kinds = {(t.get("verifier") or {}).get("kind") for t in self.tasks}
+            self.sandbox = self._stack.enter_context(sandbox_for(kinds, self.sandbox_kind, self.workers, self.share))
         except BaseException:
             await self._stack.aclose()
             raise

@@ -216,11 +216,10 @@ def _write_report(ctx: StageContext, report: list[dict[str, Any]]) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from trajkit import redact
     from trajkit.store import atomic_write_bytes, safe_name
 
     buf = io.BytesIO()
-    pq.write_table(redact.current().table(pa.Table.from_pylist(report)), buf)
+    pq.write_table(ctx.store.redactor.table(pa.Table.from_pylist(report)), buf)
     atomic_write_bytes(ctx.store.root / "reports" / f"{safe_name(ctx.name)}.parquet", buf.getvalue())
 
 

@@ -251,11 +251,10 @@ def summarize(ctx: StageContext, cfg: EvalToolsConfig) -> dict[str, Any]:
 
 
 async def _evaluate(ctx: StageContext, cfg: EvalToolsConfig, todo: list[tuple[ModelSpec, Turn]]) -> None:
-    from trajkit.models import make_backend
     from trajkit.models.base import SamplingParams
 
     params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed)
-    backends = {m.model: make_backend(m, ctx.usage, ctx.store.root / "_cache") for m in cfg.models}
+    backends = {m.model: ctx.backend(m) for m in cfg.models}
 
     async def one(spec: ModelSpec, t: Turn) -> dict[str, Any]:
         try:

@@ -1,7 +1,7 @@
 """trajkit.models: generation backends behind one async interface, the call cache, accounting.
 
-Stages get a backend with ``make_backend(cfg.model, ctx.usage, ctx.store.root / "_cache")``
-and call ``await backend.generate(messages, tools, SamplingParams(...))``. This
+Stages get a backend with ``ctx.backend(cfg.model)`` (``make_backend`` with the stage's usage,
+call cache and redactor) and call ``await backend.generate(messages, tools, SamplingParams(...))``. This
 module stays light (the CLI imports it); backends import torch, httpx or vLLM
 when they are built.
 """
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         ToolCallError,
         ToolSchema,
     )
+    from trajkit.redact import Redactor
 
 __all__ = [
     "Backend",
@@ -46,11 +47,14 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'trajkit.models' has no attribute {name!r}")
 
 
-def make_backend(spec: ModelSpec, usage: Usage | None = None, cache_dir: Path | None = None) -> Backend:
+def make_backend(
+    spec: ModelSpec, usage: Usage | None = None, cache_dir: Path | None = None, redactor: Redactor | None = None
+) -> Backend:
     """The backend for ``spec.backend``, behind the call cache and token/cost accounting.
 
     The cache is used when ``spec.cache`` and a ``cache_dir`` are given (see
-    ``trajkit.models.cache`` for what a key holds); every call, cached or not,
+    ``trajkit.models.cache`` for what a key holds; entries go through ``redactor``,
+    a stage's: ``StageContext.backend`` passes it); every call, cached or not,
     is counted into ``usage`` (see ``trajkit.models.accounting``). Nothing is
     loaded until the first call; an ``openai`` endpoint is asked which model it
     serves (recorded into ``usage``, which refuses a stage that mixes models).
@@ -67,7 +71,7 @@ def make_backend(spec: ModelSpec, usage: Usage | None = None, cache_dir: Path | 
     if spec.cache and cache_dir is not None:
         from trajkit.models.cache import CachedBackend, CallCache
 
-        backend = CachedBackend(backend, CallCache(Path(cache_dir)))
+        backend = CachedBackend(backend, CallCache(Path(cache_dir), redactor))
     if usage is not None:
         from trajkit.models.accounting import AccountedBackend
 

@@ -146,15 +146,13 @@ async def _extend(
     roots: list[dict[str, Any]],
 ) -> int:
     from trajkit.envs.tools import select_servers, tool_routes
-    from trajkit.models import make_backend
 
     tasks = {t["task_id"]: t for t in ctx.store.rows("tasks")}
-    cache = ctx.store.root / "_cache"
-    agent = make_backend(cfg.model, usage=ctx.usage, cache_dir=cache)
-    user = make_backend(cfg.user_model or cfg.model, usage=ctx.usage, cache_dir=cache)
+    agent = ctx.backend(cfg.model)
+    user = ctx.backend(cfg.user_model or cfg.model)
     params, limits = cfg.sampling(), cfg.limits()  # each conversation is seeded by its own seed
     ctx.writer("trajectories", rows_per_shard=cfg.flush_rows)
-    env = cfg.tool_env(servers)
+    env = cfg.tool_env(servers, ctx.share)
 
     async def one(item: tuple[dict[str, Any], int]) -> dict[str, Any]:
         parent, round_ = item

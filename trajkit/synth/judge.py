@@ -81,12 +81,11 @@ async def _judge_all(
     ctx: StageContext, cfg: JudgeConfig, items: list[tuple[str, dict[str, Any]]], tasks: dict[str, dict[str, Any]]
 ) -> None:
     from trajkit.envs.tools import select_servers, tool_routes
-    from trajkit.models import make_backend
 
     servers = ctx.store.rows("servers")
     prompt_task = load_prompt("judge_task.md", cfg.prompts_dir, ("QUESTION", "TOOLS"))
     prompt_traj = load_prompt("judge_trajectory.md", cfg.prompts_dir, ("CONVERSATION",))
-    backend = make_backend(cfg.model, usage=ctx.usage, cache_dir=ctx.store.root / "_cache")
+    backend = ctx.backend(cfg.model)
     params = SamplingParams(n=1, temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=cfg.seed)
     for table in ("task_quality", "trajectory_quality"):
         ctx.writer(table, rows_per_shard=cfg.flush_rows)

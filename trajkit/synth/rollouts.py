@@ -161,12 +161,12 @@ async def _run(
     """Run the episodes; ``retry`` are aborted ones being run again: those the target leaves
     unstarted are recorded as aborted again, so no aborted row is lost."""
     from trajkit.envs.solve import trajectory_verdict
-    from trajkit.models import make_backend
+    from trajkit.verify.backends import sandbox_for
 
-    backend = make_backend(cfg.model, usage=ctx.usage, cache_dir=ctx.store.root / "_cache")
+    backend = ctx.backend(cfg.model)
     params, limits = cfg.sampling(), cfg.limits()
     ctx.writer("trajectories", rows_per_shard=cfg.flush_rows)
-    env = cfg.tool_env(servers)
+    env = cfg.tool_env(servers, ctx.share)
 
     def aborted(task_id: str, i: int) -> dict[str, Any]:
         return aborted_row(task_id, i, backend, params, episode_seed(cfg.seed, task_id, i))
@@ -185,7 +185,7 @@ async def _run(
             seed=episode_seed(cfg.seed, task["task_id"], i),
             policy_version=cfg.policy_version,
         )
-        return {**row, "verdict": await trajectory_verdict(task, row)}
+        return {**row, "verdict": await trajectory_verdict(task, row, sandbox)}
 
     def write(_: Any, row: dict[str, Any]) -> None:
         nonlocal have
@@ -196,11 +196,13 @@ async def _run(
     def reached() -> bool:
         return goal is not None and have >= goal
 
+    kinds = {(t["verifier"] or {}).get("kind") for t, _ in todo}
     try:
-        async with env:
-            cancelled, unstarted = await ctx.fan_out(
-                todo, episode, concurrency=cfg.concurrency, unit="episodes", write=write, until=reached
-            )
+        with sandbox_for(kinds, share=ctx.share) as sandbox:
+            async with env:
+                cancelled, unstarted = await ctx.fan_out(
+                    todo, episode, concurrency=cfg.concurrency, unit="episodes", write=write, until=reached
+                )
         for task, i in cancelled + [(t, i) for t, i in unstarted if (t["task_id"], i) in retry]:
             ctx.write("trajectories", aborted(task["task_id"], i))
     finally:

@@ -167,9 +167,8 @@ async def _generate(
     ctx: StageContext, cfg: TasksConfig, prompts: _Prompts, todo: list[Request], servers_rows: list[dict[str, Any]]
 ) -> None:
     from trajkit.envs.tools import tool_routes
-    from trajkit.models import make_backend
 
-    backend = make_backend(cfg.model, usage=ctx.usage, cache_dir=ctx.store.root / "_cache")
+    backend = ctx.backend(cfg.model)
 
     async def one(req: Request) -> list[tuple[dict[str, Any], str | None, str | None]]:
         routes = tool_routes(servers_rows, [s["server_id"] for s in req.draw.servers])

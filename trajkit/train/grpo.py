@@ -32,8 +32,7 @@ from trajkit.errors import UserError
 from trajkit.runner import StageContext, StageSpec
 from trajkit.train.data import DataFilter, task_rows
 from trajkit.train.rewards import Conciseness, RewardSpec
-from trajkit.verify.backends import SANDBOX_HELP, SandboxKind
-from trajkit.verify.verifiers import SANDBOXED_KINDS
+from trajkit.verify.backends import SANDBOX_HELP, SandboxKind, sandbox_for
 
 TRAJKIT_GRPO: dict[str, Any] = {"loss_type": "dapo", "epsilon_high": 0.28, "beta": 0.0}
 DEFAULT_REWARDS = [
@@ -164,21 +163,6 @@ def vllm_problems() -> list[str]:
     return []
 
 
-@contextlib.contextmanager
-def sandbox_for(kinds: set[str], kind: SandboxKind = "local"):
-    """A started verification sandbox (``make_sandbox``) when some task needs one (code verifiers), else None.
-
-    Started first, before the model loads: its workers must fork before CUDA is initialized.
-    """
-    if not kinds & SANDBOXED_KINDS:
-        yield None
-        return
-    from trajkit.verify import make_sandbox
-
-    with make_sandbox(kind) as sandbox:
-        yield sandbox
-
-
 def run_grpo(ctx: StageContext, cfg: GRPOStageConfig) -> dict[str, Any]:
     """Train one curriculum stage; returns a summary for the manifest."""
     problems = check_grpo_mapping(cfg.grpo)
@@ -195,7 +179,11 @@ def run_grpo(ctx: StageContext, cfg: GRPOStageConfig) -> dict[str, Any]:
     per_prompt = {t["rollouts_per_prompt"] for t in tasks if t.get("rollouts_per_prompt")}
     num_generations = per_prompt.pop() if len(per_prompt) == 1 and "num_generations" not in cfg.grpo else None
     out_dir = Path(cfg.output_dir) if cfg.output_dir else ctx.store.root / "models" / ctx.name
-    with sandbox_for({r["verifier_kind"] for r in rows}, cfg.sandbox) as sandbox, contextlib.ExitStack() as closing:
+    # the sandbox starts first, before the model loads: its workers must fork before CUDA is initialized
+    with (
+        sandbox_for({r["verifier_kind"] for r in rows}, cfg.sandbox, share=ctx.share) as sandbox,
+        contextlib.ExitStack() as closing,
+    ):
         return _train(ctx, cfg, rows, sandbox, closing, out_dir, num_generations)  # closing: what rewards hold open
 
 
@@ -241,6 +229,7 @@ def _train(
             {r["environment"] for r in rows},
             tokenizer,
             config=cfg.servers_config,
+            share=ctx.share,
             timeout_s=cfg.tool_timeout_s,
             max_chars=cfg.max_tool_output_chars,
         )

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Self
 
-from trajkit.concurrency import cpus
+from trajkit.concurrency import Share
 from trajkit.errors import UserError
 from trajkit.verify import isolation
 from trajkit.verify.result import RunResult
@@ -80,13 +80,16 @@ class Sandbox:
     ``namespaces``, ``drop_privileges`` and ``cgroups``: None requires each
     unless ``allow_weaker`` (default: ``--allow-weaker-sandbox`` was passed),
     in which case a missing one is logged as a warning; True requires it
-    regardless; False turns it off (the fallback path).
+    regardless; False turns it off (the fallback path). ``share``: the CPUs the
+    pool sizes itself from and the run directories its programs see empty
+    (a stage's ``StageContext.share``; by default the machine's CPUs and no run).
     """
 
     def __init__(
         self,
         workers: int | None = None,
         *,
+        share: Share | None = None,
         namespaces: bool | None = None,
         drop_privileges: bool | None = None,
         cgroups: bool | None = None,
@@ -100,12 +103,13 @@ class Sandbox:
         hide: tuple[str, ...] | None = None,
         allow_weaker: bool | None = None,
     ):
-        self.workers = workers or cpus()
-        limit = WORKERS_PER_CPU * cpus()
+        share = share or Share()
+        self.workers = workers or share.cpus
+        limit = WORKERS_PER_CPU * share.cpus
         if not 1 <= self.workers <= limit:
             raise SandboxUnavailable(
                 f"{self.workers} sandbox workers: this machine can run 1 to {limit} "
-                f"({WORKERS_PER_CPU} per CPU, {cpus()} CPUs)"
+                f"({WORKERS_PER_CPU} per CPU, {share.cpus} CPUs)"
             )
         self.allow_weaker = allow_weaker  # None: whether --allow-weaker-sandbox was passed
         self.options = {"namespaces": namespaces, "drop_privileges": drop_privileges, "cgroups": cgroups}
@@ -115,7 +119,7 @@ class Sandbox:
             "max_file_mb": max_file_mb,
             "tmp_mb": tmp_mb,
             "preload": list(preload),
-            "hide": _hidden(hide),
+            "hide": _hidden(hide, share.runs),
             **self.options,
         }
         self.env = _program_env(env)
@@ -361,14 +365,12 @@ _SYSTEM_DIRS = {"/", "/bin", "/dev", "/etc", "/lib", "/lib64", "/opt", "/proc", 
                 "/usr", "/usr/local", "/var"}  # fmt: skip
 
 
-def _hidden(hide: tuple[str, ...] | None) -> list[str]:
+def _hidden(hide: tuple[str, ...] | None, runs: tuple[str, ...] = ()) -> list[str]:
     """Directories programs see empty: by default the caller's working directory and home
-    (a repository's .env, credentials), every run directory this process opened, and trajkit's
+    (a repository's .env, credentials), the run directories of the share, and trajkit's
     own checkout when it runs from one; never a system directory."""
     checkout = Path(__file__).resolve().parents[2]
-    from trajkit.store import opened_runs
-
-    paths = hide if hide is not None else (os.getcwd(), os.path.expanduser("~"), *opened_runs())
+    paths = hide if hide is not None else (os.getcwd(), os.path.expanduser("~"), *runs)
     if (checkout / "pyproject.toml").is_file():
         paths = (*paths, str(checkout))
     return sorted({os.path.realpath(p) for p in paths} - _SYSTEM_DIRS)
@@ -393,15 +395,16 @@ def _claim_uid(base: int, span: int = 4096) -> tuple[int, int]:
     raise SandboxUnavailable(f"no free uid in {base}..{base + span - 1}")
 
 
-_default: Sandbox | None = None
+_defaults: dict[Share, Sandbox] = {}
 _default_lock = threading.Lock()
 
 
-def default_sandbox() -> Sandbox:
-    """The process-wide sandbox that ``verify`` uses when given none (started on first use, closed at exit)."""
-    global _default
+def default_sandbox(share: Share | None = None) -> Sandbox:
+    """The process-wide sandbox of a share (``verify`` uses the machine's when given none): started on first
+    use, shared by every later caller with the same share, closed at exit."""
+    share = share or Share()
     with _default_lock:
-        if _default is None:
-            _default = Sandbox().start()
-            atexit.register(_default.close)
-        return _default
+        if share not in _defaults:
+            _defaults[share] = Sandbox(share=share).start()
+            atexit.register(_defaults[share].close)
+        return _defaults[share]
