@@ -425,7 +425,6 @@ def _no_options() -> None:
 def stage_command(
     app: typer.Typer,
     kind: str,
-    help: str,
     *,
     command: str | None = None,
     aliases: dict[str, list[str]] | None = None,
@@ -434,7 +433,7 @@ def stage_command(
     report: Callable[[Any], None] | None = None,
 ) -> None:
     """Add ``kind``'s command to ``app`` (made by ``stage_app``): its config's fields as options, then
-    the runner's options; the command is built when first used.
+    the runner's options, its help the stage's own (``StageSpec.help``); the command is built when first used.
 
     ``aliases``: extra flag names per field (the short names of the README's flag table);
     ``renamed``: old flag -> its new name, for the one-line error; ``report``: prints the result.
@@ -445,7 +444,7 @@ def stage_command(
     def build() -> click.Command:
         single = typer.Typer(add_completion=False)
         cls = type(f"{kind}Command", (StageCommand,), {"renamed": renamed or {}})
-        single.command(name, cls=cls)(_stage_main(kind, help, aliases or {}, default_name, report))
+        single.command(name, cls=cls)(_stage_main(kind, aliases or {}, default_name, report))
         return typer.main.get_command(single)
 
     app.info.cls.builders[name] = build
@@ -453,7 +452,6 @@ def stage_command(
 
 def _stage_main(
     kind: str,
-    help: str,
     aliases: dict[str, list[str]],
     default_name: str | None,
     report: Callable[[Any], None] | None,
@@ -461,7 +459,8 @@ def _stage_main(
     """The command's function, its signature made from the config's fields and the runner's options."""
     from trajkit.stages import get_stage
 
-    fields, readers = config_options(get_stage(kind).config, aliases)
+    spec = get_stage(kind)
+    fields, readers = config_options(spec.config, aliases)
 
     def main(**values: Any) -> None:
         options = {field: read(values) for field, read in readers.items()}
@@ -477,5 +476,5 @@ def _stage_main(
     parameters += [P(n, P.KEYWORD_ONLY, annotation=a, default=d) for n, a, d in _RUNNER_SIGNATURE[1:]]
     main.__signature__ = inspect.Signature(parameters)
     main.__annotations__ = {p.name: p.annotation for p in parameters}
-    main.__doc__ = help
+    main.__doc__ = spec.help
     return main

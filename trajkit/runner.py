@@ -1,13 +1,15 @@
 """Running one stage: config check, resume, writers, counters, usage, manifest last.
 
-A stage is a ``StageSpec``: a config class and a function ``run(ctx, cfg)`` that
-reads tables through ``ctx.store`` and writes rows through ``ctx.write``. The
-runner makes every stage resumable the same way:
+A stage is a ``StageSpec``: a config class and a function ``run(ctx, cfg)`` (or an
+``async def``, which the runner runs on an event loop of its own) that reads
+tables through ``ctx.store`` and writes rows through ``ctx.write``. The runner
+makes every stage resumable the same way:
 
 * the config is written when the stage starts; a rerun with a different config
   is a user error unless ``fresh`` (which deletes the stage's own shards);
 * a stage whose manifest exists is complete and is skipped;
-* ``ctx.done(table)`` gives the ids this stage already wrote, so it skips them;
+* ``ctx.todo(items, table, key)`` hands the stage the items still to do for its
+  shard: those its rank owns whose row is not yet in ``table``;
 * writers are flushed on every exit path, and the manifest is written last;
 * a run takes its shard's lease first: an older run of the same shard that is
   still alive (a killed driver's Ray task, a second shell) is fenced off, its
@@ -16,18 +18,21 @@ runner makes every stage resumable the same way:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import functools
 import hashlib
+import inspect
+import operator
 import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Collection, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -45,10 +50,13 @@ from trajkit.store import STAGES_DIR, ShardWriter, Store, remove_empty_tree
 if TYPE_CHECKING:
     from trajkit.models.base import Backend, ModelSpec
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
 class StageSpec:
-    """What a stage is: its kind (``curate.import``), config class, function and tables.
+    """What a stage is: its kind (``curate.import``), config class, function (plain or ``async def``) and
+    tables, and ``help``, the one line its command shows (``trajkit synth tasks --help``).
 
     ``retry`` is the stage's one retry rule: called with the context and config
     before the stage runs (a first run finds nothing), it drops this rank's rows
@@ -64,7 +72,7 @@ class StageSpec:
 
     kind: str
     config: type[StageConfig]
-    run: Callable[[StageContext, Any], dict[str, Any] | None]
+    run: Callable[[StageContext, Any], dict[str, Any] | None | Awaitable[dict[str, Any] | None]]
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
     help: str = ""
@@ -124,7 +132,7 @@ class StageContext:
         rows first: a kill between the two then redoes the row, and the rejects
         already written are skipped here (the other order would lose them).
         """
-        reject_id = S.content_id(table, row_id, self.name, reason)
+        reject_id = self.reject_id(table, row_id, reason)
         if self._rejected is None:
             self._rejected = self.done("rejected")
         if reject_id in self._rejected:
@@ -141,6 +149,10 @@ class StageContext:
                 "detail": detail,
             },
         )
+
+    def reject_id(self, table: str, row_id: str, reason: str) -> str:
+        """The id of this stage's ``rejected`` row for (row, reason): the key of a reject in ``todo``."""
+        return S.content_id(table, row_id, self.name, reason)
 
     def flush(self) -> None:
         for w in self._writers.values():
@@ -243,6 +255,26 @@ class StageContext:
                 self.counts[f"{prefix}.{value}"] = n
 
     # ------------------------------------------------------------ resume and sharding
+    def todo(
+        self,
+        items: Iterable[T],
+        done: str | Collection[Hashable],
+        key: str | Callable[[T], Hashable],
+        shard: str | Callable[[T], str] | None = None,
+    ) -> list[T]:
+        """The items still to do for this shard, in their order: those this rank owns (``mine`` of ``shard``'s
+        id, by default ``key``'s) whose ``key`` is not done: not an id this stage already wrote to the table
+        ``done`` names (or not among the keys ``done`` holds). ``key`` and ``shard``: a field of dict items,
+        or a function of an item. Owned items found done (a resumed run's) are counted as ``resumed``."""
+        key_of = key if callable(key) else operator.itemgetter(key)
+        shard_of = key_of if shard is None else shard if callable(shard) else operator.itemgetter(shard)
+        done = self.done(done) if isinstance(done, str) else done
+        owned = [item for item in items if self.mine(shard_of(item))]
+        todo = [item for item in owned if key_of(item) not in done]
+        if len(owned) > len(todo):
+            self.counts["resumed"] += len(owned) - len(todo)
+        return todo
+
     def done(self, table: str) -> set[str]:
         """Ids of rows this stage (any rank) already wrote to a table."""
         return self.store.ids(table, stage=self.name)
@@ -414,7 +446,10 @@ def run_stage(
             if retried:
                 ctx.counts["retried"] += retried
                 ctx.log(f"running again {retried} unit(s) that failed in a way a rerun may cure")
-            extra = spec.run(ctx, cfg) or {}
+            extra = spec.run(ctx, cfg)
+            if inspect.isawaitable(extra):
+                extra = asyncio.run(extra)
+            extra = extra or {}
         except Fenced:
             ctx.discard()
             raise

@@ -25,7 +25,6 @@ samples of each task.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -111,24 +110,20 @@ def retry_transient(ctx: StageContext, _: PassKConfig) -> int:
     return len(samples)
 
 
-def run_passk(ctx: StageContext, cfg: PassKConfig) -> dict[str, Any]:
+async def run_passk(ctx: StageContext, cfg: PassKConfig) -> dict[str, Any]:
     from trajkit.envs.agent import episode_seed
     from trajkit.verify import check_custom_verifiers
 
     tasks = _tasks(ctx, cfg)
     check_custom_verifiers(t["verifier"] for t in tasks)
-    done = ctx.done("samples")
-    work = []
+    attempts = []
     for task in tasks:
-        if not ctx.mine(task["task_id"]):
-            continue
         for index in range(cfg.k):
             seed = episode_seed(cfg.seed, task["task_id"], index)
-            sid = content_id(task["task_id"], cfg.model.model, index, seed)
-            if sid not in done:
-                work.append((sid, task, index, seed))
+            attempts.append((content_id(task["task_id"], cfg.model.model, index, seed), task, index, seed))
+    work = ctx.todo(attempts, "samples", key=lambda a: a[0], shard=lambda a: a[1]["task_id"])
     if work:
-        asyncio.run(_sample_all(ctx, cfg, work))
+        await _sample_all(ctx, cfg, work)
     ctx.flush()
     histogram = write_passk(ctx, cfg.model.model, cfg.ks or None, cfg.thresholds)
     return {"tasks": len(tasks), "k": cfg.k, "difficulty": histogram}
@@ -191,5 +186,5 @@ PASSK = StageSpec(
     retry=retry_transient,
     inputs=("tasks", "servers"),
     outputs=("samples", "trajectories", "passk"),
-    help="Sample k completions per task (tool tasks through the agent loop), verify them, write pass@k and difficulty.",
+    help="Sample k completions per task (tool tasks through the agent loop), verify each in the sandbox, and tag pass@k difficulty.",
 )

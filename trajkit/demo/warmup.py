@@ -224,5 +224,4 @@ WARMUP = StageSpec(
     run_warmup,
     inputs=("servers",),
     outputs=("train_metrics",),
-    help="Record the real stages answered by the reference fixture, then SFT one tiny model on the recording.",
 )

@@ -33,7 +33,8 @@ sampled tokens) and ``logprobs`` cover the whole trajectory. A turn whose
 prompt re-renders earlier turns differently is noted in ``reason`` (when the
 row has no other reason) as ``token trace: ...``.
 
-A custom rollout function replaces this loop (``load_rollout("pkg.mod:fn")``)::
+A custom rollout function (``trajkit.plugins.RolloutFn``) replaces this loop
+(``load_rollout("pkg.mod:fn")``)::
 
     async def rollout(task: dict, backend: Backend, env: ToolEnv, params: SamplingParams,
                       limits: AgentLimits, **kw) -> dict   # a complete trajectories row
@@ -50,7 +51,6 @@ import dataclasses
 import inspect
 import json
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +61,7 @@ from trajkit.envs.tools import ToolRoute, offered_tools_column
 from trajkit.errors import StageStopped, UserError
 from trajkit.models.base import Backend, Completion, Message, SamplingParams
 from trajkit.models.chat import stored_message as schema_message  # the stored shape, defined once in models.chat
+from trajkit.plugins import RolloutFn
 
 __all__ = [
     "AgentLimits",
@@ -72,7 +73,6 @@ __all__ = [
     "schema_message",
 ]
 
-RolloutFn = Callable[..., Awaitable[dict[str, Any]]]
 MODEL_ERROR = "model error"  # the reason prefix of a trajectory whose model request failed
 TOKEN_TRACE = "token trace"  # the reason prefix of a trajectory whose token trace does not match its turns
 

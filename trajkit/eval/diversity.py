@@ -177,5 +177,5 @@ EVAL_DIVERSITY = StageSpec(
     run_diversity,
     inputs=(),
     outputs=(),
-    help="Semantic diversity, distinct-n and self-BLEU of a text column, per group and overall.",
+    help="Semantic diversity, distinct-n and self-BLEU of a text column, per group and overall (no table written).",
 )

@@ -126,18 +126,16 @@ def retry_unjudged(ctx: StageContext, cfg: EvalPasskConfig) -> int:
     return ctx.store.drop_rows("eval_passk", ctx.name, again)
 
 
-def run_eval_passk(ctx: StageContext, cfg: EvalPasskConfig) -> dict[str, Any]:
+async def run_eval_passk(ctx: StageContext, cfg: EvalPasskConfig) -> dict[str, Any]:
     from trajkit.verify import check_custom_verifiers
 
     tasks = load_tasks(ctx.store, cfg.split, cfg.limit, ctx.counts)
     check_custom_verifiers(t["verifier"] for t in tasks)
-    done = ctx.done("eval_passk")
-    todo = [
-        (m, t) for m in cfg.models for t in tasks if (i := eval_id(m, t["task_id"], cfg)) not in done and ctx.mine(i)
-    ]
+    units = [(m, t) for m in cfg.models for t in tasks]
+    todo = ctx.todo(units, "eval_passk", key=lambda u: eval_id(u[0], u[1]["task_id"], cfg))
     ctx.log(f"{len(tasks)} task(s) x {len(cfg.models)} model(s), {len(todo)} to evaluate, {cfg.n} attempts each")
     if todo:
-        asyncio.run(_evaluate(ctx, cfg, todo))
+        await _evaluate(ctx, cfg, todo)
     ctx.flush()
     return summarize(ctx, cfg)
 
@@ -231,5 +229,5 @@ EVAL_PASSK = StageSpec(
     report=summarize,
     inputs=("tasks", "passk", "splits"),
     outputs=("eval_passk",),
-    help="pass@k (unbiased) of one or more models on a split, per difficulty bucket and overall.",
+    help="pass@k (unbiased) of one or more models on a split, per difficulty bucket and overall (eval_passk).",
 )

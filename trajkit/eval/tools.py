@@ -18,7 +18,6 @@ manifest.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -224,13 +223,12 @@ def retry_model_errors(ctx: StageContext, _: EvalToolsConfig) -> int:
     return ctx.store.drop_rows("eval_tools", ctx.name, again)
 
 
-def run_eval_tools(ctx: StageContext, cfg: EvalToolsConfig) -> dict[str, Any]:
+async def run_eval_tools(ctx: StageContext, cfg: EvalToolsConfig) -> dict[str, Any]:
     turns = bfcl_turns(cfg) if cfg.bfcl else trajectory_turns(ctx.store, cfg, ctx.counts)
-    done = ctx.done("eval_tools")
-    todo = [(m, t) for m in cfg.models for t in turns if (i := eval_id(m, t, cfg)) not in done and ctx.mine(i)]
+    todo = ctx.todo([(m, t) for m in cfg.models for t in turns], "eval_tools", key=lambda u: eval_id(*u, cfg))
     ctx.log(f"{len(turns)} turn(s) x {len(cfg.models)} model(s), {len(todo)} to evaluate")
     if todo:
-        asyncio.run(_evaluate(ctx, cfg, todo))
+        await _evaluate(ctx, cfg, todo)
     ctx.flush()
     return summarize(ctx, cfg)
 
@@ -350,5 +348,5 @@ EVAL_TOOLS = StageSpec(
     report=summarize,
     inputs=("trajectories", "tasks", "splits"),
     outputs=("eval_tools",),
-    help="Tool-call accuracy (BFCL-style) on held-out trajectories, or on BFCL's AST categories.",
+    help="Tool-call accuracy (BFCL-style) on held-out trajectories, or on BFCL's AST categories, per tool and per server (eval_tools).",
 )

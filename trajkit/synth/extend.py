@@ -19,7 +19,6 @@ tool results are in the history, its server state is not).
 
 from __future__ import annotations
 
-import asyncio
 import re
 from typing import Any
 
@@ -69,7 +68,7 @@ def follow_up(text: str | None) -> tuple[str | None, str | None]:
     return (message, None) if message else (None, "user simulator wrote an empty follow-up")
 
 
-def run_extend(ctx: StageContext, cfg: ExtendConfig) -> dict[str, Any]:
+async def run_extend(ctx: StageContext, cfg: ExtendConfig) -> dict[str, Any]:
     from trajkit.envs.agent import load_rollout
 
     rollout = load_rollout(cfg.rollout_fn)
@@ -84,7 +83,7 @@ def run_extend(ctx: StageContext, cfg: ExtendConfig) -> dict[str, Any]:
     )
     chosen -= ctx.store.ids("trajectories", stage=ctx.name)  # never this stage's own rows: those are later rounds
     roots = sorted((r for r in ctx.store.rows("trajectories") if r["traj_id"] in chosen), key=lambda r: r["traj_id"])
-    total = asyncio.run(_extend(ctx, cfg, rollout, servers, prompt, [r for r in roots if ctx.mine(r["traj_id"])]))
+    total = await _extend(ctx, cfg, rollout, servers, prompt, [r for r in roots if ctx.mine(r["traj_id"])])
     return {"extended": total, "rounds": cfg.rounds}
 
 

@@ -16,7 +16,6 @@ transient failures.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from pydantic import Field, SecretStr
@@ -53,15 +52,14 @@ def retry_timed_out(ctx: StageContext, _: HarvestConfig) -> int:
     return len(again)
 
 
-def run_harvest(ctx: StageContext, cfg: HarvestConfig) -> dict[str, Any]:
+async def run_harvest(ctx: StageContext, cfg: HarvestConfig) -> dict[str, Any]:
     from trajkit.envs.config import check_environment, load_servers_config
     from trajkit.envs.discovery import discover
 
     servers = load_servers_config(cfg.servers, {k: v.get_secret_value() for k, v in cfg.inputs.items()})
     for name, server in servers.items():
         check_environment(name, server)
-    done = ctx.done("servers")
-    todo = {n: c for n, c in servers.items() if c.server_id(n) not in done and ctx.mine(c.server_id(n))}
+    todo = dict(ctx.todo(servers.items(), "servers", key=lambda server: server[1].server_id(server[0])))
     with ctx.progress(len(todo), "servers") as advance:
 
         def write(row: dict[str, Any]) -> None:
@@ -73,14 +71,12 @@ def run_harvest(ctx: StageContext, cfg: HarvestConfig) -> dict[str, Any]:
                 ctx.log(f"server {row['name']!r}: {note}")
             advance(1)
 
-        asyncio.run(
-            discover(
-                todo,
-                concurrency=cfg.concurrency,
-                startup_timeout_s=cfg.startup_timeout_s,
-                list_timeout_s=cfg.list_timeout_s,
-                on_row=write,
-            )
+        await discover(
+            todo,
+            concurrency=cfg.concurrency,
+            startup_timeout_s=cfg.startup_timeout_s,
+            list_timeout_s=cfg.list_timeout_s,
+            on_row=write,
         )
     import pyarrow.parquet as pq
 
@@ -100,5 +96,5 @@ HARVEST = StageSpec(
     retry=retry_timed_out,
     inputs=(),
     outputs=("servers",),
-    help="Start each MCP server of an mcpServers file, list its tools, write the servers table.",
+    help="Start each MCP server of an mcpServers file, list its tools, and write the `servers` table (failed servers with a reason).",
 )

@@ -14,7 +14,6 @@ asks again, as every stage retries its transient failures.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Literal
 
 from pydantic import Field
@@ -60,20 +59,21 @@ def retry_failed_requests(ctx: StageContext, _: JudgeConfig) -> int:
     return dropped
 
 
-def run_judge(ctx: StageContext, cfg: JudgeConfig) -> dict[str, Any]:
+async def run_judge(ctx: StageContext, cfg: JudgeConfig) -> dict[str, Any]:
     store = ctx.store
     tasks = {t["task_id"]: t for t in store.rows("tasks") if t["question"]}
     items: list[tuple[str, dict[str, Any]]] = []
     if "tasks" in cfg.targets:
-        skip = ctx.done("task_quality") | (set() if cfg.include_rejected else store.rejected("tasks"))
-        items += [("task", t) for tid, t in sorted(tasks.items()) if tid not in skip and ctx.mine(tid)]
+        rejected = set() if cfg.include_rejected else store.rejected("tasks")
+        judged = [t for tid, t in sorted(tasks.items()) if tid not in rejected]
+        items += [("task", t) for t in ctx.todo(judged, "task_quality", key="task_id")]
     if "trajectories" in cfg.targets:
-        skip = ctx.done("trajectory_quality") | (set() if cfg.include_rejected else store.rejected("trajectories"))
-        for tr in sorted(store.rows("trajectories"), key=lambda r: r["traj_id"]):
-            if tr["status"] in cfg.statuses and tr["traj_id"] not in skip and ctx.mine(tr["traj_id"]):
-                items.append(("trajectory", tr))
+        rejected = set() if cfg.include_rejected else store.rejected("trajectories")
+        rows = sorted(store.rows("trajectories"), key=lambda r: r["traj_id"])
+        judged = [r for r in rows if r["status"] in cfg.statuses and r["traj_id"] not in rejected]
+        items += [("trajectory", r) for r in ctx.todo(judged, "trajectory_quality", key="traj_id")]
     ctx.log(f"judging {len(items)} rows")
-    asyncio.run(_judge_all(ctx, cfg, items, tasks))
+    await _judge_all(ctx, cfg, items, tasks)
     return {"judged": len(items)}
 
 

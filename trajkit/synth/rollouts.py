@@ -22,7 +22,6 @@ again, as every stage retries its transient failures; other faults stay.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from pydantic import Field, field_validator
@@ -86,7 +85,7 @@ def select_tasks(ctx: StageContext, where: str | None, include_rejected: bool) -
     return sorted(tasks, key=lambda t: t["task_id"])
 
 
-def run_rollouts(ctx: StageContext, cfg: RolloutsConfig) -> dict[str, Any]:
+async def run_rollouts(ctx: StageContext, cfg: RolloutsConfig) -> dict[str, Any]:
     from trajkit.envs.agent import load_rollout
     from trajkit.verify import check_custom_verifiers
 
@@ -109,18 +108,16 @@ def run_rollouts(ctx: StageContext, cfg: RolloutsConfig) -> dict[str, Any]:
         mine = [r for r in mine if r["traj_id"] not in retried]
     else:
         again = []
+    episodes = [(t, i) for i in range(cfg.rollouts_per_task) for t in tasks]
     done = {(r["task_id"], r["rollout_index"]) for r in mine}
-    todo = [
-        (t, i)
-        for i in range(cfg.rollouts_per_task)
-        for t in tasks
-        if (t["task_id"], i) not in done and ctx.mine(S.content_id(t["task_id"], i))
-    ]
+    todo = ctx.todo(
+        episodes, done, key=lambda e: (e[0]["task_id"], e[1]), shard=lambda e: S.content_id(e[0]["task_id"], e[1])
+    )
     if goal is not None and have >= goal:
         todo = []
     ctx.log(f"{len(todo)} episodes to run over {len(tasks)} tasks" + (f", target {goal} ({have} in)" if goal else ""))
     retry = {(r["task_id"], r["rollout_index"]) for r in again}
-    asyncio.run(_run(ctx, cfg, rollout, servers, todo, goal, have, retry))
+    await _run(ctx, cfg, rollout, servers, todo, goal, have, retry)
     return {"tasks": len(tasks), "target": cfg.target}
 
 
@@ -232,5 +229,5 @@ ROLLOUTS = StageSpec(
     retry=retry_transient,
     inputs=("tasks", "servers"),
     outputs=("trajectories",),
-    help="Run the agent loop over tasks; --target N over-samples and cancels the rest once N are accepted.",
+    help="Run the agent loop over tasks against the harvested MCP servers into `trajectories`; --target N over-samples and cancels the rest once N are accepted.",
 )

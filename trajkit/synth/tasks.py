@@ -22,7 +22,6 @@ failures. Unparseable output and refusals are the model's answer and stay.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 from dataclasses import dataclass
@@ -144,7 +143,7 @@ def plan_requests(cfg: TasksConfig, servers: list[dict[str, Any]]) -> tuple[list
     return requests, skipped
 
 
-def run_tasks(ctx: StageContext, cfg: TasksConfig) -> dict[str, Any]:
+async def run_tasks(ctx: StageContext, cfg: TasksConfig) -> dict[str, Any]:
     prompts = _Prompts(cfg)
     rows = ctx.store.rows("servers")
     if not rows:
@@ -155,11 +154,9 @@ def run_tasks(ctx: StageContext, cfg: TasksConfig) -> dict[str, Any]:
     requests, skipped = plan_requests(cfg, servers)
     for mode, n in skipped.items():
         ctx.counts[f"skipped.{mode}.no_eligible_servers"] += n
-    done = ctx.done("tasks")
-    todo = [r for r in requests if ctx.mine(r.request_id) and task_id(r.request_id, 0) not in done]
-    ctx.counts["requests.resumed_done"] += sum(1 for r in requests if ctx.mine(r.request_id)) - len(todo)
+    todo = ctx.todo(requests, "tasks", key=lambda r: task_id(r.request_id, 0), shard=lambda r: r.request_id)
     ctx.log(f"{len(todo)} requests to run ({cfg.method}, k={cfg.k}) over {len(servers)} servers")
-    asyncio.run(_generate(ctx, cfg, prompts, todo, rows))
+    await _generate(ctx, cfg, prompts, todo, rows)
     return {"requests": len(requests), "method": cfg.method}
 
 
@@ -305,5 +302,5 @@ TASKS = StageSpec(
     retry=retry_failed_requests,
     inputs=("servers",),
     outputs=("tasks", "rejected"),
-    help="Synthesize tool-use tasks (single tool, multi tool, multi server) with direct or verbalized sampling.",
+    help="Synthesize tool-use tasks (single tool, multi tool, multi server) from the `servers` table, with direct or verbalized sampling.",
 )

@@ -209,16 +209,14 @@ def _train(
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    from trajkit.train.metrics import make_callback, plot
+    from trajkit.train.metrics import drop_stale, make_callback, plot
     from trajkit.train.rewards import build_rewards
     from trajkit.train.weights import load_model, load_tokenizer, save_weights
 
     max_len = int(cfg.grpo.get("max_completion_length", 512))
     funcs, weights = build_rewards(cfg.rewards, cfg.conciseness, max_len, closing, sandbox)  # user paths fail first
     args = grpo_args(cfg, str(ctx.store.stage_dir(ctx.name) / "trainer"), weights, num_generations)
-    stale = ctx.done("train_metrics")
-    if stale and os.environ.get("RANK", "0") == "0":  # an interrupted attempt's rows: training restarts at step 0
-        ctx.store.drop_rows("train_metrics", ctx.name, stale)
+    drop_stale(ctx)
     tokenizer = load_tokenizer(cfg.tokenizer or cfg.model)
     tools = None
     if cfg.tools and any(r["environment"] != NO_TOOLS for r in rows):
@@ -294,5 +292,4 @@ GRPO = StageSpec(
     run_grpo,
     inputs=("tasks", "passk", "splits", "curriculum", "servers"),
     outputs=("train_metrics",),
-    help="One GRPO curriculum stage with TRL: verifier rewards, MCP tools, full safetensors out.",
 )

@@ -33,6 +33,7 @@ from pydantic import Field, model_validator
 from trajkit.config import StageConfig
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec
+from trajkit.plugins import Reward
 from trajkit.train.data import completion_text
 from trajkit.train.judge import JudgeConciseness
 
@@ -285,8 +286,9 @@ def build_rewards(
     return funcs, weights
 
 
-def load_reward(path: str, params: dict[str, Any] | None = None) -> Callable[..., list[float | None]]:
-    """A custom reward from ``package.module:function`` (TRL's signature), with ``params`` bound."""
+def load_reward(path: str, params: dict[str, Any] | None = None) -> Reward:
+    """A custom reward from ``package.module:function`` (TRL's signature, ``trajkit.plugins.Reward``), with
+    ``params`` bound."""
     from trajkit.config import load_object
 
     if "." not in path and ":" not in path:

@@ -18,7 +18,6 @@ plus ``assistant_masks``, the pre-tokenized form TRL turns into labels.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -134,7 +133,7 @@ def run_sft(ctx: StageContext, cfg: SFTStageConfig) -> dict[str, Any]:
     from datasets import Dataset
     from trl import SFTTrainer
 
-    from trajkit.train.metrics import make_callback, plot
+    from trajkit.train.metrics import drop_stale, make_callback, plot
     from trajkit.train.weights import load_model, load_tokenizer, save_weights
 
     tokenizer = load_tokenizer(cfg.tokenizer or cfg.model)
@@ -147,10 +146,7 @@ def run_sft(ctx: StageContext, cfg: SFTStageConfig) -> dict[str, Any]:
         raise UserError(f"stage {ctx.name!r}: no trajectory has tokens that match its messages (source tokens)")
     n_tokens = sum("input_ids" in r for r in rows)
     ctx.counts.update({"examples.tokens": n_tokens, "examples.messages": len(rows) - n_tokens})
-    is_main = os.environ.get("RANK", "0") == "0"
-    stale = ctx.done("train_metrics")
-    if stale and is_main:
-        ctx.store.drop_rows("train_metrics", ctx.name, stale)
+    drop_stale(ctx)
     rendered = render_messages(tokenizer, rows)
     args = sft_args(cfg, str(ctx.store.stage_dir(ctx.name) / "trainer"))
     rows = learnable(rendered, args)
@@ -195,5 +191,4 @@ SFT = StageSpec(
     run_sft,
     inputs=("trajectories",),
     outputs=("train_metrics",),
-    help="SFT with TRL on accepted trajectories: exact tokens where stored, assistant-only loss otherwise.",
 )
