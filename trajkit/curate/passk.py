@@ -100,9 +100,9 @@ def retry_transient(ctx: StageContext, _: PassKConfig) -> int:
             samples.add(row["sample_id"])
             if row["traj_id"]:
                 trajs.add(row["traj_id"])
-    columns = ["traj_id", "task_id", "status", "reason"]
+    columns = ["traj_id", "task_id", "status", "reason_code"]
     for t in ctx.store.read("trajectories", columns, stage=ctx.name).to_pylist():
-        failed = t["status"] == "aborted" or (t["status"] == "failed" and is_transient(t["reason"]))
+        failed = t["status"] == "aborted" or (t["status"] == "failed" and is_transient(t["reason_code"]))
         if t["traj_id"] not in referenced and failed and ctx.mine(t["task_id"]):
             trajs.add(t["traj_id"])
     ctx.store.drop_rows("trajectories", ctx.name, trajs)  # first: a kill here leaves samples the next run drops

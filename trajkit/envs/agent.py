@@ -16,9 +16,9 @@ at a final answer (``completed``), at the turn or context limit
 * an error the tool itself reports (``isError``, e.g. division by zero) is an
   ordinary result, fed back for the model to read.
 
-Of those, ``is_transient(reason)`` picks the faults a retry may cure: a model
-request that failed (``model error: ...``) and a server start or call that
-timed out. Stages retry those when they run again; the others (a malformed
+Of those, ``is_transient(reason_code)`` picks the faults a retry may cure: a
+model request that failed (``model_error``) and a server start or call that
+timed out (``timeout``). Stages retry those when they run again; the others (a malformed
 call, a tool that crashes on this input, a task naming an unknown server) are
 faults of this input and stay. A budget cap (``StageStopped``) and a user
 error (``UserError``: a missing ``${VAR}`` of a server config) stop the stage.
@@ -56,7 +56,7 @@ from typing import Any
 
 from trajkit import schema as S
 from trajkit.envs.env import Episode, ToolEnv
-from trajkit.envs.session import TIMED_OUT, ServerFault, ToolOutput
+from trajkit.envs.session import ServerFault, ToolOutput
 from trajkit.envs.tools import ToolRoute, offered_tools_column
 from trajkit.errors import StageStopped, UserError
 from trajkit.models.base import Backend, Completion, Message, SamplingParams
@@ -77,14 +77,10 @@ MODEL_ERROR = "model error"  # the reason prefix of a trajectory whose model req
 TOKEN_TRACE = "token trace"  # the reason prefix of a trajectory whose token trace does not match its turns
 
 
-def fault_code(reason: str) -> str:
-    """The reason code of a server fault: ``timeout`` when a start or call timed out, else ``server_crash``."""
-    return "timeout" if TIMED_OUT in reason else "server_crash"
-
-
-def is_transient(reason: str | None) -> bool:
-    """Whether a failure's reason is one a retry may cure: a failed model request, or a server that timed out."""
-    return bool(reason) and (reason.startswith(MODEL_ERROR) or TIMED_OUT in reason)
+def is_transient(reason_code: str | None) -> bool:
+    """Whether a failure is one a retry may cure, by its reason code: a failed model request, or a server start
+    or call that timed out (``schema.TRANSIENT``); never by its text, which quotes servers and models."""
+    return reason_code in S.TRANSIENT
 
 
 @dataclass(frozen=True)
@@ -214,7 +210,7 @@ class _Episode:
             return out, None, None
         except ServerFault as e:
             text = f"Error: tool {name} failed: {e}"
-            return ToolOutput(text, True), f"tool {name} ({route.server}) failed: {e}", fault_code(str(e))
+            return ToolOutput(text, True), f"tool {name} ({route.server}) failed: {e}", e.code
         except (StageStopped, UserError):
             raise
         except Exception as e:  # noqa: BLE001 - same: this trajectory fails, the run goes on
@@ -283,7 +279,7 @@ async def run_episode(
                 await _loop(ep, sessions, routes, params)
                 await ep.probe(sessions)
         except ServerFault as e:
-            ep.stop("failed", str(e), fault_code(str(e)))
+            ep.stop("failed", str(e), e.code)
     return _row(task, backend, params, ep, routes, rollout_index, policy_version, parent_id, time.monotonic() - t_start)
 
 

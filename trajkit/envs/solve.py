@@ -75,7 +75,7 @@ def episode_attempt(row: dict[str, Any], seconds: float = 0.0) -> Attempt:
     if row["status"] in ("failed", "aborted") and not (reason or "").startswith(MODEL_FAULT):
         error = reason or row["status"]
     answer = row["final_answer"] if row["status"] == "completed" else None
-    transient = error is not None and (row["status"] == "aborted" or is_transient(reason))
+    transient = error is not None and (row["status"] == "aborted" or is_transient(row.get("reason_code")))
     code = row.get("reason_code") if error is not None else None
     return Attempt(answer, row, {"end_state": row.get("end_state")}, error, seconds, transient, code)
 

@@ -91,14 +91,12 @@ def retry_transient(ctx: StageContext, _: ExtendConfig) -> int:
     """Drop this rank's extensions that failed transiently, so they run again."""
     from trajkit.envs.agent import is_transient
 
-    columns = ["traj_id", "parent_id", "status", "reason"]
+    columns = ["traj_id", "parent_id", "status", "reason_code"]
     own = {r["traj_id"]: r for r in ctx.store.rows("trajectories", columns, stage=ctx.name)}
     again = {
         tid
         for tid, r in own.items()
-        if r["status"] == "failed"
-        and ((r["reason"] or "").startswith(SIMULATOR_FAILED) or is_transient(r["reason"]))
-        and ctx.mine(_root(r, own))
+        if r["status"] == "failed" and is_transient(r["reason_code"]) and ctx.mine(_root(r, own))
     }
     return ctx.store.drop_rows("trajectories", ctx.name, again)
 
@@ -169,9 +167,13 @@ async def _extend(
         )
         user_params = SamplingParams(n=1, temperature=cfg.user_temperature, max_tokens=cfg.user_max_tokens, seed=seed)
         [c] = await user.generate([{"role": "user", "content": text}], None, user_params)
-        message, why = (None, f"{SIMULATOR_FAILED}: {c.error}"[:500]) if c.error else follow_up(c.text)
+        if c.error:  # the simulator's request failed: a fault a rerun may cure
+            return _declined(parent, agent, params, seed, f"{SIMULATOR_FAILED}: {c.error}"[:500], "model_error")
+        message, why = follow_up(c.text)
         if message is None:
-            return _declined(parent, agent, params, seed, why)
+            return _declined(
+                parent, agent, params, seed, why, "conversation_ended" if why == ENDED else "extension_failed"
+            )
         continued = {**task, "question": message, "verifier": None}
         return await rollout(
             continued,
@@ -215,14 +217,16 @@ def conversation_seed(seed: int, parent: dict[str, Any], round_: int) -> int:
     return S.seed_for(seed, parent["task_id"], parent["rollout_index"], parent_seed, round_)
 
 
-def _declined(parent: dict[str, Any], agent: Any, params: SamplingParams, seed: int, why: str | None) -> dict[str, Any]:
-    """The row of an extension the user simulator did not give a follow-up for."""
+def _declined(
+    parent: dict[str, Any], agent: Any, params: SamplingParams, seed: int, why: str | None, code: str
+) -> dict[str, Any]:
+    """The row of an extension the user simulator did not give a follow-up for (``code``: why, as a reason code)."""
     head = episode_head(parent["task_id"], parent["rollout_index"] or 0, agent, params, seed, parent["traj_id"])
     return {
         **head,
-        "status": "aborted" if why == ENDED else "failed",  # ended on purpose vs. no usable follow-up
+        "status": "aborted" if code == "conversation_ended" else "failed",  # ended on purpose vs. no follow-up
         "reason": why,
-        "reason_code": "conversation_ended" if why == ENDED else "extension_failed",
+        "reason_code": code,
     }
 
 

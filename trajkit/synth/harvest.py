@@ -42,11 +42,11 @@ def retry_timed_out(ctx: StageContext, _: HarvestConfig) -> int:
     """Drop this rank's rows of servers whose harvest timed out, so they are harvested again."""
     from trajkit.envs.agent import is_transient
 
-    data = ctx.store.read("servers", ["server_id", "status", "reason"], stage=ctx.name).to_pylist()
+    data = ctx.store.read("servers", ["server_id", "status", "reason_code"], stage=ctx.name).to_pylist()
     again = {
         r["server_id"]
         for r in data
-        if r["status"] == "failed" and is_transient(r["reason"]) and ctx.mine(r["server_id"])
+        if r["status"] == "failed" and is_transient(r["reason_code"]) and ctx.mine(r["server_id"])
     }
     ctx.store.drop_rows("servers", ctx.name, again)
     return len(again)

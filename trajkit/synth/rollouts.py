@@ -126,12 +126,12 @@ def retry_transient(ctx: StageContext, _: RolloutsConfig) -> int:
     from trajkit.envs.agent import is_transient
 
     mine = ctx.store.rows(
-        "trajectories", ["traj_id", "task_id", "rollout_index", "parent_id", "status", "reason"], stage=ctx.name
+        "trajectories", ["traj_id", "task_id", "rollout_index", "parent_id", "status", "reason_code"], stage=ctx.name
     )
     failed = {
         r["traj_id"]
         for r in mine
-        if r["parent_id"] is None and r["status"] == "failed" and is_transient(r["reason"]) and _owned(ctx, r)
+        if r["parent_id"] is None and r["status"] == "failed" and is_transient(r["reason_code"]) and _owned(ctx, r)
     }
     return ctx.store.drop_rows("trajectories", ctx.name, failed)
 

@@ -14,6 +14,7 @@ option is available without trajkit re-declaring it.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import importlib.util
@@ -101,8 +102,7 @@ def grpo_args(cfg: GRPOStageConfig, output_dir: str, weights: list[float], num_g
     defaults.update(fast_settings(torch.cuda.is_available()))
     if num_generations:
         defaults["num_generations"] = num_generations
-    user = typed(GRPOConfig, cfg.grpo)
-    kwargs = {**defaults, **user, "output_dir": output_dir, "max_steps": cfg.steps}
+    kwargs = {**defaults, **cfg.grpo, "output_dir": output_dir, "max_steps": cfg.steps}
     if cfg.generation_steps:
         from trajkit.train.speed import batch_shape
 
@@ -111,38 +111,44 @@ def grpo_args(cfg: GRPOStageConfig, output_dir: str, weights: list[float], num_g
             kwargs.get(k, trl_default[k]) for k in ("per_device_train_batch_size", "gradient_accumulation_steps")
         )
         shape = batch_shape(per_step, cfg.generation_steps)
-        kwargs.update({k: v for k, v in shape.items() if k != "gradient_checkpointing" or k not in user})
+        kwargs.update({k: v for k, v in shape.items() if k != "gradient_checkpointing" or k not in cfg.grpo})
+    return trl_config(GRPOConfig, kwargs, "grpo")
+
+
+def _trl_parser(config_cls: type, mapping: dict[str, Any]) -> tuple[Any, list[str]]:
+    """TRL's parser of ``config_cls`` with ``mapping`` as its values, as ``TrlParser`` reads a YAML config, and
+    the keys of ``mapping`` that are no field of it."""
+    from trl import TrlParser
+
+    parser = TrlParser(config_cls, exit_on_error=False)
+    return parser, parser.set_defaults_with_config(**mapping)[0::2]  # ["--key", "value", ...]
+
+
+def trl_config(config_cls: type, mapping: dict[str, Any], where: str) -> Any:
+    """A TRL config (``GRPOConfig``, ``SFTConfig``) from a mapping, read by TRL's own parser: values typed by
+    their fields (YAML reads ``1e-6`` as text); an unknown key or a bad value is a user error in one line."""
+    parser, unknown = _trl_parser(config_cls, mapping)
+    if unknown:
+        names = ", ".join(f"{where}.{k.removeprefix('--')}" for k in unknown)
+        raise UserError(f"invalid {where}: mapping: {names}: not a {config_cls.__name__} field")
     try:
-        return GRPOConfig(**kwargs)
-    except (ValueError, TypeError) as e:
-        raise UserError(f"invalid grpo: mapping: {str(e).splitlines()[0]}") from None
-
-
-def typed(config_cls: type, mapping: dict[str, Any]) -> dict[str, Any]:
-    """Numbers given as text (YAML reads ``1e-6`` as a string) converted for float and int fields."""
-    kinds = {
-        f.name: f.type.__name__ if isinstance(f.type, type) else str(f.type) for f in dataclasses.fields(config_cls)
-    }
-    out = dict(mapping)
-    for key, value in mapping.items():
-        if not isinstance(value, str) or key not in kinds:
-            continue
-        try:
-            if kinds[key].startswith("float"):
-                out[key] = float(value)
-            elif kinds[key].startswith("int"):
-                out[key] = int(value)
-        except ValueError:
-            pass  # GRPOConfig reports the bad value
-    return out
+        (args,) = parser.parse_args_into_dataclasses(args=[])
+    except (argparse.ArgumentError, ValueError, TypeError) as e:
+        raise UserError(f"invalid {where}: mapping: {str(e).splitlines()[0]}") from None
+    return args
 
 
 def check_grpo_mapping(grpo: dict[str, Any], where: str = "grpo") -> list[str]:
-    """Problems with a ``grpo:`` mapping: unknown GRPOConfig fields, keys the stage sets, vLLM unavailable."""
+    """Problems with a ``grpo:`` mapping: keys TRL's parser does not know, values it cannot read as their fields'
+    types, keys the stage sets, vLLM unavailable."""
     from trl import GRPOConfig
 
-    known = {f.name for f in dataclasses.fields(GRPOConfig)}
-    problems = [f"{where}.{k}: not a GRPOConfig field" for k in grpo if k not in known]
+    parser, unknown = _trl_parser(GRPOConfig, grpo)
+    problems = [f"{where}.{k.removeprefix('--')}: not a GRPOConfig field" for k in unknown]
+    try:
+        parser.parse_known_args(args=[])  # types the values, builds no config
+    except argparse.ArgumentError as e:
+        problems.append(f"{where}: {e}")
     problems += [
         f"{where}.{k}: set by the stage (use steps: / output_dir:)" for k in ("max_steps", "output_dir") if k in grpo
     ]

@@ -27,7 +27,7 @@ from trajkit.config import StageConfig
 from trajkit.errors import UserError
 from trajkit.runner import StageContext, StageSpec
 from trajkit.train.data import sft_rows
-from trajkit.train.grpo import typed
+from trajkit.train.grpo import trl_config
 
 
 class SFTStageConfig(StageConfig):
@@ -51,11 +51,7 @@ def sft_args(cfg: SFTStageConfig, output_dir: str) -> Any:
     defaults: dict[str, Any] = {"logging_steps": 1, "report_to": "none", "save_strategy": "no"}
     if not torch.cuda.is_available():
         defaults.update(bf16=False, gradient_checkpointing=False)
-    kwargs = {**defaults, **typed(SFTConfig, cfg.sft), "output_dir": output_dir}
-    try:
-        return SFTConfig(**kwargs)
-    except (ValueError, TypeError) as e:
-        raise UserError(f"invalid sft: mapping: {str(e).splitlines()[0]}") from None
+    return trl_config(SFTConfig, {**defaults, **cfg.sft, "output_dir": output_dir}, "sft")
 
 
 def check_traces(tokenizer: Any, rows: list[dict[str, Any]], counts: Any) -> list[dict[str, Any]]:
