@@ -64,22 +64,25 @@ NOT_A_VALUE = re.compile(r"_(?:FILE|PATH|DIR|URL|ENDPOINT|SOCK|NAME|ENV)$", re.I
 MIN_LEN = 6
 MIN_BITS = 12.0  # length x Shannon entropy per character: "false" has 11.6, "hunter2" 19.7
 TOKEN_COLUMNS = ("token_ids", "loss_mask", "logprobs")
-# Forms that are a credential wherever they appear: (pattern, replacement), read alike by Python's re and RE2.
-FORMS = (
-    (r"(\b(?i:bearer)\s+)[A-Za-z0-9._~+/=-]{12,}", r"\1" + REDACTED),
-    (r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:)[^/\s@]+@", r"\1" + REDACTED + "@"),
-    *(
-        (p, REDACTED)
-        for p in (
-            r"\bhf_[A-Za-z0-9]{30,}",
-            r"\bsk-(?:proj-|ant-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}",
-            r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
-            r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})",
-            r"\bAIza[0-9A-Za-z_-]{35}",
-            r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
-        )
-    ),
-)
+# The one list of forms that are a credential wherever they appear, read alike by Python's re and Arrow's RE2:
+# kind -> (pattern, what the redactor writes in its place, or None for a form only the push scan refuses:
+# ``data_cards/secret_scan.py`` finds every one). A replacement keeps the groups around the secret.
+CREDENTIALS: dict[str, tuple[str, str | None]] = {
+    "Hugging Face token": (r"\bhf_[A-Za-z0-9]{30,}", REDACTED),
+    "OpenAI or Anthropic key": (r"\bsk-(?:proj-|ant-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}", REDACTED),
+    "AWS access key id": (r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", REDACTED),
+    "AWS secret access key": (r"((?i:aws_?secret_?access_?key)\W{1,4})[A-Za-z0-9/+]{40}", r"\1" + REDACTED),
+    "GitHub token": (r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})", REDACTED),
+    "Google API key": (r"\bAIza[0-9A-Za-z_-]{35}", REDACTED),
+    "Slack token": (r"\bxox[abposr]-[A-Za-z0-9-]{10,}", REDACTED),
+    # the key below the line is what matters, and text goes on after it: refused, not rewritten
+    "private key": (r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----", None),
+    "Bearer header": (r"(\b(?i:bearer)\s+)[A-Za-z0-9._~+/=-]{12,}", r"\1" + REDACTED),
+    "credentials in a URL": (r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:)[^/\s@\[\]]+@", r"\1" + REDACTED + "@"),
+    # ordinary words hold soft hyphens too; known values are redacted through invisible characters anyway
+    "token split by an invisible character": (f"[A-Za-z0-9_-]{{4}}[{INVISIBLE}]+[A-Za-z0-9_-]{{4}}", None),
+}
+FORMS = tuple((pattern, replacement) for pattern, replacement in CREDENTIALS.values() if replacement is not None)
 
 
 def entropy_bits(value: str) -> float:

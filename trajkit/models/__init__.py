@@ -8,6 +8,7 @@ when they are built.
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,10 +48,25 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'trajkit.models' has no attribute {name!r}")
 
 
+# backend -> "module:Class" (a ``Backend``), imported only when used: a registry, like ``trajkit.stages``;
+# ``ModelSpec.backend`` names one of these
+BACKENDS: dict[str, str] = {
+    "transformers": "trajkit.models.transformers_backend:TransformersBackend",
+    "openai": "trajkit.models.openai_backend:OpenAIBackend",
+    "vllm": "trajkit.models.vllm_backend:VLLMBackend",
+}
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The ``Backend`` class registered as ``name``."""
+    module, _, attr = BACKENDS[name].partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
 def make_backend(
     spec: ModelSpec, usage: Usage | None = None, cache_dir: Path | None = None, redactor: Redactor | None = None
 ) -> Backend:
-    """The backend for ``spec.backend``, behind the call cache and token/cost accounting.
+    """The backend for ``spec.backend`` (``BACKENDS``), behind the call cache and token/cost accounting.
 
     The cache is used when ``spec.cache`` and a ``cache_dir`` are given (see
     ``trajkit.models.cache`` for what a key holds; entries go through ``redactor``,
@@ -59,15 +75,7 @@ def make_backend(
     loaded until the first call; an ``openai`` endpoint is asked which model it
     serves (recorded into ``usage``, which refuses a stage that mixes models).
     """
-    if spec.backend == "transformers":
-        from trajkit.models.transformers_backend import TransformersBackend as cls
-    elif spec.backend == "openai":
-        from trajkit.models.openai_backend import OpenAIBackend as cls
-    else:
-        from trajkit.models.vllm_backend import VLLMBackend as cls
-    backend: Backend = cls(spec, stats=usage.endpoints if usage else None) if spec.backend == "openai" else cls(spec)
-    if spec.backend == "openai" and usage is not None:
-        _record_served(backend, usage)
+    backend = backend_class(spec.backend).build(spec, usage)
     if spec.cache and cache_dir is not None:
         from trajkit.models.cache import CachedBackend, CallCache
 
@@ -77,16 +85,3 @@ def make_backend(
 
         backend = AccountedBackend(backend, usage)
     return backend
-
-
-def _record_served(backend: Any, usage: Usage) -> None:
-    """Record the model the endpoints report serving; endpoints of one spec serving different models, or a
-    model other than the stage's earlier runs had, are user errors (before any request)."""
-    from trajkit.errors import UserError
-
-    served = backend.served()
-    if len(set(served.values())) > 1:
-        listed = "; ".join(f"{url}: {model}" for url, model in sorted(served.items()))
-        raise UserError(f"model {backend.spec.model!r}: the endpoints serve different models ({listed})")
-    for reported in set(served.values()):
-        usage.serving(backend.spec.model, reported)

@@ -164,6 +164,12 @@ class Backend:
         self.spec = spec
         self.model = spec.model
 
+    @classmethod
+    def build(cls, spec: ModelSpec, usage: Any = None) -> Backend:
+        """The backend ``make_backend`` makes for ``spec``; one that reports into a stage's ``usage`` (its
+        ``models.accounting.Usage``: endpoints, the model they serve) overrides this."""
+        return cls(spec)
+
     async def generate(
         self, messages: list[Message], tools: list[ToolSchema] | None = None, params: SamplingParams = SamplingParams()
     ) -> list[Completion]:
