@@ -410,19 +410,8 @@ def run_stage(
     redactor = Redactor.for_stage(cfg)  # rows, manifests, log lines, call cache entries and errors go through it
     with redactor.errors():
         chash, pin = check_config(store, name, cfg, fresh, spec.kind)
-        done = store.manifest(name, rank, world_size)
-        if done is not None and not fresh:
-            for table in spec.outputs:  # a complete stage whose shard was damaged since: name it, never skip silently
-                try:
-                    store.validate(table, stage=name)
-                except UserError as e:
-                    raise UserError(f"stage {name!r} is complete but {e}; rerun with --fresh to redo it") from None
-            for table, wrote in done.get("outputs", {}).items() if world_size == 1 else ():
-                if (held := store.count(table, stage=name)) != wrote:  # shards lost, or copied in twice
-                    raise UserError(
-                        f"stage {name!r} is complete but its {table} shards hold {held} rows, not the {wrote} "
-                        f"it wrote; rerun with --fresh to redo it"
-                    )
+        done = None if fresh else _completed(store, spec, name, rank, world_size)
+        if done is not None:
             if not quiet:
                 console().print(f"[dim]{name}[/]: already complete, skipped{_summary(done, spec)}", highlight=False)
             return done
@@ -441,32 +430,7 @@ def run_stage(
         )
         started, t0 = _now(), time.monotonic()
         inputs = {t: {"rows": store.count(t), "shards": len(store.shards(t))} for t in spec.inputs}
-        try:
-            retried = spec.retry(ctx, cfg) if spec.retry is not None else 0
-            if retried:
-                ctx.counts["retried"] += retried
-                ctx.log(f"running again {retried} unit(s) that failed in a way a rerun may cure")
-            extra = spec.run(ctx, cfg)
-            if inspect.isawaitable(extra):
-                extra = asyncio.run(extra)
-            extra = extra or {}
-        except Fenced:
-            ctx.discard()
-            raise
-        except StageStopped as e:
-            ctx.flush()
-            raise StageStopped(f"stage {name!r} stopped: {e}; rerun to resume") from None
-        except BaseException:
-            ctx.flush()
-            if not any(store.shards(t, name) for t in S.TABLES):  # no rows: pin nothing, hold nothing
-                (store.stage_dir(name) / "_config.json").unlink(missing_ok=True)
-                (store.stage_dir(name) / "_served.json").unlink(missing_ok=True)
-                store.lease.release()
-                for folder in reversed(made):  # left empty, or holding empty folders (a trainer's output_dir)
-                    remove_empty_tree(folder)
-            raise
-        finally:
-            ctx.flush()
+        extra = _execute(ctx, spec, cfg, made)
         for table in S.TABLES:  # the stage's many small shards (written as rows finished) merged into few
             store.compact(table, name, rank)
         ctx.recount()
@@ -496,6 +460,59 @@ def run_stage(
                 f"[dim]{name}[/]: done in {manifest['seconds']:.1f}s{_summary(manifest, spec)}", highlight=False
             )
         return manifest
+
+
+def _completed(store: Store, spec: StageSpec, name: str, rank: int, world_size: int) -> dict[str, Any] | None:
+    """The manifest of a shard that completed, or None; a complete stage whose shards were damaged, lost or
+    copied in twice since is named, never skipped silently."""
+    done = store.manifest(name, rank, world_size)
+    if done is None:
+        return None
+    for table in spec.outputs:
+        try:
+            store.validate(table, stage=name)
+        except UserError as e:
+            raise UserError(f"stage {name!r} is complete but {e}; rerun with --fresh to redo it") from None
+    for table, wrote in done.get("outputs", {}).items() if world_size == 1 else ():
+        if (held := store.count(table, stage=name)) != wrote:
+            raise UserError(
+                f"stage {name!r} is complete but its {table} shards hold {held} rows, not the {wrote} "
+                f"it wrote; rerun with --fresh to redo it"
+            )
+    return done
+
+
+def _execute(ctx: StageContext, spec: StageSpec, cfg: StageConfig, made: list[Path]) -> dict[str, Any]:
+    """The stage's retry rule, then the stage (an async one on an event loop of its own): its summary. Its rows
+    are flushed on every exit path; one that fails having written nothing pins no config, holds no lease and
+    leaves none of the ``made`` folders."""
+    store, name = ctx.store, ctx.name
+    try:
+        retried = spec.retry(ctx, cfg) if spec.retry is not None else 0
+        if retried:
+            ctx.counts["retried"] += retried
+            ctx.log(f"running again {retried} unit(s) that failed in a way a rerun may cure")
+        extra = spec.run(ctx, cfg)
+        if inspect.isawaitable(extra):
+            extra = asyncio.run(extra)
+        return extra or {}
+    except Fenced:
+        ctx.discard()
+        raise
+    except StageStopped as e:
+        ctx.flush()
+        raise StageStopped(f"stage {name!r} stopped: {e}; rerun to resume") from None
+    except BaseException:
+        ctx.flush()
+        if not any(store.shards(t, name) for t in S.TABLES):  # no rows: pin nothing, hold nothing
+            (store.stage_dir(name) / "_config.json").unlink(missing_ok=True)
+            (store.stage_dir(name) / "_served.json").unlink(missing_ok=True)
+            store.lease.release()
+            for folder in reversed(made):  # left empty, or holding empty folders (a trainer's output_dir)
+                remove_empty_tree(folder)
+        raise
+    finally:
+        ctx.flush()
 
 
 def _summary(manifest: dict[str, Any], spec: StageSpec) -> str:
