@@ -264,9 +264,20 @@ class Store:
             CREATED_RUNS.append(top)
         elif create and not os.access(self.root, os.W_OK | os.X_OK):
             raise UserError(f"the run directory {self.root} is not writable (read-only file system or permissions)")
-        self.redactor = redactor or Redactor(environment_secrets())
+        self._redactor = redactor
         self.lease: Lease | None = None  # set on the store a stage run writes through (``leased``)
         self._checked: dict[Path, tuple[int, int]] = {}  # shards ``validate`` found good: (mtime_ns, size)
+
+    @property
+    def redactor(self) -> Redactor:
+        """What this store's writes go through (made on first use: most stores only read)."""
+        if self._redactor is None:
+            self._redactor = Redactor(environment_secrets())
+        return self._redactor
+
+    @redactor.setter
+    def redactor(self, redactor: Redactor) -> None:
+        self._redactor = redactor
 
     def leased(self, stage: str, rank: int, redactor: Redactor) -> Store:
         """Take the lease on a stage shard (fencing off any older run of it) and return this run directory
