@@ -22,7 +22,7 @@ from trajkit.stages import get_stage
 
 COMMANDS = {  # every stage command generated from its config
     "synth": ["harvest", "tasks", "rollouts", "judge", "filter", "extend"],
-    "curate": ["import", "verify", "passk", "dedup", "decontaminate", "filter", "split", "curriculum"],
+    "curate": ["import", "verify", "traces", "passk", "dedup", "decontaminate", "filter", "split", "curriculum"],
     "eval": ["passk", "tools", "diversity"],
 }
 STAGES = [(group, command) for group, commands in COMMANDS.items() for command in commands]

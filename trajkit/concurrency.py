@@ -6,8 +6,8 @@ cap) cancels the rest and propagates; faults that are data (a bad model output,
 a dead server) are handled inside the work function. Iterate inside
 ``contextlib.aclosing(bounded(...))`` so that an error in the loop's body
 cancels the work in flight at once; ``StageContext.fan_out`` does that, with
-progress and periodic flushes, for the stages. A stage's ``Share`` (its CPUs, its
-run) is handed down from its context to the pools that size themselves from it.
+progress and periodic flushes, for the stages. A stage's ``Share`` (its CPUs) is
+handed down from its context to the pools that size themselves from it.
 """
 
 from __future__ import annotations
@@ -30,13 +30,11 @@ def machine_cpus() -> int:
 @dataclass(frozen=True)
 class Share:
     """The part of the machine a stage's shard works with, handed from its context (``StageContext.share``)
-    to what sizes itself or hides from programs. ``cpus``: what an executor gave the shard (a Ray task's
-    CPUs), by default every CPU the process may run on; sandbox and server pools size themselves from it,
-    so shards sharing a node do not each take the whole node. ``runs``: the run directories the stage
-    works in, which sandboxed programs see empty (a program must not read the tests it is judged by)."""
+    to what sizes itself. ``cpus``: what an executor gave the shard (a Ray task's CPUs), by default every
+    CPU the process may run on; sandbox and server pools size themselves from it, so shards sharing a node
+    do not each take the whole node."""
 
     cpus: int = field(default_factory=machine_cpus)
-    runs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cpus", max(1, self.cpus))

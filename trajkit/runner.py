@@ -25,7 +25,6 @@ import functools
 import hashlib
 import inspect
 import operator
-import os
 import sys
 import time
 from collections import Counter
@@ -424,7 +423,7 @@ def run_stage(
             config = {"stage": name, "kind": spec.kind, "config": hashed_dict(cfg), "config_hash": chash}
             store.write_json(store.stage_dir(name) / "_config.json", config)
         usage = Usage(budget_tokens, budget_cost, served_file=store.stage_dir(name) / "_served.json")
-        share = Share(cpus or machine_cpus(), (os.path.realpath(store.root),))
+        share = Share(cpus or machine_cpus())
         ctx = StageContext(
             store, name, spec.kind, rank, world_size, usage, quiet=quiet, progress_file=progress_file, share=share
         )

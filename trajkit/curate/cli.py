@@ -22,6 +22,11 @@ stage_command(
 )
 stage_command(
     app,
+    "curate.traces",
+    aliases={"path": ["-p"]},
+)
+stage_command(
+    app,
     "curate.passk",
     aliases={"ks": ["--at"], "sources": ["--source"]},
 )

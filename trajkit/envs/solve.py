@@ -9,7 +9,7 @@ never exceptions. ``solve`` is an attempt judged by the task's verifier, as
 ``curate.passk`` and ``eval.passk`` both run it through one ``Solver`` (backends,
 servers and sandbox opened once per stage); ``envs.agent.episode_seed`` is
 the seed of sample ``index`` of a task, whichever the model. ``grpo_rows`` poses tasks to a policy in
-training (and in the card's ``rl`` view) with the same user message.
+training (and in the card's ``rl`` view) with the same messages.
 """
 
 from __future__ import annotations
@@ -23,7 +23,15 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 from trajkit.concurrency import Share
-from trajkit.envs.agent import MODEL_ERROR, AgentLimits, RolloutFn, episode_seed, is_transient, run_episode
+from trajkit.envs.agent import (
+    MODEL_ERROR,
+    AgentLimits,
+    RolloutFn,
+    agent_system_prompt,
+    episode_seed,
+    is_transient,
+    run_episode,
+)
 from trajkit.envs.env import ToolEnv
 from trajkit.envs.options import EpisodeOptions
 from trajkit.errors import StageStopped, UserError
@@ -118,20 +126,22 @@ def environment_name(task: dict[str, Any]) -> str:
 def grpo_rows(tasks: list[dict[str, Any]], system_prompt: str | None = None) -> list[dict[str, Any]]:
     """GRPO dataset rows: conversational ``prompt`` plus the reward columns.
 
-    The user message is the one pass@k tagging and rollouts send (``task_prompt``):
-    the question for a tool task, the question plus its verifier's answer format otherwise.
+    The messages are the ones pass@k tagging and rollouts send: for a tool task the agent
+    loop's system message (``system_prompt``, then the ``Answer:`` line the outcome check
+    reads) and the question; otherwise ``system_prompt`` and the question plus its
+    verifier's answer format (``task_prompt``).
     Columns: ``task_id``, ``verifier_kind``, ``verifier_spec`` (JSON text), ``difficulty``,
     ``environment`` (the server set), ``target_tools``.
     """
     rows = []
     for t in tasks:
         verifier = t.get("verifier") or {}
-        text = (t.get("question") or "") if is_tool_task(t) else task_prompt(t)
+        tools = is_tool_task(t)
+        text = (t.get("question") or "") if tools else task_prompt(t)
         if not text:
             continue
-        prompt = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
-            {"role": "user", "content": text}
-        ]
+        system = agent_system_prompt(system_prompt) if tools else system_prompt  # as the agent loop renders it
+        prompt = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
         rows.append(
             {
                 "prompt": prompt,

@@ -28,7 +28,7 @@ def make_sandbox(kind: SandboxKind = "local", workers: int | None = None, share:
     ``local`` with ``workers`` unset is the process-wide ``default_sandbox(share)``
     (started once, shared, closed at exit); with ``workers``, a pool of that
     many. ``share`` (a stage's ``StageContext.share``) gives the CPUs a local pool
-    sizes itself from and the runs its programs see empty. ``e2b`` is an
+    sizes itself from. ``e2b`` is an
     ``E2BSandbox`` of ``workers`` remote sandboxes (default 4); a missing extra or
     key is a UserError here, before any work.
     """
