@@ -93,7 +93,7 @@ _TALLIES = {
 class StageContext:
     """What a running stage sees: the store (which redacts what it writes with the stage's redactor), its
     name and shard, writers and counters, its usage, and its ``share`` of the machine (the CPUs its pools
-    size from, the run its sandboxed programs must not see)."""
+    size from)."""
 
     store: Store
     name: str

@@ -253,7 +253,7 @@ class Solver:
     """What attempts at a stage's tasks need, opened once: a backend per model, the run's servers as a
     ``ToolEnv`` (only when a task needs tools) and the sandbox (only when a task's verifier runs code).
     ``backend`` makes a model spec's backend (a stage's ``ctx.backend``: its usage, call cache, redactor);
-    ``share`` sizes the pools and names the run programs must not see. ``curate.passk`` and
+    ``share`` sizes the pools. ``curate.passk`` and
     ``eval.passk`` both solve through it::
 
         async with Solver(models, tasks, servers, ...) as solver:
