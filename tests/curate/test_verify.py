@@ -83,8 +83,8 @@ def test_outside_completions_become_samples_and_passk(run_dir, tmp_path, problem
 
 
 def test_the_stages_run_is_hidden_from_the_programs_it_verifies(tmp_path, problems):
-    """The run a stage works in reaches its sandbox through the stage's share: a program cannot list it
-    (and read the tests it is judged by), even where no other rule hides it (here under /var/tmp)."""
+    """The run a stage works in is outside the filesystem its sandbox's programs see (an allowlist): a program
+    cannot find it (and read the tests it is judged by), wherever it lies (here under /var/tmp)."""
     import shutil
     import uuid
 
@@ -92,7 +92,7 @@ def test_the_stages_run_is_hidden_from_the_programs_it_verifies(tmp_path, proble
     try:
         store = Store(root, create=True)
         run(store, "curate.import", preset="humaneval", limit=1)
-        peek = f"import os\nassert os.listdir({root!r}) == [], os.listdir({root!r})\n"
+        peek = f"import os\nassert not os.path.lexists({root!r})\n"
         good = problems[0]["prompt"] + problems[0]["canonical_solution"]
         lines = [{"task_id": "HumanEval/0", "completion": f"```python\n{peek}{good}```"}]
         run(store, "curate.verify", completions=str(write_jsonl(tmp_path / "c.jsonl", lines)), workers=1)

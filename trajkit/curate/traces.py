@@ -173,7 +173,7 @@ def keep_for_replay(ctx: StageContext, calls: list[Call]) -> int:
     from trajkit.models.cache import CallCache, call_key, model_identity
     from trajkit.models.replay import request_call
 
-    cache = CallCache(ctx.store.root / "_cache")
+    cache = CallCache(ctx.store.root / "_cache", ctx.store.redactor)  # the stage's, as its rows
     n = 0
     try:
         for call in calls:
