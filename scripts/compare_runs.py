@@ -3,8 +3,11 @@
 Every table of each run (nested runs too, such as the demo's ``warmup/record``), the evaluation reports and
 the card's data views are read whole and compared row for row, in key order. Columns that time the work
 (``*_s``, ``runtime*``, ``tokens_per_s``) and timing keys inside JSON text (a trainer's ``train_runtime``,
-``*_per_second``) are left out. Prints one line per table and exits 1 if any differs. Ids hash the model's
-path, so run both at the same path (move the first run away before the second starts).
+``*_per_second``) are left out, and so are the tool-call ids the scripted server numbers by the order
+requests arrive in (``call_<n>_...``, different between two runs of the same code when requests run side
+by side). Rows are compared on the columns both runs have; a column only one has (a schema that gained
+one) is named and counts as a difference. Prints one line per table and exits 1 if any differs. Ids hash
+the model's path, so run both at the same path (move the first run away before the second starts).
 """
 
 from __future__ import annotations
@@ -48,13 +51,19 @@ def tables(run: Path) -> dict[str, list[Path]]:
     return out
 
 
-def rows(paths: list[Path]) -> list[str]:
+ARRIVAL_ID = re.compile(r"\bcall_\d+_")  # the scripted server's call ids: call_<arrival index>_<choice>_<call>
+
+
+def columns(paths: list[Path]) -> set[str]:
+    return {name for path in paths for name in pq.read_schema(path).names}
+
+
+def rows(paths: list[Path], keep: set[str]) -> list[str]:
     out = []
     for path in paths:
         for row in pq.read_table(path).to_pylist():
-            out.append(
-                json.dumps(untimed({k: v for k, v in row.items() if not is_timing(k)}), sort_keys=True, default=str)
-            )
+            kept = untimed({k: v for k, v in row.items() if k in keep and not is_timing(k)})
+            out.append(ARRIVAL_ID.sub("call_N_", json.dumps(kept, sort_keys=True, default=str)))
     return sorted(out)
 
 
@@ -66,11 +75,17 @@ def main(a: Path, b: Path) -> int:
             print(f"{name}: only in {a if name in left else b}")
             differ += 1
             continue
-        x, y = rows(left[name]), rows(right[name])
+        cols_a, cols_b = columns(left[name]), columns(right[name])
+        x, y = rows(left[name], cols_a & cols_b), rows(right[name], cols_a & cols_b)
         same = x == y
-        differ += not same
+        differ += not same or cols_a != cols_b
         extra = "" if same else f" ({len(set(x) - set(y))} rows only in {a}, {len(set(y) - set(x))} only in {b})"
-        print(f"{name}: {len(x)} vs {len(y)} rows, {'identical' if same else 'DIFFERENT'}{extra}")
+        only = "".join(
+            f"; COLUMNS only in {r}: {', '.join(sorted(c))} (rows compared on the others)"
+            for r, c in ((a, cols_a - cols_b), (b, cols_b - cols_a))
+            if c
+        )
+        print(f"{name}: {len(x)} vs {len(y)} rows, {'identical' if same else 'DIFFERENT'}{extra}{only}")
     return 1 if differ else 0
 
 
