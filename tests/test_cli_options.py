@@ -22,7 +22,7 @@ from trajkit.stages import get_stage
 
 COMMANDS = {  # every stage command generated from its config
     "synth": ["harvest", "tasks", "rollouts", "judge", "filter", "extend"],
-    "curate": ["import", "verify", "passk", "dedup", "decontaminate", "filter", "split", "curriculum"],
+    "curate": ["import", "verify", "traces", "passk", "dedup", "decontaminate", "filter", "split", "curriculum"],
     "eval": ["passk", "tools", "diversity"],
 }
 STAGES = [(group, command) for group, commands in COMMANDS.items() for command in commands]
@@ -162,3 +162,16 @@ def test_help_shows_every_default_and_the_short_names():
                 assert said and ("default" in said or "required unless in --config" in said), (group, name, flag)
                 # said once: not "(default: one per CPU); default unset", nor "default required unless ..."
                 assert not re.search(r"default:.*default unset|default required", row.group(1)), row.group(1)
+
+
+def test_each_stage_has_one_help_text_and_its_command_shows_it():
+    """A generated command's help is its stage's ``StageSpec.help``; a stage whose command is written by hand
+    (card, train sft, train grpo) or that has none (the demo's warm-up) sets no second text on its spec."""
+    from trajkit.stages import REGISTRY
+
+    for group, name in STAGES:
+        spec = get_stage(f"{group}.{name}")
+        assert spec.help and _command(group, name).help == spec.help, (group, name)
+    generated = {f"{group}.{name}" for group, name in STAGES}
+    for kind in [*REGISTRY, "trajkit.demo.warmup:WARMUP"]:
+        assert bool(get_stage(kind).help) == (kind in generated), kind

@@ -101,21 +101,33 @@ def test_until_stops_launching_and_cancels_the_rest(tmp_path):
     assert {4, 5} <= set(cancelled_cleanup) <= {3, 4, 5}  # the cancelled ones ran their cleanup
 
 
-def test_pools_size_from_the_cpus_the_executor_gave_the_shard():
-    """Inside ``cpu_share(n)`` (a Ray task's CPUs) the sandbox and the server bound size from n, not the machine."""
-    from trajkit.concurrency import cpu_share, cpus
+def test_pools_size_from_the_cpus_the_executor_gave_the_shard(tmp_path):
+    """Given a ``Share`` of n CPUs (a Ray task's, through the stage's context) the sandbox and the server bound
+    size from n, not the machine; without one, from the machine."""
+    from trajkit.concurrency import Share
     from trajkit.envs.env import SERVERS_PER_CPU, ToolEnv
     from trajkit.verify.sandbox import WORKERS_PER_CPU, Sandbox, SandboxUnavailable
 
     machine = len(os.sched_getaffinity(0))
-    assert cpus() == machine
+    assert Share().cpus == machine
     assert Sandbox().workers == machine and ToolEnv([]).slots.total == SERVERS_PER_CPU * machine
     assert ToolEnv([]).pool_size == machine
-    share = machine + 3  # not the machine's count, whatever the machine
-    with cpu_share(share):
-        assert cpus() == share
-        assert Sandbox().workers == share and ToolEnv([]).slots.total == SERVERS_PER_CPU * share
-        assert ToolEnv([]).pool_size == share
-        with pytest.raises(SandboxUnavailable, match=f"1 to {WORKERS_PER_CPU * share} "):
-            Sandbox(workers=WORKERS_PER_CPU * share + 1)
-    assert cpus() == machine
+    share = Share(machine + 3)  # not the machine's count, whatever the machine
+    assert Sandbox(share=share).workers == share.cpus
+    assert ToolEnv([], share=share).slots.total == SERVERS_PER_CPU * share.cpus
+    assert ToolEnv([], share=share).pool_size == share.cpus
+    with pytest.raises(SandboxUnavailable, match=f"1 to {WORKERS_PER_CPU * share.cpus} "):
+        Sandbox(workers=WORKERS_PER_CPU * share.cpus + 1, share=share)
+
+
+def test_a_stage_gets_the_cpus_its_executor_gave_it(tmp_path):
+    """``run_stage(cpus=n)`` hands the stage a share of n CPUs (what its pools size from); the manifest records
+    the CPUs."""
+    from trajkit.config import StageConfig
+    from trajkit.runner import StageSpec, run_stage
+    from trajkit.store import Store
+
+    seen = []
+    spec = StageSpec("test.share", StageConfig, lambda ctx, cfg: seen.append(ctx.share))
+    manifest = run_stage(Store(tmp_path / "run", create=True), spec, StageConfig(), cpus=3, quiet=True)
+    assert manifest["cpus"] == 3 and seen[0].cpus == 3

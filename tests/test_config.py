@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import Field
 
-from trajkit.config import StageConfig, build, config_hash, read_yaml
+from trajkit.config import StageConfig, Unhashed, build, config_hash, read_yaml
 from trajkit.errors import UserError
 
 
@@ -17,7 +17,7 @@ class Example(StageConfig):
     k: int = 4
     name: str
     inner: Inner = Inner()
-    concurrency: int = Field(8, json_schema_extra={"hash": False})
+    concurrency: Unhashed[int] = Field(8)
 
 
 def test_yaml_then_options_then_overrides(tmp_path):
@@ -61,3 +61,37 @@ def test_bad_files_and_overrides_are_user_errors(tmp_path):
         read_yaml(tmp_path / "list.yaml")
     with pytest.raises(UserError, match="not KEY=VALUE"):
         build(Example, {"name": "x"}, overrides=["oops"])
+
+
+def test_every_stage_marks_its_unhashed_fields_with_the_one_marker():
+    """``Unhashed`` is the one way out of the config hash: no field of a registered stage's config, at any depth,
+    spells it another way (``json_schema_extra={"hash": False}``, which the hash does not read)."""
+    from pydantic import BaseModel
+
+    from trajkit.stages import REGISTRY, get_stage
+
+    def spelled(model: type[BaseModel], seen: set[type]) -> list[str]:
+        if model in seen:
+            return []
+        seen.add(model)
+        out = []
+        for name, field in model.model_fields.items():
+            extra = field.json_schema_extra
+            if isinstance(extra, dict) and "hash" in extra:
+                out.append(f"{model.__name__}.{name}")
+            for inner in _models(field.annotation):
+                out += spelled(inner, seen)
+        return out
+
+    assert [f for kind in REGISTRY for f in spelled(get_stage(kind).config, set())] == []
+
+
+def _models(annotation: object) -> list[type]:
+    """The pydantic models an annotation holds (``list[Spec] | None`` -> ``[Spec]``)."""
+    import typing
+
+    from pydantic import BaseModel
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models(arg)]

@@ -7,7 +7,7 @@ import json
 import pytest
 from pydantic import Field
 
-from trajkit.config import StageConfig
+from trajkit.config import StageConfig, Unhashed
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec
 from trajkit.runner import StageSpec, run_stage
@@ -18,7 +18,7 @@ from trajkit.store import Store
 class GenConfig(StageConfig):
     model: ModelSpec
     n: int = 3
-    fail_first: bool = Field(False, json_schema_extra={"hash": False})
+    fail_first: Unhashed[bool] = Field(False)
 
 
 def run_gen(ctx, cfg: GenConfig) -> dict:

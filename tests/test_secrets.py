@@ -24,7 +24,8 @@ from tests.fixtures.envs import http_server
 from tests.synth.brain import Brain
 from trajkit import schema as S
 from trajkit.cli import app
-from trajkit.envs.config import ServerConfig
+from trajkit.config import StageConfig
+from trajkit.envs.config import ServerConfig, ServersFile
 from trajkit.envs.env import row_config
 from trajkit.errors import UserError
 from trajkit.models.scripted_server import ScriptedServer
@@ -284,7 +285,6 @@ def test_a_server_whose_url_held_a_secret_needs_its_servers_file(leaked_run):
 def test_card_views_redact_again_only_shards_not_redacted_when_written(run_dir, monkeypatch):
     """Shards the store wrote carry the redaction mark and are not redacted twice; a shard copied in by
     hand (or written before redaction existed) is."""
-    from trajkit import redact
     from trajkit.data_cards.views import write_views
 
     secret = "late-secret-9f8e7d6c5b4a"
@@ -293,7 +293,7 @@ def test_card_views_redact_again_only_shards_not_redacted_when_written(run_dir, 
     said = [{"role": "user", "content": "q"}, {"role": "assistant", "content": f"the key is {secret}"}]
     store.write("trajectories", "r", [{"traj_id": "x", "task_id": "a", "status": "completed", "messages": said}])
     assert store.redacted("trajectories") and store.redacted("tasks")
-    monkeypatch.setattr(redact, "_current", Redactor({"LATE_TOKEN": secret}))  # known only when the card is made
+    store.redactor = Redactor({"LATE_TOKEN": secret})  # known only when the card is made
     write_views(store, run_dir / "card")
     sft = pq.read_table(run_dir / "card" / "data" / "sft" / "train-00000.parquet").to_pylist()
     assert secret in json.dumps(sft)  # marked shards are taken as written (push scans what leaves)
@@ -307,3 +307,24 @@ def test_card_views_redact_again_only_shards_not_redacted_when_written(run_dir, 
     write_views(store, run_dir / "card")
     sft = pq.read_table(run_dir / "card" / "data" / "sft" / "train-00000.parquet").to_pylist()
     assert len(sft) == 2 and secret not in json.dumps(sft) and REDACTED in json.dumps(sft)
+
+
+class _Quoting(StageConfig):
+    servers_config: ServersFile[str | None] = None
+
+
+def _quote_the_env(ctx, cfg):
+    raise UserError(f"the server said: {json.loads(Path(cfg.servers_config).read_text())['mcpServers']}")
+
+
+def test_an_error_leaving_a_stage_is_redacted_with_the_stages_secrets(tmp_path):
+    """A stage's error may quote its servers file (a server's stderr, a bad value): it leaves the runner with
+    the secrets that file holds redacted, though the environment never held them."""
+    from trajkit.runner import StageSpec, run_stage
+
+    servers = tmp_path / "servers.json"
+    servers.write_text(json.dumps({"mcpServers": {"shop": {"command": "x", "env": {"SHOP_TOKEN": INLINE}}}}))
+    spec = StageSpec("test.quote", _Quoting, _quote_the_env)
+    with pytest.raises(UserError) as e:
+        run_stage(Store(tmp_path / "run", create=True), spec, _Quoting(servers_config=str(servers)), quiet=True)
+    assert INLINE not in str(e.value) and REDACTED in str(e.value)

@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from tests.test_cli import TRAJKIT, trajkit
@@ -574,3 +575,17 @@ def test_a_stage_of_another_kind_under_the_same_name(run_dir):
         )
         assert Store(run_dir).manifest("filter")["kind"] == "curate.filter"
     assert CliRunner().invoke(app, ["synth", "filter", "-r", str(run_dir), "--name", "synth-filter"]).exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("grpo", "says"),
+    [
+        ({"num_generation": 4}, "grpo.num_generation: not a GRPOConfig field"),  # a key TRL's parser does not know
+        ({"learning_rate": "fast"}, "invalid float value: 'fast'"),  # a value of the wrong type
+    ],
+)
+def test_a_bad_grpo_mapping_is_one_line(tmp_path, grpo, says):
+    """TRL's own parser reads a stage's grpo: mapping; what it refuses is one line (exit 2), before any work."""
+    config = tmp_path / "stages.yaml"
+    config.write_text(yaml.safe_dump({"model": "m", "stages": [{"name": "a", "steps": 1, "grpo": grpo}]}))
+    assert says in user_error("train", "grpo", "--config", str(config), "--run", str(tmp_path / "run"))

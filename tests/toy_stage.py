@@ -11,7 +11,7 @@ import time
 
 from pydantic import Field
 
-from trajkit.config import StageConfig
+from trajkit.config import StageConfig, Unhashed
 from trajkit.runner import StageContext, StageSpec, run_stage
 from trajkit.schema import content_id
 from trajkit.store import Store
@@ -20,7 +20,7 @@ from trajkit.store import Store
 class ToyConfig(StageConfig):
     n: int = 100
     shard_rows: int = 10
-    sleep_s: float = Field(0.0, json_schema_extra={"hash": False})
+    sleep_s: Unhashed[float] = Field(0.0)
 
 
 def toy_rows(n: int) -> list[dict]:

@@ -283,10 +283,11 @@ def _user(message: str) -> Exception:
 
 
 def _redacted(error: BaseException) -> str:
-    """An error's text without secrets (it may quote a server's stderr); pyarrow stays out of ``--help``."""
-    from trajkit import redact
+    """An error's text without the environment's secrets (it may quote a server's stderr; one raised in a
+    stage was redacted with the stage's redactor on its way out); pyarrow stays out of ``--help``."""
+    from trajkit.redact import Redactor, environment_secrets
 
-    return redact.current().text(str(error))
+    return Redactor(environment_secrets()).text(str(error))
 
 
 def _lighter_teardown() -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union, get_
 
 import click
 import typer
-from typer.core import TyperCommand, TyperGroup, TyperOption
+from typer.core import TyperCommand, TyperGroup
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -42,27 +42,25 @@ BudgetTokens = Annotated[int | None, typer.Option("--budget-tokens", help="Stop 
 BudgetCost = Annotated[float | None, typer.Option("--budget-cost", help="Stop cleanly after this cost.")]
 
 
-def _help_types_as_typed() -> None:
+def plain_placeholders(command: click.Command) -> click.Command:
     """typer's help shows a Python type beside every option: ``<bool>`` beside a flag too, as though it took
-    a value, and ``<list[str]>`` beside a repeatable option, as though it took a list. A flag (``--fresh``,
-    ``--exact/--no-exact``, ``--help``) shows none; a repeatable option the type of one value, ``<str>...``.
-    Older typers (``typer>=0.15`` is allowed) print click's metavars instead, without a type beside a flag."""
-    typed = getattr(TyperOption, "display_type_rich", None)
-    if typed is None:
-        return
-
-    def shown(self: TyperOption, ctx: click.Context) -> str | None:
-        if self.is_flag:
-            return None
-        text = typed(self, ctx)
-        if self.multiple and text and text.startswith("<list[") and text.endswith("]>"):
-            return f"<{text[6:-2]}>..."
-        return text
-
-    TyperOption.display_type_rich = shown
-
-
-_help_types_as_typed()
+    a value, and ``<list[str]>`` beside a repeatable option, as though it took a list. Through click's own
+    ``metavar`` (which typer shows in its place), a flag (``--fresh``, ``--exact/--no-exact``, ``--help``)
+    shows none and a repeatable option the type of one value, ``<str>...``; a group's commands alike.
+    Older typers (``typer>=0.15`` is allowed) print click's metavars already, without a type beside a flag."""
+    help_option = command.get_help_option(command.context_class(command))  # made once per command, then kept
+    for param in [*command.params, *([help_option] if help_option is not None else [])]:
+        # typer's own click or click itself: options by what they are, not by their class
+        if getattr(param, "param_type_name", None) != "option" or param.metavar is not None:
+            continue
+        if param.is_flag:
+            param.metavar = ""
+        elif param.multiple and hasattr(param, "bare_type"):
+            label = param.bare_type()
+            param.metavar = f"<{label[5:-1]}>..." if label.startswith("list[") else None
+    for sub in getattr(command, "commands", {}).values():
+        plain_placeholders(sub)
+    return command
 
 
 def model_spec(
@@ -338,6 +336,10 @@ class TopGroup(TyperGroup):
     file belongs, a read-only or full disk, a missing parent) are user errors: one line. A command that
     stops on one (or on a missing sandbox protection) leaves no run folder it created and wrote nothing to."""
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        plain_placeholders(self)
+
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         from trajkit.errors import UserError
 
@@ -407,7 +409,7 @@ class StageGroup(TyperGroup):
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.builders:
-            return self.builders[name]()
+            return plain_placeholders(self.builders[name]())
         return super().get_command(ctx, name)
 
 
@@ -425,7 +427,6 @@ def _no_options() -> None:
 def stage_command(
     app: typer.Typer,
     kind: str,
-    help: str,
     *,
     command: str | None = None,
     aliases: dict[str, list[str]] | None = None,
@@ -434,7 +435,7 @@ def stage_command(
     report: Callable[[Any], None] | None = None,
 ) -> None:
     """Add ``kind``'s command to ``app`` (made by ``stage_app``): its config's fields as options, then
-    the runner's options; the command is built when first used.
+    the runner's options, its help the stage's own (``StageSpec.help``); the command is built when first used.
 
     ``aliases``: extra flag names per field (the short names of the README's flag table);
     ``renamed``: old flag -> its new name, for the one-line error; ``report``: prints the result.
@@ -445,7 +446,7 @@ def stage_command(
     def build() -> click.Command:
         single = typer.Typer(add_completion=False)
         cls = type(f"{kind}Command", (StageCommand,), {"renamed": renamed or {}})
-        single.command(name, cls=cls)(_stage_main(kind, help, aliases or {}, default_name, report))
+        single.command(name, cls=cls)(_stage_main(kind, aliases or {}, default_name, report))
         return typer.main.get_command(single)
 
     app.info.cls.builders[name] = build
@@ -453,7 +454,6 @@ def stage_command(
 
 def _stage_main(
     kind: str,
-    help: str,
     aliases: dict[str, list[str]],
     default_name: str | None,
     report: Callable[[Any], None] | None,
@@ -461,7 +461,8 @@ def _stage_main(
     """The command's function, its signature made from the config's fields and the runner's options."""
     from trajkit.stages import get_stage
 
-    fields, readers = config_options(get_stage(kind).config, aliases)
+    spec = get_stage(kind)
+    fields, readers = config_options(spec.config, aliases)
 
     def main(**values: Any) -> None:
         options = {field: read(values) for field, read in readers.items()}
@@ -477,5 +478,5 @@ def _stage_main(
     parameters += [P(n, P.KEYWORD_ONLY, annotation=a, default=d) for n, a, d in _RUNNER_SIGNATURE[1:]]
     main.__signature__ = inspect.Signature(parameters)
     main.__annotations__ = {p.name: p.annotation for p in parameters}
-    main.__doc__ = help
+    main.__doc__ = spec.help
     return main

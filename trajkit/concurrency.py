@@ -6,38 +6,38 @@ cap) cancels the rest and propagates; faults that are data (a bad model output,
 a dead server) are handled inside the work function. Iterate inside
 ``contextlib.aclosing(bounded(...))`` so that an error in the loop's body
 cancels the work in flight at once; ``StageContext.fan_out`` does that, with
-progress and periodic flushes, for the stages.
+progress and periodic flushes, for the stages. A stage's ``Share`` (its CPUs) is
+handed down from its context to the pools that size themselves from it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-_SHARES: list[int] = []  # CPUs an executor gave the shards running in this process, innermost last
+
+def machine_cpus() -> int:
+    """Every CPU this process may run on."""
+    return len(os.sched_getaffinity(0))
 
 
-def cpus() -> int:
-    """CPUs this process's work may use: what an executor gave the shard running here (a Ray task's
-    CPUs, through ``cpu_share``), else every CPU the process may run on. Sandbox and server pools size
-    themselves from it, so shards sharing a node do not each take the whole node."""
-    return _SHARES[-1] if _SHARES else len(os.sched_getaffinity(0))
+@dataclass(frozen=True)
+class Share:
+    """The part of the machine a stage's shard works with, handed from its context (``StageContext.share``)
+    to what sizes itself. ``cpus``: what an executor gave the shard (a Ray task's CPUs), by default every
+    CPU the process may run on; sandbox and server pools size themselves from it, so shards sharing a node
+    do not each take the whole node."""
 
+    cpus: int = field(default_factory=machine_cpus)
 
-@contextlib.contextmanager
-def cpu_share(n: int) -> Iterator[None]:
-    """Work inside runs on ``n`` CPUs (``cpus()``)."""
-    _SHARES.append(max(1, n))
-    try:
-        yield
-    finally:
-        _SHARES.pop()
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cpus", max(1, self.cpus))
 
 
 async def bounded(items: Iterable[T], fn: Callable[[T], Awaitable[R]], concurrency: int) -> AsyncIterator[tuple[T, R]]:

@@ -10,7 +10,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from trajkit.errors import UserError
 
 C = TypeVar("C", bound=BaseModel)
+T = TypeVar("T")
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")  # ${NAME}; ${input:ID} and the like are not variables
 
 
@@ -36,12 +37,43 @@ def expand_variables(text: str, values: Mapping[str, str], missing: Callable[[st
     return VARIABLE.sub(value, text)
 
 
+class _NotHashed:
+    """The mark ``Unhashed`` puts on a field."""
+
+    def __repr__(self) -> str:
+        return "Unhashed"
+
+
+NOT_HASHED = _NotHashed()
+Unhashed = Annotated[T, NOT_HASHED]
+"""A config field outside the config hash: how a stage runs (concurrency, endpoints, timeouts, progress),
+not what it makes, so it may change between a run and its resume. ``workers: Unhashed[int] = Field(4)``."""
+
+
+class SecretSource:
+    """Marks a config field whose value says where secrets come from (a servers file): ``read(value, config)``
+    gives them as {name: value}, and the stage's redactor hides each wherever it would be written.
+    ``servers_config: Annotated[str | None, SecretSource(read)]``."""
+
+    def __init__(self, read: Callable[[Any, BaseModel], dict[str, str]]):
+        self.read = read
+
+
+def field_secrets(cfg: BaseModel) -> dict[str, str]:
+    """The secrets the fields of ``cfg`` marked with ``SecretSource`` point at."""
+    out: dict[str, str] = {}
+    for name, field in type(cfg).model_fields.items():
+        for mark in field.metadata:
+            if isinstance(mark, SecretSource):
+                out.update(mark.read(getattr(cfg, name), cfg))
+    return out
+
+
 class StageConfig(BaseModel):
     """Base of every stage's config: unknown keys are errors, not silently ignored.
 
     Numbers are finite (an infinite timeout or temperature is a typo, and JSON cannot hold it).
-    Fields marked ``json_schema_extra={"hash": False}`` (concurrency, budgets,
-    progress) may change between a run and its resume without counting as a
+    Fields marked ``Unhashed`` may change between a run and its resume without counting as a
     different config.
     """
 
@@ -169,9 +201,8 @@ def hashed_dict(cfg: BaseModel) -> dict[str, Any]:
 
 def _strip(model: BaseModel, data: dict[str, Any]) -> dict[str, Any]:
     for name, field in type(model).model_fields.items():
-        extra = field.json_schema_extra
         value = getattr(model, name, None)
-        if isinstance(extra, dict) and extra.get("hash") is False:
+        if NOT_HASHED in field.metadata:
             data.pop(name, None)
         elif isinstance(value, BaseModel) and isinstance(data.get(name), dict):
             _strip(value, data[name])

@@ -5,18 +5,19 @@ replaces with ``[REDACTED]`` the values of secret-named environment variables an
 of the servers config's ``env`` and ``headers`` (over a length and entropy floor, so
 ``false`` or ``UTC`` stay), those values split by invisible characters, and forms
 that are a credential wherever they appear (``Bearer`` tokens, passwords in URLs,
-known token formats). ``trajkit.runner`` builds one per stage and makes it
-``current()``; the store, manifests, log lines and the call cache apply it.
+known token formats). ``trajkit.runner`` builds one per stage and hands it to the
+stage's store (``Store.redactor``), which applies it to rows, manifests and stage
+configs; the stage's log lines, call cache entries and errors go through the same one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
 from collections import Counter
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
@@ -63,22 +64,25 @@ NOT_A_VALUE = re.compile(r"_(?:FILE|PATH|DIR|URL|ENDPOINT|SOCK|NAME|ENV)$", re.I
 MIN_LEN = 6
 MIN_BITS = 12.0  # length x Shannon entropy per character: "false" has 11.6, "hunter2" 19.7
 TOKEN_COLUMNS = ("token_ids", "loss_mask", "logprobs")
-# Forms that are a credential wherever they appear: (pattern, replacement), read alike by Python's re and RE2.
-FORMS = (
-    (r"(\b(?i:bearer)\s+)[A-Za-z0-9._~+/=-]{12,}", r"\1" + REDACTED),
-    (r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:)[^/\s@]+@", r"\1" + REDACTED + "@"),
-    *(
-        (p, REDACTED)
-        for p in (
-            r"\bhf_[A-Za-z0-9]{30,}",
-            r"\bsk-(?:proj-|ant-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}",
-            r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
-            r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})",
-            r"\bAIza[0-9A-Za-z_-]{35}",
-            r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
-        )
-    ),
-)
+# The one list of forms that are a credential wherever they appear, read alike by Python's re and Arrow's RE2:
+# kind -> (pattern, what the redactor writes in its place, or None for a form only the push scan refuses:
+# ``data_cards/secret_scan.py`` finds every one). A replacement keeps the groups around the secret.
+CREDENTIALS: dict[str, tuple[str, str | None]] = {
+    "Hugging Face token": (r"\bhf_[A-Za-z0-9]{30,}", REDACTED),
+    "OpenAI or Anthropic key": (r"\bsk-(?:proj-|ant-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}", REDACTED),
+    "AWS access key id": (r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", REDACTED),
+    "AWS secret access key": (r"((?i:aws_?secret_?access_?key)\W{1,4})[A-Za-z0-9/+]{40}", r"\1" + REDACTED),
+    "GitHub token": (r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})", REDACTED),
+    "Google API key": (r"\bAIza[0-9A-Za-z_-]{35}", REDACTED),
+    "Slack token": (r"\bxox[abposr]-[A-Za-z0-9-]{10,}", REDACTED),
+    # the key below the line is what matters, and text goes on after it: refused, not rewritten
+    "private key": (r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----", None),
+    "Bearer header": (r"(\b(?i:bearer)\s+)[A-Za-z0-9._~+/=-]{12,}", r"\1" + REDACTED),
+    "credentials in a URL": (r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:)[^/\s@\[\]]+@", r"\1" + REDACTED + "@"),
+    # ordinary words hold soft hyphens too; known values are redacted through invisible characters anyway
+    "token split by an invisible character": (f"[A-Za-z0-9_-]{{4}}[{INVISIBLE}]+[A-Za-z0-9_-]{{4}}", None),
+}
+FORMS = tuple((pattern, replacement) for pattern, replacement in CREDENTIALS.values() if replacement is not None)
 
 
 def entropy_bits(value: str) -> float:
@@ -141,6 +145,11 @@ def config_secrets(servers: Mapping[str, Any], environ: Mapping[str, str] | None
     return out
 
 
+def config_inputs(cfg: Any) -> dict[str, str]:
+    """The values a stage config gives VS Code's ``${input:ID}`` (its ``inputs``): {ID: value}."""
+    return {k: v.get_secret_value() for k, v in (getattr(cfg, "inputs", None) or {}).items()}
+
+
 def _flag_values(args: list[str]) -> list[tuple[str, str]]:
     """(flag, value) for every ``--flag VALUE`` and ``--flag=VALUE`` in a command line."""
     out = []
@@ -174,23 +183,29 @@ class Redactor:
     @classmethod
     def for_stage(cls, cfg: Any, environ: Mapping[str, str] | None = None) -> Redactor:
         """The environment's secret-named variables, the ``inputs`` a stage config gives (VS Code's
-        ``${input:ID}``), and the env and header values of the servers file it names (``servers_config``,
-        or ``servers`` when it is a path)."""
-        from trajkit.envs.config import load_servers_config
+        ``${input:ID}``), and what its fields marked ``SecretSource`` point at (the env and header values
+        of a servers file: ``trajkit.envs.config.ServersFile``)."""
+        from trajkit.config import field_secrets
 
         values = environment_secrets(environ)
-        inputs = {k: v.get_secret_value() for k, v in (getattr(cfg, "inputs", None) or {}).items()}  # ${input:ID}
-        values.update({f"input.{k}": v for k, v in inputs.items() if worth_redacting(v, True)})
-        for field in ("servers_config", "servers"):
-            path = getattr(cfg, field, None)
-            if isinstance(path, str) and Path(path).is_file():
-                values.update(config_secrets(load_servers_config(path, inputs), environ))
+        values.update({f"input.{k}": v for k, v in config_inputs(cfg).items() if worth_redacting(v, True)})
+        values.update(field_secrets(cfg))
         return cls(values)
 
     def text(self, text: str) -> str:
         for rx, replacement in self._compiled:
             text = rx.sub(replacement, text)
         return text
+
+    @contextlib.contextmanager
+    def errors(self) -> Iterator[None]:
+        """An exception leaving the block leaves with its text redacted (a message may quote a server's
+        stderr or a config value), so whoever prints it prints no secret."""
+        try:
+            yield
+        except BaseException as e:
+            e.args = tuple(self.text(a) if isinstance(a, str) else a for a in e.args)
+            raise
 
     def value(self, data: Any) -> Any:
         """Strings anywhere in dicts, lists and tuples redacted (keys too)."""
@@ -256,16 +271,3 @@ class Redactor:
             rows[pc.list_parent_indices(arr).to_numpy()[mask]] = True
             return rebuilt, rows
         return arr, None
-
-
-_current = Redactor(environment_secrets())
-
-
-def current() -> Redactor:
-    """The redactor of the stage running now (the environment's secrets alone before any stage ran)."""
-    return _current
-
-
-def activate(redactor: Redactor) -> None:
-    global _current
-    _current = redactor

@@ -1,13 +1,15 @@
 """Running one stage: config check, resume, writers, counters, usage, manifest last.
 
-A stage is a ``StageSpec``: a config class and a function ``run(ctx, cfg)`` that
-reads tables through ``ctx.store`` and writes rows through ``ctx.write``. The
-runner makes every stage resumable the same way:
+A stage is a ``StageSpec``: a config class and a function ``run(ctx, cfg)`` (or an
+``async def``, which the runner runs on an event loop of its own) that reads
+tables through ``ctx.store`` and writes rows through ``ctx.write``. The runner
+makes every stage resumable the same way:
 
 * the config is written when the stage starts; a rerun with a different config
   is a user error unless ``fresh`` (which deletes the stage's own shards);
 * a stage whose manifest exists is complete and is skipped;
-* ``ctx.done(table)`` gives the ids this stage already wrote, so it skips them;
+* ``ctx.todo(items, table, key)`` hands the stage the items still to do for its
+  shard: those its rank owns whose row is not yet in ``table``;
 * writers are flushed on every exit path, and the manifest is written last;
 * a run takes its shard's lease first: an older run of the same shard that is
   still alive (a killed driver's Ray task, a second shell) is fenced off, its
@@ -16,35 +18,44 @@ runner makes every stage resumable the same way:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import functools
 import hashlib
-import json
+import inspect
+import operator
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Collection, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from trajkit import __version__, redact
+from trajkit import __version__
 from trajkit import schema as S
-from trajkit.concurrency import bounded, cpus
+from trajkit.concurrency import Share, bounded, machine_cpus
 from trajkit.config import StageConfig, config_differences, config_hash, hashed_dict
 from trajkit.errors import Fenced, StageStopped, UserError
+from trajkit.models.accounting import Usage
 from trajkit.progress import console, display, to_file
-from trajkit.redact import Redactor, clean_endpoint, clean_endpoints
-from trajkit.store import STAGES_DIR, ShardWriter, Store, atomic_write_json, remove_empty_tree
+from trajkit.redact import Redactor, clean_endpoints
+from trajkit.store import STAGES_DIR, ShardWriter, Store, remove_empty_tree
+
+if TYPE_CHECKING:
+    from trajkit.models.base import Backend, ModelSpec
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class StageSpec:
-    """What a stage is: its kind (``curate.import``), config class, function and tables.
+    """What a stage is: its kind (``curate.import``), config class, function (plain or ``async def``) and
+    tables, and ``help``, the one line its command shows (``trajkit synth tasks --help``).
 
     ``retry`` is the stage's one retry rule: called with the context and config
     before the stage runs (a first run finds nothing), it drops this rank's rows
@@ -60,94 +71,12 @@ class StageSpec:
 
     kind: str
     config: type[StageConfig]
-    run: Callable[[StageContext, Any], dict[str, Any] | None]
+    run: Callable[[StageContext, Any], dict[str, Any] | None | Awaitable[dict[str, Any] | None]]
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
     help: str = ""
     retry: Callable[[StageContext, Any], int] | None = None
     report: Callable[[StageContext, Any], dict[str, Any]] | None = None
-
-
-@dataclass
-class Usage:
-    """Tokens, calls and cost of one stage, with an optional budget cap.
-
-    ``add`` raises StageStopped once a cap is passed; the runner then flushes
-    what was written and leaves the stage resumable.
-    """
-
-    max_tokens: int | None = None
-    max_cost: float | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    calls: int = 0
-    cached_calls: int = 0
-    cost: float = 0.0
-    endpoints: dict[str, dict[str, float]] = field(default_factory=dict)  # openai: url -> requests, errors, seconds
-    served: dict[str, str] = field(default_factory=dict)  # openai: model name -> what its endpoints report serving
-    served_file: Path | None = None  # where the stage keeps ``served`` across resumes
-
-    def serving(self, model: str, reported: str) -> None:
-        """Record the model an endpoint reports serving (``/v1/models``) for the configured ``model``. A stage
-        never mixes models: one its earlier runs recorded otherwise is a user error (the endpoint left the
-        config hash, so this is what tells a moved endpoint from another model)."""
-        if self.served_file is not None and self.served_file.is_file():
-            self.served.update(json.loads(self.served_file.read_text()))
-        before = self.served.get(model)
-        if before is not None and before != reported:
-            raise UserError(
-                f"model {model!r}: the endpoint serves {reported!r}, but this stage was run with {before!r}; "
-                f"a stage never mixes models: point base_url at a server of {before!r}, or pass --fresh"
-            )
-        if before is None:
-            self.served[model] = reported
-            if self.served_file is not None:
-                atomic_write_json(self.served_file, self.served)
-
-    def add(self, prompt_tokens: int = 0, completion_tokens: int = 0, cost: float = 0.0, cached: bool = False) -> None:
-        if cached:
-            self.cached_calls += 1
-            return
-        self.calls += 1
-        self.prompt_tokens += prompt_tokens
-        self.completion_tokens += completion_tokens
-        self.cost += cost
-        self.check()
-
-    def check(self) -> None:
-        total = self.prompt_tokens + self.completion_tokens
-        if self.max_tokens is not None and total > self.max_tokens:
-            raise StageStopped(f"token budget reached ({total} > {self.max_tokens})")
-        if self.max_cost is not None and self.cost > self.max_cost:
-            raise StageStopped(f"cost budget reached ({self.cost:.4f} > {self.max_cost})")
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "calls": self.calls,
-            "cached_calls": self.cached_calls,
-            "cost": round(self.cost, 6),
-            **({"endpoints": _endpoint_summary(self.endpoints)} if self.endpoints else {}),
-            **({"served": dict(sorted(self.served.items()))} if self.served else {}),
-        }
-
-
-def _endpoint_summary(endpoints: dict[str, dict[str, float]]) -> dict[str, dict[str, Any]]:
-    """Per endpoint (without credentials or query string): requests, errors and mean latency."""
-    merged: dict[str, dict[str, float]] = {}
-    for url, e in endpoints.items():
-        m = merged.setdefault(clean_endpoint(url), {"requests": 0, "errors": 0, "seconds": 0.0})
-        for key in m:
-            m[key] += e[key]
-    return {
-        url: {
-            "requests": int(e["requests"]),
-            "errors": int(e["errors"]),
-            "mean_latency_s": round(e["seconds"] / e["requests"], 4) if e["requests"] else None,
-        }
-        for url, e in sorted(merged.items())
-    }
 
 
 # per table, the column whose values the manifest tallies as "<prefix>.<value>"
@@ -162,7 +91,9 @@ _TALLIES = {
 
 @dataclass
 class StageContext:
-    """What a running stage sees: the store, its name and shard, writers and counters."""
+    """What a running stage sees: the store (which redacts what it writes with the stage's redactor), its
+    name and shard, writers and counters, its usage, and its ``share`` of the machine (the CPUs its pools
+    size from)."""
 
     store: Store
     name: str
@@ -173,6 +104,7 @@ class StageContext:
     counts: Counter = field(default_factory=Counter)
     quiet: bool = False
     progress_file: Path | None = None
+    share: Share = field(default_factory=Share)
     _writers: dict[str, ShardWriter] = field(default_factory=dict)
     _rejected: set[str] | None = None
 
@@ -199,7 +131,7 @@ class StageContext:
         rows first: a kill between the two then redoes the row, and the rejects
         already written are skipped here (the other order would lose them).
         """
-        reject_id = S.content_id(table, row_id, self.name, reason)
+        reject_id = self.reject_id(table, row_id, reason)
         if self._rejected is None:
             self._rejected = self.done("rejected")
         if reject_id in self._rejected:
@@ -216,6 +148,10 @@ class StageContext:
                 "detail": detail,
             },
         )
+
+    def reject_id(self, table: str, row_id: str, reason: str) -> str:
+        """The id of this stage's ``rejected`` row for (row, reason): the key of a reject in ``todo``."""
+        return S.content_id(table, row_id, self.name, reason)
 
     def flush(self) -> None:
         for w in self._writers.values():
@@ -318,6 +254,26 @@ class StageContext:
                 self.counts[f"{prefix}.{value}"] = n
 
     # ------------------------------------------------------------ resume and sharding
+    def todo(
+        self,
+        items: Iterable[T],
+        done: str | Collection[Hashable],
+        key: str | Callable[[T], Hashable],
+        shard: str | Callable[[T], str] | None = None,
+    ) -> list[T]:
+        """The items still to do for this shard, in their order: those this rank owns (``mine`` of ``shard``'s
+        id, by default ``key``'s) whose ``key`` is not done: not an id this stage already wrote to the table
+        ``done`` names (or not among the keys ``done`` holds). ``key`` and ``shard``: a field of dict items,
+        or a function of an item. Owned items found done (a resumed run's) are counted as ``resumed``."""
+        key_of = key if callable(key) else operator.itemgetter(key)
+        shard_of = key_of if shard is None else shard if callable(shard) else operator.itemgetter(shard)
+        done = self.done(done) if isinstance(done, str) else done
+        owned = [item for item in items if self.mine(shard_of(item))]
+        todo = [item for item in owned if key_of(item) not in done]
+        if len(owned) > len(todo):
+            self.counts["resumed"] += len(owned) - len(todo)
+        return todo
+
     def done(self, table: str) -> set[str]:
         """Ids of rows this stage (any rank) already wrote to a table."""
         return self.store.ids(table, stage=self.name)
@@ -328,12 +284,20 @@ class StageContext:
             return True
         return int(hashlib.sha256(row_id.encode()).hexdigest()[:8], 16) % self.world_size == self.rank
 
+    # ------------------------------------------------------------ models
+    def backend(self, spec: ModelSpec) -> Backend:
+        """The backend of a model spec for this stage: its calls counted into the stage's usage (and budget),
+        kept in the run's call cache, redacted as the stage's rows are."""
+        from trajkit.models import make_backend
+
+        return make_backend(spec, self.usage, self.store.root / "_cache", self.store.redactor)
+
     # ------------------------------------------------------------ reporting
     def log(self, message: str) -> None:
         if not self.quiet:
             from rich.markup import escape  # messages carry server and model text: shown literally
 
-            text = escape(redact.current().text(message))
+            text = escape(self.store.redactor.text(message))
             console().print(f"[dim]{escape(self.name)}[/]: {text}", highlight=False)
 
     @contextlib.contextmanager
@@ -435,51 +399,102 @@ def run_stage(
     budget_tokens: int | None = None,
     budget_cost: float | None = None,
     progress_file: Path | None = None,
+    cpus: int | None = None,
 ) -> dict[str, Any]:
     """Run (or resume, or skip) one stage and return its manifest. ``progress_file``: where a shard run by
-    another process's executor keeps its progress (``trajkit.progress.to_file``)."""
+    another process's executor keeps its progress (``trajkit.progress.to_file``); ``cpus``: the CPUs an
+    executor gave it (by default every CPU this process may run on)."""
     name = name or spec.kind.split(".")[-1]
     check_runner_options(rank, world_size, budget_tokens, budget_cost)
-    redact.activate(Redactor.for_stage(cfg))  # rows, manifests, log lines and cache entries go through it
-    chash, pin = check_config(store, name, cfg, fresh, spec.kind)
-    done = store.manifest(name, rank, world_size)
-    if done is not None and not fresh:
-        for table in spec.outputs:  # a complete stage whose shard was damaged since: name it, never skip silently
-            try:
-                store.validate(table, stage=name)
-            except UserError as e:
-                raise UserError(f"stage {name!r} is complete but {e}; rerun with --fresh to redo it") from None
-        for table, wrote in done.get("outputs", {}).items() if world_size == 1 else ():
-            if (held := store.count(table, stage=name)) != wrote:  # shards lost, or copied in twice
-                raise UserError(
-                    f"stage {name!r} is complete but its {table} shards hold {held} rows, not the {wrote} "
-                    f"it wrote; rerun with --fresh to redo it"
-                )
-        if not quiet:
-            console().print(f"[dim]{name}[/]: already complete, skipped{_summary(done, spec)}", highlight=False)
-        return done
-    # the stage's folders this run makes, removed if it fails leaving them empty; not with other ranks
-    # starting beside it in the same folders
-    made = [d for d in (store.root / STAGES_DIR, store.stage_dir(name)) if not d.is_dir() and world_size == 1]
-    store = store.leased(name, rank)  # an older run of this shard still alive is fenced off from here on
-    store.clean_temp(name, rank)
-    if pin:
-        atomic_write_json(
-            store.stage_dir(name) / "_config.json",
-            redact.current().value(
-                {"stage": name, "kind": spec.kind, "config": hashed_dict(cfg), "config_hash": chash}
-            ),
+    redactor = Redactor.for_stage(cfg)  # rows, manifests, log lines, call cache entries and errors go through it
+    with redactor.errors():
+        chash, pin = check_config(store, name, cfg, fresh, spec.kind)
+        done = None if fresh else _completed(store, spec, name, rank, world_size)
+        if done is not None:
+            if not quiet:
+                console().print(f"[dim]{name}[/]: already complete, skipped{_summary(done, spec)}", highlight=False)
+            return done
+        # the stage's folders this run makes, removed if it fails leaving them empty; not with other ranks
+        # starting beside it in the same folders
+        made = [d for d in (store.root / STAGES_DIR, store.stage_dir(name)) if not d.is_dir() and world_size == 1]
+        store = store.leased(name, rank, redactor)  # an older run of this shard still alive is fenced off from here on
+        store.clean_temp(name, rank)
+        if pin:
+            config = {"stage": name, "kind": spec.kind, "config": hashed_dict(cfg), "config_hash": chash}
+            store.write_json(store.stage_dir(name) / "_config.json", config)
+        usage = Usage(budget_tokens, budget_cost, served_file=store.stage_dir(name) / "_served.json")
+        share = Share(cpus or machine_cpus())
+        ctx = StageContext(
+            store, name, spec.kind, rank, world_size, usage, quiet=quiet, progress_file=progress_file, share=share
         )
-    usage = Usage(budget_tokens, budget_cost, served_file=store.stage_dir(name) / "_served.json")
-    ctx = StageContext(store, name, spec.kind, rank, world_size, usage, quiet=quiet, progress_file=progress_file)
-    started, t0 = _now(), time.monotonic()
-    inputs = {t: {"rows": store.count(t), "shards": len(store.shards(t))} for t in spec.inputs}
+        started, t0 = _now(), time.monotonic()
+        inputs = {t: {"rows": store.count(t), "shards": len(store.shards(t))} for t in spec.inputs}
+        extra = _execute(ctx, spec, cfg, made)
+        for table in S.TABLES:  # the stage's many small shards (written as rows finished) merged into few
+            store.compact(table, name, rank)
+        ctx.recount()
+        manifest = {
+            "stage": name,
+            "kind": spec.kind,
+            "config": clean_endpoints(cfg.model_dump(mode="json")),
+            "config_hash": chash,
+            "inputs": inputs,
+            "outputs": {t: store.count(t, stage=name) for t in S.TABLES if store.shards(t, name)},
+            "code_version": code_version(),
+            "python": sys.version.split()[0],
+            "cpus": ctx.share.cpus,
+            "rank": rank,
+            "world_size": world_size,
+            "started_at": started,
+            "finished_at": _now(),
+            "seconds": round(time.monotonic() - t0, 3),
+            "counts": dict(sorted(ctx.counts.items())),
+            "usage": ctx.usage.as_dict(),
+            **({"summary": extra} if extra else {}),
+        }
+        store.lease.check()
+        store.write_json(store.manifest_path(name, rank, world_size), manifest)
+        if not quiet:
+            console().print(
+                f"[dim]{name}[/]: done in {manifest['seconds']:.1f}s{_summary(manifest, spec)}", highlight=False
+            )
+        return manifest
+
+
+def _completed(store: Store, spec: StageSpec, name: str, rank: int, world_size: int) -> dict[str, Any] | None:
+    """The manifest of a shard that completed, or None; a complete stage whose shards were damaged, lost or
+    copied in twice since is named, never skipped silently."""
+    done = store.manifest(name, rank, world_size)
+    if done is None:
+        return None
+    for table in spec.outputs:
+        try:
+            store.validate(table, stage=name)
+        except UserError as e:
+            raise UserError(f"stage {name!r} is complete but {e}; rerun with --fresh to redo it") from None
+    for table, wrote in done.get("outputs", {}).items() if world_size == 1 else ():
+        if (held := store.count(table, stage=name)) != wrote:
+            raise UserError(
+                f"stage {name!r} is complete but its {table} shards hold {held} rows, not the {wrote} "
+                f"it wrote; rerun with --fresh to redo it"
+            )
+    return done
+
+
+def _execute(ctx: StageContext, spec: StageSpec, cfg: StageConfig, made: list[Path]) -> dict[str, Any]:
+    """The stage's retry rule, then the stage (an async one on an event loop of its own): its summary. Its rows
+    are flushed on every exit path; one that fails having written nothing pins no config, holds no lease and
+    leaves none of the ``made`` folders."""
+    store, name = ctx.store, ctx.name
     try:
         retried = spec.retry(ctx, cfg) if spec.retry is not None else 0
         if retried:
             ctx.counts["retried"] += retried
             ctx.log(f"running again {retried} unit(s) that failed in a way a rerun may cure")
-        extra = spec.run(ctx, cfg) or {}
+        extra = spec.run(ctx, cfg)
+        if inspect.isawaitable(extra):
+            extra = asyncio.run(extra)
+        return extra or {}
     except Fenced:
         ctx.discard()
         raise
@@ -497,35 +512,6 @@ def run_stage(
         raise
     finally:
         ctx.flush()
-    for table in S.TABLES:  # the stage's many small shards (written as rows finished) merged into few
-        store.compact(table, name, rank)
-    ctx.recount()
-    manifest = {
-        "stage": name,
-        "kind": spec.kind,
-        "config": clean_endpoints(cfg.model_dump(mode="json")),
-        "config_hash": chash,
-        "inputs": inputs,
-        "outputs": {t: store.count(t, stage=name) for t in S.TABLES if store.shards(t, name)},
-        "code_version": code_version(),
-        "python": sys.version.split()[0],
-        "cpus": cpus(),
-        "rank": rank,
-        "world_size": world_size,
-        "started_at": started,
-        "finished_at": _now(),
-        "seconds": round(time.monotonic() - t0, 3),
-        "counts": dict(sorted(ctx.counts.items())),
-        "usage": ctx.usage.as_dict(),
-        **({"summary": extra} if extra else {}),
-    }
-    store.lease.check()
-    atomic_write_json(store.manifest_path(name, rank, world_size), redact.current().value(manifest))
-    if not quiet:
-        console().print(
-            f"[dim]{name}[/]: done in {manifest['seconds']:.1f}s{_summary(manifest, spec)}", highlight=False
-        )
-    return manifest
 
 
 def _summary(manifest: dict[str, Any], spec: StageSpec) -> str:

@@ -33,8 +33,9 @@ DIFFICULTIES = ("unsolved", "hard", "medium", "easy", "trivial")
 SPLITS = ("train", "held_out")
 REVIEW_TARGETS = ("task", "trajectory")
 REVIEW_DECISIONS = ("accept", "reject")
-# Why a trajectory (or an attempt's sample) did not end well, beside the free-text reason; set where
-# the agent loop and the stages write reasons (envs/agent.py, synth/rollouts.py, synth/extend.py).
+# Why a trajectory (or an attempt's sample, or a harvested server) did not end well, beside the free-text
+# reason; set where the agent loop and the stages write reasons (envs/agent.py, envs/discovery.py,
+# synth/rollouts.py, synth/extend.py).
 REASON_CODES = (
     "model_error",  # the model request failed
     "malformed_call",  # a tool call that could not be parsed
@@ -55,10 +56,13 @@ REASON_CODES = (
     "interrupted",  # the recording proxy stopped before the upstream answered the call
 )
 
+TRANSIENT = ("model_error", "timeout")  # the reason codes of faults a rerun may cure: stages retry them
+
 ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
     ("servers", "status"): SERVER_STATUS,
     ("servers", "transport"): TRANSPORTS,
     ("servers", "state"): SERVER_STATES,
+    ("servers", "reason_code"): REASON_CODES,
     ("tasks", "mode"): TASK_MODES,
     ("tasks", "vs_method"): VS_METHODS,
     ("trajectories", "status"): TRAJ_STATUS,
@@ -196,9 +200,12 @@ SERVERS = Table(
             pa.field("notes", pa.list_(pa.string())),  # warnings about the server, e.g. a stateful HTTP server
             _req("status", pa.string()),
             pa.field("reason", pa.string()),
+            pa.field("reason_code", pa.string()),  # why a server failed (timeout: retried on resume)
         ]
     ),
     doc="Harvested MCP servers: one row per entry of the mcpServers config.",
+    version=2,
+    added=("reason_code",),
 )
 
 TASKS = Table(

@@ -9,8 +9,8 @@ Layout::
       _stages/<stage>/_manifest.json          written last: the stage completed
 
 Only this module writes shards: through pyarrow, cast to the table's schema,
-secrets redacted (``trajkit.redact``), to a temporary file that is fsynced and
-renamed into place. A run of a stage shard holds a ``Lease`` on it
+secrets redacted by the store's ``redactor`` (a stage's run sets the stage's:
+``trajkit.redact``), to a temporary file that is fsynced and renamed into place. A run of a stage shard holds a ``Lease`` on it
 (``_stages/<stage>/_lease-r<rank>``); a newer run of the same shard takes the
 lease over, and the older run's next commit then fails (``Fenced``) with its
 temporary file removed, so a rerun never races an older run that is still
@@ -33,9 +33,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from trajkit import redact
 from trajkit import schema as S
 from trajkit.errors import Fenced, UserError
+from trajkit.redact import SHARD_MARK, Redactor, environment_secrets
 
 STAGES_DIR = "_stages"
 TMP_PREFIX = ".tmp-"
@@ -153,8 +153,8 @@ class ShardWriter:
         self._pending = [rest] if len(rest) else []
         self._buffered = len(rest)
         path = self.store.table_dir(self.table) / f"{self.stage}-r{self.rank}-{self._seq:06d}.parquet"
-        shard = redact.current().table(shard)  # once per shard: a call per small write cost more than the stage
-        shard = shard.replace_schema_metadata({**(shard.schema.metadata or {}), redact.SHARD_MARK: b"1"})
+        shard = self.store.redactor.table(shard)  # once per shard: a call per small write cost more than the stage
+        shard = shard.replace_schema_metadata({**(shard.schema.metadata or {}), SHARD_MARK: b"1"})
         _write_parquet_atomic(path, shard.combine_chunks(), self.store.lease)
         self._seq += 1
         self.rows_written += len(shard)
@@ -245,9 +245,11 @@ def existing_run(root: str | Path) -> Store:
 
 class Store:
     """A run directory. ``create=False`` makes a missing directory a user error; ``create=True`` (a stage
-    that writes) also requires it to be writable."""
+    that writes) also requires it to be writable. ``redactor``: what every shard, manifest and stage config
+    written through this store passes through (by default the environment's secrets; a stage's run sets the
+    stage's, ``runner.run_stage``)."""
 
-    def __init__(self, root: str | Path, create: bool = False):
+    def __init__(self, root: str | Path, create: bool = False, redactor: Redactor | None = None):
         self.root = Path(root)
         if not self.root.is_dir():
             if not create:
@@ -262,15 +264,33 @@ class Store:
             CREATED_RUNS.append(top)
         elif create and not os.access(self.root, os.W_OK | os.X_OK):
             raise UserError(f"the run directory {self.root} is not writable (read-only file system or permissions)")
+        self._redactor = redactor
         self.lease: Lease | None = None  # set on the store a stage run writes through (``leased``)
         self._checked: dict[Path, tuple[int, int]] = {}  # shards ``validate`` found good: (mtime_ns, size)
 
-    def leased(self, stage: str, rank: int) -> Store:
+    @property
+    def redactor(self) -> Redactor:
+        """What this store's writes go through (made on first use: most stores only read)."""
+        if self._redactor is None:
+            self._redactor = Redactor(environment_secrets())
+        return self._redactor
+
+    @redactor.setter
+    def redactor(self, redactor: Redactor) -> None:
+        self._redactor = redactor
+
+    def leased(self, stage: str, rank: int, redactor: Redactor) -> Store:
         """Take the lease on a stage shard (fencing off any older run of it) and return this run directory
-        as the new run writes to it: every shard it commits or rewrites checks the lease first."""
+        as the new run writes to it: every shard it commits or rewrites checks the lease first, and goes
+        through the stage's ``redactor``."""
         store = copy.copy(self)
         store.lease = Lease(self.stage_dir(stage) / f"_lease-r{rank}", stage, rank)
+        store.redactor = redactor
         return store
+
+    def write_json(self, path: Path, obj: Any) -> None:
+        """A stage's bookkeeping (config, manifest) written atomically, through the store's redactor."""
+        atomic_write_json(path, self.redactor.value(obj))
 
     # ------------------------------------------------------------ paths
     def table_dir(self, table: str) -> Path:
@@ -338,9 +358,9 @@ class Store:
             first, last = group[0][0], group[-1][0]
             path = self.table_dir(table) / f"{safe_name(stage)}-r{rank}-{first:06d}-{last:06d}.parquet"
             parts = [pq.read_table(p) for _, p in group]
-            marked = all(redact.SHARD_MARK in (t.schema.metadata or {}) for t in parts)
+            marked = all(SHARD_MARK in (t.schema.metadata or {}) for t in parts)
             data = pa.concat_tables(parts).combine_chunks()
-            meta = {k: v for k, v in (data.schema.metadata or {}).items() if marked or k != redact.SHARD_MARK}
+            meta = {k: v for k, v in (data.schema.metadata or {}).items() if marked or k != SHARD_MARK}
             _write_parquet_atomic(path, data.replace_schema_metadata(meta), self.lease)
             for _, p in group:
                 p.unlink(missing_ok=True)
@@ -372,7 +392,7 @@ class Store:
     def redacted(self, table: str) -> bool:
         """Whether every shard of a table was redacted as it was written (not one copied in by hand,
         or written before ``trajkit.redact`` existed)."""
-        return all(redact.SHARD_MARK in (pq.read_schema(p).metadata or {}) for p in self.shards(table))
+        return all(SHARD_MARK in (pq.read_schema(p).metadata or {}) for p in self.shards(table))
 
     def validate(self, table: str, stage: str | None = None) -> list[Path]:
         """Open every shard of a table (or of one stage's) and check its schema; returns the shard paths.

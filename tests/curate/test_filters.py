@@ -100,7 +100,7 @@ def test_filters_skip_tasks_rejected_by_other_stages(filled):
         ("tests.curate.custom_filters:wrong_type", "returned 3"),
         ("tests.curate.custom_filters:NOT_CALLABLE", "is not callable"),
         ("tests.curate.custom_filters:absent", "has no 'absent'"),
-        ("no_such_module_xyz:fn", "cannot import filter"),
+        ("no_such_module_xyz:fn", "cannot import custom filter"),
     ],
 )
 def test_broken_custom_filters_are_user_errors(filled, custom, message):

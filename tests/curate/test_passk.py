@@ -245,18 +245,18 @@ def test_resume_drops_transient_failures_and_keeps_orphan_trajectories_to_reuse(
 
     store = Store(run_dir)
 
-    def traj(tid, status, reason=None):
-        return {"traj_id": tid, "task_id": "t", "status": status, "reason": reason}
+    def traj(tid, status, reason=None, code=None):
+        return {"traj_id": tid, "task_id": "t", "status": status, "reason": reason, "reason_code": code}
 
     store.write(
         "trajectories",
         "passk",
         [
             traj("judged", "completed"),
-            traj("down", "failed", "model error: HTTP 503"),  # its sample says transient: both go
+            traj("down", "failed", "model error: HTTP 503", "model_error"),  # its sample says transient: both go
             traj("orphan-ok", "completed"),  # a kill came before its sample: kept, reused by the rerun
-            traj("orphan-down", "failed", "tool add (calc) failed: tools/call timed out after 30s"),  # goes
-            traj("orphan-crash", "failed", "tool add (calc) failed: server exited"),  # a fault of this input: kept
+            traj("orphan-down", "failed", "tool add (calc) failed: tools/call timed out after 30s", "timeout"),  # goes
+            traj("orphan-crash", "failed", "tool add (calc) failed: server exited", "server_crash"),  # kept
         ],
     )
     ok = Result(1.0, "pass")

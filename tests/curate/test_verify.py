@@ -82,6 +82,26 @@ def test_outside_completions_become_samples_and_passk(run_dir, tmp_path, problem
     ]
 
 
+def test_the_stages_run_is_hidden_from_the_programs_it_verifies(tmp_path, problems):
+    """The run a stage works in is outside the filesystem its sandbox's programs see (an allowlist): a program
+    cannot find it (and read the tests it is judged by), wherever it lies (here under /var/tmp)."""
+    import shutil
+    import uuid
+
+    root = f"/var/tmp/trajkit-run-{uuid.uuid4().hex}"
+    try:
+        store = Store(root, create=True)
+        run(store, "curate.import", preset="humaneval", limit=1)
+        peek = f"import os\nassert not os.path.lexists({root!r})\n"
+        good = problems[0]["prompt"] + problems[0]["canonical_solution"]
+        lines = [{"task_id": "HumanEval/0", "completion": f"```python\n{peek}{good}```"}]
+        run(store, "curate.verify", completions=str(write_jsonl(tmp_path / "c.jsonl", lines)), workers=1)
+        (sample,) = store.rows("samples")
+        assert sample["verdict"] == "pass", sample["output_tail"]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def test_mbpp_parquet_completions_are_whole_programs(run_dir, tmp_path):
     store = Store(run_dir)
     run(store, "curate.import", preset="mbpp", path=str(write_jsonl(tmp_path / "mbpp.jsonl", MBPP_RECORDS)))

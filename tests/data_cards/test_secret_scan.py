@@ -17,6 +17,9 @@ SECRETS = {
     "Google API key": "AIza" + "SyA1234567890abcdefghijklmnopqrstuv",
     "Slack token": "xoxb-1234567890-abcdefghij",
     "private key": "-----BEGIN OPENSSH PRIVATE KEY-----",
+    "Bearer header": "Authorization: Bearer " + "eyJhbGciOiJIUzI1NiJ9xyz",
+    "credentials in a URL": "postgres://app:" + "Pg-Passw0rd-4471" + "@db.internal/shop",
+    "token split by an invisible character": "tok3n\u200bva1ue",
 }
 
 
@@ -73,3 +76,18 @@ def test_parquet_scan_reaches_nested_strings_and_names_the_row(tmp_path):
         ("messages.content", 250, "GitHub token"),
     ]
     assert all("hunter22" not in str(f) and SECRETS["GitHub token"] not in str(f) for f in found)
+
+
+def test_the_redactor_and_the_push_scan_share_one_list_of_credential_forms():
+    """One list, ``redact.CREDENTIALS``: the push scan looks for every form in it, the write-time redactor
+    rewrites the forms it redacts, and nothing the redactor wrote is a finding of the scan."""
+    from trajkit.data_cards import secret_scan
+    from trajkit.redact import CREDENTIALS, Redactor
+
+    assert secret_scan.PATTERNS == {kind: pattern for kind, (pattern, _) in CREDENTIALS.items()}
+    assert [p for p, _ in Redactor().rules] == [p for p, written in CREDENTIALS.values() if written is not None]
+    assert set(SECRETS) == set(CREDENTIALS)  # every form has its example above, found as its kind
+    for kind, (_, written) in CREDENTIALS.items():
+        redacted = Redactor().text(f"config: {SECRETS[kind]}")
+        if written is not None:
+            assert redacted != f"config: {SECRETS[kind]}" and scan_text(redacted, "x", literals={}) == [], kind

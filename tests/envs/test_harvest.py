@@ -144,8 +144,8 @@ def test_a_server_that_timed_out_is_harvested_again_on_resume(tmp_path, run_dir)
     args = ["synth", "harvest", "-s", str(path), "-r", str(run_dir), "--startup-timeout", "1"]
     assert CliRunner().invoke(app, args).exit_code == 0
     store = Store(run_dir)
-    first = {r["name"]: (r["status"], r["reason"]) for r in store.rows("servers")}
-    assert first == {"slow": ("failed", "initialize timed out after 1s"), "fine": ("ok", None)}
+    first = {r["name"]: (r["status"], r["reason"], r["reason_code"]) for r in store.rows("servers")}
+    assert first == {"slow": ("failed", "initialize timed out after 1s", "timeout"), "fine": ("ok", None, None)}
 
     store.manifest_path("harvest").unlink()  # as a kill before the manifest leaves it: the stage resumes
     flag.unlink()

@@ -107,8 +107,8 @@ async def test_solver_starts_the_sandbox_only_for_verifiers_that_run_code(script
     import contextlib
 
     from trajkit.envs.solve import Solver
-    from trajkit.models import ModelSpec
-    from trajkit.runner import Usage
+    from trajkit.models import ModelSpec, make_backend
+    from trajkit.models.accounting import Usage
 
     server, _ = scripted_openai(lambda m, t, b: "3")
     spec = ModelSpec(model="scripted", backend="openai", base_url=server.base_url, cache=False, max_retries=0)
@@ -121,12 +121,13 @@ async def test_solver_starts_the_sandbox_only_for_verifiers_that_run_code(script
     started = []
 
     @contextlib.contextmanager
-    def fake_sandbox(kind, workers):
+    def fake_sandbox(kind, workers, share):
         started.append(kind)
         yield "sandbox"
 
-    monkeypatch.setattr("trajkit.verify.make_sandbox", fake_sandbox)
-    kwargs = {"params": PARAMS, "limits": AgentLimits(), "seed": 0, "usage": Usage(), "cache_dir": tmp_path}
+    monkeypatch.setattr("trajkit.verify.backends.make_sandbox", fake_sandbox)
+    usage = Usage()
+    kwargs = {"params": PARAMS, "limits": AgentLimits(), "seed": 0, "backend": lambda s: make_backend(s, usage)}
     async with Solver([spec], [custom], [], **kwargs) as solver:
         solved = await solver.solve(custom, "scripted", 0)
         assert solver.sandbox is None and started == []

@@ -13,9 +13,10 @@ import pytest
 from trajkit.config import StageConfig
 from trajkit.errors import StageStopped
 from trajkit.models import ModelSpec, SamplingParams, make_backend
+from trajkit.models.accounting import Usage
 from trajkit.models.cache import CallCache, call_key, model_identity
 from trajkit.models.scripted_server import Fault, ScriptedServer, count_tokens
-from trajkit.runner import StageContext, StageSpec, Usage, run_stage
+from trajkit.runner import StageContext, StageSpec, run_stage
 from trajkit.schema import content_id
 from trajkit.store import Store
 
@@ -210,3 +211,16 @@ def test_shards_opening_a_new_cache_at_once_all_get_it(tmp_path):
             p.join(60)
         failed += sum(p.exitcode != 0 for p in procs)
     assert failed == 0
+
+
+def test_every_backend_a_model_spec_can_name_is_registered():
+    """``make_backend`` looks the spec's backend up in one registry, as stages are looked up."""
+    import typing
+
+    from trajkit.models import BACKENDS, backend_class
+    from trajkit.models.base import Backend
+
+    assert set(typing.get_args(ModelSpec.model_fields["backend"].annotation)) == set(BACKENDS)
+    for name in BACKENDS:
+        cls = backend_class(name)
+        assert issubclass(cls, Backend) and cls.name == name

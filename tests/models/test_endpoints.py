@@ -7,8 +7,8 @@ import asyncio
 
 from trajkit.config import config_hash
 from trajkit.models import ModelSpec, make_backend
+from trajkit.models.accounting import Usage
 from trajkit.models.scripted_server import Fault, ScriptedServer
-from trajkit.runner import Usage
 
 
 def _spec(servers, **kw) -> ModelSpec:

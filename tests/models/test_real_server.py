@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from trajkit.models import ModelSpec, SamplingParams, make_backend
+from trajkit.models.accounting import Usage
 from trajkit.models.chat import render_prompt
-from trajkit.runner import Usage
 
 
 @pytest.fixture(scope="module")

@@ -103,6 +103,26 @@ def test_a_failed_judge_request_is_a_row_with_its_reason_and_is_asked_again_on_r
     assert rows[failed[0]["task_id"]]["judge_reason"] is None and again["counts"]["retried"] == 1
 
 
+def test_a_failed_user_simulator_request_is_coded_model_error_and_runs_again_on_resume(clean_pipeline, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(clean_pipeline, run, ignore=shutil.ignore_patterns("_cache"))
+    store = Store(run)
+    store.drop_stage("extend")
+    with ScriptedServer(Brain(garbage=0), faults={0: Fault.error(500), 1: Fault.error(500)}) as server:
+        cfg = {"model": model(server), "rounds": 1, "concurrency": 1, "pool_size": 1}
+        first = stage(run, "synth.extend", cfg)
+        failed = [r for r in store.rows("trajectories", stage="extend") if r["status"] == "failed"]
+        assert [(r["reason"][:29], r["reason_code"]) for r in failed] == [
+            ("user simulator request failed", "model_error")
+        ]
+        store.manifest_path("extend").unlink()  # as a kill before the manifest leaves it: the stage resumes
+        again = stage(run, "synth.extend", cfg)
+    assert (
+        again["counts"]["retried"] == 1 and again["counts"]["rows.trajectories"] == first["counts"]["rows.trajectories"]
+    )
+    assert failed[0]["traj_id"] not in {r["traj_id"] for r in store.rows("trajectories") if r["status"] == "failed"}
+
+
 def test_filter_counts_reasons_and_keeps_rows(clean_pipeline):
     store = Store(clean_pipeline)
     rejected = store.rows("rejected", stage="filter")

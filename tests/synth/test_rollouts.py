@@ -190,3 +190,31 @@ def test_a_custom_verifier_that_does_not_import_stops_rollouts_before_any_episod
     with pytest.raises(UserError, match="no_such_module_xyz"):
         stage(synth_run, "synth.rollouts", {"model": unreachable})
     assert Store(synth_run).count("trajectories") == 0
+
+
+def test_a_rerun_retries_by_reason_code_never_by_the_reasons_text(tmp_path):
+    """A server crash whose stderr says "timed out after" stays; a row coded timeout or model_error runs again."""
+    from trajkit.runner import StageContext
+    from trajkit.schema import content_id
+    from trajkit.synth.rollouts import retry_transient
+
+    store = Store(tmp_path / "run", create=True)
+    reasons = {
+        "crash": ("tool t (s) failed: server 's' exited (stderr: upstream timed out after 3s)", "server_crash"),
+        "hang": ("tool t (s) failed: t timed out after 30s", "timeout"),
+        "model": ("model error: 502 Bad Gateway", "model_error"),
+    }
+    rows = [
+        {
+            "traj_id": content_id(name),
+            "task_id": name,
+            "rollout_index": 0,
+            "status": "failed",
+            "reason": r,
+            "reason_code": c,
+        }
+        for name, (r, c) in reasons.items()
+    ]
+    store.write("trajectories", "rollouts", rows)
+    assert retry_transient(StageContext(store, "rollouts", "synth.rollouts"), None) == 2
+    assert [r["task_id"] for r in store.rows("trajectories")] == ["crash"]

@@ -15,8 +15,8 @@ from trajkit.envs.config import ServerConfig
 from trajkit.envs.discovery import discover
 from trajkit.errors import StageStopped, UserError
 from trajkit.models.scripted_server import Fault, ScriptedServer
+from trajkit.prompts import DEFAULT_DIR
 from trajkit.store import Store
-from trajkit.synth.prompts import DEFAULT_DIR
 
 
 def _config(server, **extra):
@@ -99,7 +99,7 @@ def test_a_rerun_asks_nothing_twice(synth_run):
         (store.stage_dir("tasks") / "_manifest.json").unlink()  # as if killed after the last write
         again = stage(synth_run, "synth.tasks", cfg)
         assert len(server.chat_requests) == 4
-    assert again["counts"]["requests.resumed_done"] == 4
+    assert again["counts"]["resumed"] == 4
     assert sorted(store.rows("tasks"), key=lambda r: r["task_id"]) == rows
     assert again["counts"]["rows.tasks"] == first["counts"]["rows.tasks"]
 

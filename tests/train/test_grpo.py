@@ -65,7 +65,7 @@ def test_two_stage_curriculum(curated_run, tiny_model_dir, tmp_path, monkeypatch
     from trajkit.verify import sandbox as sandbox_module
 
     # a fresh process-wide pool, so its start is seen whichever tests ran before
-    monkeypatch.setattr(sandbox_module, "_default", None)
+    monkeypatch.setattr(sandbox_module, "_defaults", {})
     events: list[tuple] = []
     load_model = weights.load_model
 
@@ -141,7 +141,8 @@ def test_two_stage_curriculum(curated_run, tiny_model_dir, tmp_path, monkeypatch
     again = CliRunner().invoke(app, ["train", "grpo", "--config", str(stages), "--run", str(curated_run)])
     assert again.exit_code == 0
     assert store.count("train_metrics") == 4 and len([e for e in events if e[0] == "load"]) == 2
-    sandbox_module._default.close()
+    for pool in sandbox_module._defaults.values():
+        pool.close()
 
 
 def test_a_stage_with_fewer_tasks_than_a_generation_batch_still_trains(curated_run, tiny_model_dir, tmp_path):

@@ -189,7 +189,7 @@ def test_judge_model_rates_conciseness_of_correct_answers_only(monkeypatch):
     import trajkit.models
     from trajkit.models.base import ModelSpec
     from trajkit.models.scripted_server import ScriptedServer
-    from trajkit.synth.prompts import quote_data
+    from trajkit.prompts import quote_data
 
     def script(messages, tools, body):  # the answer comes last, quoted as data it cannot close
         return "8" if messages[-1]["content"].endswith("Answer:\n" + quote_data("42")) else "I cannot say."

@@ -21,7 +21,7 @@ def tool_trainer(tool_model_dir, server_rows, tmp_path_factory):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from trajkit.train.data import grpo_rows
+    from trajkit.envs.solve import grpo_rows
     from trajkit.train.rewards import format_reward
     from trajkit.train.tools import environment_factories
     from trajkit.train.weights import load_model, load_tokenizer

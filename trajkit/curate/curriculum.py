@@ -178,8 +178,7 @@ def run_curriculum(ctx: StageContext, cfg: CurriculumConfig) -> dict[str, Any]:
         tasks.append({**t, "difficulty": passk[tid]["difficulty"], "pass_at_1": passk[tid]["pass_at_1"]})
     rows, counts = plan(tasks, cfg)
     ctx.counts.update(counts)
-    done = ctx.done("curriculum")
-    todo = [r for r in rows if r["task_id"] not in done and ctx.mine(r["task_id"])]
+    todo = ctx.todo(rows, "curriculum", key="task_id")
     for start in range(0, len(todo), 5000):
         ctx.write("curriculum", todo[start : start + 5000])
     stages = {name: counts[f"curriculum.{name}"] for name in (cfg.broad_name, cfg.hard_name)}

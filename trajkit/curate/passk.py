@@ -25,12 +25,12 @@ samples of each task.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
 from pydantic import Field, field_validator
 
+from trajkit.config import Unhashed
 from trajkit.curate.pool import active_tasks
 from trajkit.curate.samples import Thresholds, positive_ks, sample_row, thresholds_field, write_passk
 from trajkit.envs.options import EpisodeOptions
@@ -50,14 +50,10 @@ class PassKConfig(EpisodeOptions):
     sources: list[str] | None = Field(None, description="Only tasks from these sources.")
     limit: int | None = Field(None, ge=1, description="Only the first N tasks (in task id order).")
     rollout: str | None = Field(None, description="Custom rollout function pkg.mod:fn for tool tasks (see envs.agent).")
-    sandbox: SandboxKind = Field("local", json_schema_extra={"hash": False}, description=SANDBOX_HELP)
-    concurrency: int = Field(16, ge=1, json_schema_extra={"hash": False}, description="Attempts in flight.")
-    workers: int | None = Field(
-        None, ge=1, json_schema_extra={"hash": False}, description="Sandbox workers (default: CPUs)."
-    )
-    flush_rows: int = Field(
-        64, ge=1, json_schema_extra={"hash": False}, description="Samples and trajectories per written shard."
-    )
+    sandbox: Unhashed[SandboxKind] = Field("local", description=SANDBOX_HELP)
+    concurrency: Unhashed[int] = Field(16, ge=1, description="Attempts in flight.")
+    workers: Unhashed[int | None] = Field(None, ge=1, description="Sandbox workers (default: CPUs).")
+    flush_rows: Unhashed[int] = Field(64, ge=1, description="Samples and trajectories per written shard.")
 
     @field_validator("ks")
     @classmethod
@@ -104,9 +100,9 @@ def retry_transient(ctx: StageContext, _: PassKConfig) -> int:
             samples.add(row["sample_id"])
             if row["traj_id"]:
                 trajs.add(row["traj_id"])
-    columns = ["traj_id", "task_id", "status", "reason"]
+    columns = ["traj_id", "task_id", "status", "reason_code"]
     for t in ctx.store.read("trajectories", columns, stage=ctx.name).to_pylist():
-        failed = t["status"] == "aborted" or (t["status"] == "failed" and is_transient(t["reason"]))
+        failed = t["status"] == "aborted" or (t["status"] == "failed" and is_transient(t["reason_code"]))
         if t["traj_id"] not in referenced and failed and ctx.mine(t["task_id"]):
             trajs.add(t["traj_id"])
     ctx.store.drop_rows("trajectories", ctx.name, trajs)  # first: a kill here leaves samples the next run drops
@@ -114,24 +110,20 @@ def retry_transient(ctx: StageContext, _: PassKConfig) -> int:
     return len(samples)
 
 
-def run_passk(ctx: StageContext, cfg: PassKConfig) -> dict[str, Any]:
+async def run_passk(ctx: StageContext, cfg: PassKConfig) -> dict[str, Any]:
     from trajkit.envs.agent import episode_seed
     from trajkit.verify import check_custom_verifiers
 
     tasks = _tasks(ctx, cfg)
     check_custom_verifiers(t["verifier"] for t in tasks)
-    done = ctx.done("samples")
-    work = []
+    attempts = []
     for task in tasks:
-        if not ctx.mine(task["task_id"]):
-            continue
         for index in range(cfg.k):
             seed = episode_seed(cfg.seed, task["task_id"], index)
-            sid = content_id(task["task_id"], cfg.model.model, index, seed)
-            if sid not in done:
-                work.append((sid, task, index, seed))
+            attempts.append((content_id(task["task_id"], cfg.model.model, index, seed), task, index, seed))
+    work = ctx.todo(attempts, "samples", key=lambda a: a[0], shard=lambda a: a[1]["task_id"])
     if work:
-        asyncio.run(_sample_all(ctx, cfg, work))
+        await _sample_all(ctx, cfg, work)
     ctx.flush()
     histogram = write_passk(ctx, cfg.model.model, cfg.ks or None, cfg.thresholds)
     return {"tasks": len(tasks), "k": cfg.k, "difficulty": histogram}
@@ -194,5 +186,5 @@ PASSK = StageSpec(
     retry=retry_transient,
     inputs=("tasks", "servers"),
     outputs=("samples", "trajectories", "passk"),
-    help="Sample k completions per task (tool tasks through the agent loop), verify them, write pass@k and difficulty.",
+    help="Sample k completions per task (tool tasks through the agent loop), verify each in the sandbox, and tag pass@k difficulty.",
 )

@@ -95,7 +95,6 @@ def write_passk(ctx: StageContext, model: str, ks: list[int] | None, thresholds:
     verdicts: dict[str, list[str]] = defaultdict(list)
     for tid, v in zip(data["task_id"].to_pylist(), data["verdict"].to_pylist()):
         verdicts[tid].append(v)
-    done = ctx.done("passk")
     histogram: dict[str, int] = defaultdict(int)
     rows = []
     for tid in sorted(verdicts):
@@ -105,8 +104,8 @@ def write_passk(ctx: StageContext, model: str, ks: list[int] | None, thresholds:
             continue
         histogram[row["difficulty"]] += 1
         ctx.counts[f"difficulty.{row['difficulty']}"] += 1
-        if tid not in done and ctx.mine(tid):
-            rows.append(row)
+        rows.append(row)
+    rows = ctx.todo(rows, "passk", key="task_id")
     if rows:
         ctx.write("passk", rows)
     return dict(histogram)

@@ -40,13 +40,9 @@ def side(cluster_id: str, held_out: float, seed: str) -> str:
 def run_split(ctx: StageContext, cfg: SplitConfig) -> dict[str, Any]:
     clusters = {tid: r["cluster_id"] for tid, r in annotations(ctx.store, "dedup", ["cluster_id"]).items()}
     ids = sorted(t["task_id"] for t in active_tasks(ctx.store, ctx.name, []))
-    done = ctx.done("splits")
-    rows = []
-    for tid in ids:
-        split = side(clusters.get(tid, tid), cfg.held_out, cfg.seed)
-        ctx.counts[f"split.{split}"] += 1
-        if tid not in done and ctx.mine(tid):
-            rows.append({"task_id": tid, "split": split})
+    rows = [{"task_id": tid, "split": side(clusters.get(tid, tid), cfg.held_out, cfg.seed)} for tid in ids]
+    ctx.counts.update(f"split.{r['split']}" for r in rows)
+    rows = ctx.todo(rows, "splits", key="task_id")
     for start in range(0, len(rows), 5000):
         ctx.write("splits", rows[start : start + 5000])
     summary: dict[str, Any] = {"tasks": len(ids), "clusters_from_dedup": bool(clusters)}

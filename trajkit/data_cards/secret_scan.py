@@ -1,7 +1,8 @@
 """Find secrets (tokens, keys) in a card and in Parquet shards before they leave the machine.
 
 Two kinds of evidence: well-known credential formats (Hugging Face, OpenAI and
-Anthropic, AWS, GitHub, Google, Slack tokens, PEM private keys), and the
+Anthropic, AWS, GitHub, Google, Slack tokens, PEM private keys: ``redact.CREDENTIALS``,
+the list the write-time redaction uses), and the
 literal values of secret-looking environment variables (``*_TOKEN``,
 ``*_API_KEY``, ``*SECRET*``, ``*PASSWORD*``, ...). Rows are redacted when they are
 written (``trajkit.redact``); this scan is the second look before anything leaves. Shards are streamed in
@@ -20,21 +21,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from trajkit.redact import environment_secrets
+from trajkit.redact import CREDENTIALS, environment_secrets
 
-PATTERNS: dict[str, str] = {
-    "Hugging Face token": r"\bhf_[A-Za-z0-9]{30,}",
-    "OpenAI or Anthropic key": r"\bsk-(?:proj-|ant-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}",
-    "AWS access key id": r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
-    "AWS secret access key": r"(?i)aws_?secret_?access_?key\W{1,4}[A-Za-z0-9/+]{40}",
-    "GitHub token": r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})",
-    "Google API key": r"\bAIza[0-9A-Za-z_-]{35}",
-    "Slack token": r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
-    "private key": r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----",
-    "Bearer header": r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{12,}",
-    "credentials in a URL": r"\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]+:[^/\s@\[\]]+@",  # [REDACTED] is none
-    "token split by an invisible character": "[A-Za-z0-9_-]{4}[\u200b\u200c\u200d\u2060\ufeff\u00ad]+[A-Za-z0-9_-]{4}",
-}
+PATTERNS: dict[str, str] = {kind: pattern for kind, (pattern, _) in CREDENTIALS.items()}  # the redactor's list
 _ANY = "|".join(f"(?:{p})" for p in PATTERNS.values())
 _COMPILED = {kind: re.compile(p) for kind, p in PATTERNS.items()}
 MAX_FINDINGS = 20

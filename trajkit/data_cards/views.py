@@ -5,7 +5,7 @@
   ``tools`` (OpenAI function tools, ``parameters`` a JSON object), ready for a chat template's
   ``tools=`` and for TRL's ``SFTTrainer``.
 * ``rl``: accepted tasks with a prompt: the conversational ``prompt`` (as trajkit's own GRPO
-  builds it, ``train.data.grpo_rows``), the verifier (kind and JSON spec), ``difficulty``,
+  builds it, ``envs.solve.grpo_rows``), the verifier (kind and JSON spec), ``difficulty``,
   ``split``, curriculum ``stage``, the server set (``environment``) and its ``tools``.
 
 ``tools`` is a list of JSON values (Arrow's ``arrow.json`` extension type, Parquet's JSON logical
@@ -24,8 +24,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from trajkit import redact
 from trajkit.accepted import accepted, accepted_where
+from trajkit.redact import Redactor
 from trajkit.store import Store
 
 VIEWS = ("sft", "rl")
@@ -133,9 +133,8 @@ def sft_batches(store: Store, memory_limit: str = "1GB") -> Iterator[pa.Table]:
 
 def rl_rows(store: Store) -> list[dict[str, Any]]:
     """Accepted tasks with a prompt, in id order, with their split, curriculum stage and tools."""
-    from trajkit.envs.solve import is_tool_task
+    from trajkit.envs.solve import grpo_rows, is_tool_task
     from trajkit.envs.tools import tool_schemas
-    from trajkit.train.data import grpo_rows
 
     tasks = sorted(accepted(store, "tasks").to_pylist(), key=lambda t: t["task_id"])
     by_id = {t["task_id"]: t for t in tasks}
@@ -160,18 +159,18 @@ def write_views(store: Store, card_dir: Path, memory_limit: str = "1GB") -> dict
     """Write each view that has rows as ``card_dir/data/<view>/train-00000.parquet`` (atomically;
     an earlier rendering's files go); rows per view."""
     return {
-        "sft": _write(card_dir / DATA / "sft", "sft", sft_batches(store, memory_limit), _needs_redaction(store, "sft")),
-        "rl": _write(card_dir / DATA / "rl", "rl", iter([_table("rl", rl_rows(store))]), _needs_redaction(store, "rl")),
+        "sft": _write(card_dir / DATA / "sft", "sft", sft_batches(store, memory_limit), _redactor(store, "sft")),
+        "rl": _write(card_dir / DATA / "rl", "rl", iter([_table("rl", rl_rows(store))]), _redactor(store, "rl")),
     }
 
 
-def _needs_redaction(store: Store, view: str) -> bool:
-    """Whether a view's rows go through the redactor again: not when every shard it reads from was redacted
-    as it was written (``push`` scans what leaves either way)."""
-    return not all(store.redacted(table) for table in VIEW_TABLES[view])
+def _redactor(store: Store, view: str) -> Redactor | None:
+    """The store's redactor when a view's rows go through it again; None when every shard the view reads
+    from was redacted as it was written (``push`` scans what leaves either way)."""
+    return None if all(store.redacted(table) for table in VIEW_TABLES[view]) else store.redactor
 
 
-def _write(folder: Path, view: str, batches: Iterator[pa.Table], redacting: bool) -> int:
+def _write(folder: Path, view: str, batches: Iterator[pa.Table], redactor: Redactor | None) -> int:
     """Stream tables into one Parquet file, renamed into place once complete; rows written."""
     for old in folder.glob("*.parquet"):
         old.unlink()
@@ -181,7 +180,7 @@ def _write(folder: Path, view: str, batches: Iterator[pa.Table], redacting: bool
     try:
         with pq.ParquetWriter(tmp, SCHEMAS[view], compression="zstd") as writer:
             for table in batches:
-                writer.write_table(redact.current().table(table) if redacting else table)
+                writer.write_table(redactor.table(table) if redactor is not None else table)
                 n += len(table)
         if n:
             os.replace(tmp, final)

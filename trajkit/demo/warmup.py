@@ -37,7 +37,7 @@ from typing import Any
 from pydantic import Field, computed_field, model_validator
 
 from trajkit import schema as S
-from trajkit.config import StageConfig, build
+from trajkit.config import StageConfig, Unhashed, build
 from trajkit.errors import UserError
 from trajkit.runner import StageContext, StageSpec, run_stage
 from trajkit.store import Store
@@ -79,7 +79,7 @@ class WarmupConfig(StageConfig):
     seed: int = Field(0, description="Seed of the initial weights.")
     sft: dict[str, Any] = Field(default_factory=dict, description="Passed to train.sft's `sft:` (trl.SFTConfig).")
     output_dir: str | None = Field(None, description="Where the warm model goes (default RUN/models/demo-base).")
-    concurrency: int = Field(8, ge=1, json_schema_extra={"hash": False}, description="Fixture requests in flight.")
+    concurrency: Unhashed[int] = Field(8, ge=1, description="Fixture requests in flight.")
 
     @computed_field(description="Hash of the reference fixture's code, whose answers are recorded (not settable).")
     @property
@@ -224,5 +224,4 @@ WARMUP = StageSpec(
     run_warmup,
     inputs=("servers",),
     outputs=("train_metrics",),
-    help="Record the real stages answered by the reference fixture, then SFT one tiny model on the recording.",
 )

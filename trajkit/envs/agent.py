@@ -18,9 +18,9 @@ at a final answer (``completed``), at the turn or context limit
 * an error the tool itself reports (``isError``, e.g. division by zero) is an
   ordinary result, fed back for the model to read.
 
-Of those, ``is_transient(reason)`` picks the faults a retry may cure: a model
-request that failed (``model error: ...``) and a server start or call that
-timed out. Stages retry those when they run again; the others (a malformed
+Of those, ``is_transient(reason_code)`` picks the faults a retry may cure: a
+model request that failed (``model_error``) and a server start or call that
+timed out (``timeout``). Stages retry those when they run again; the others (a malformed
 call, a tool that crashes on this input, a task naming an unknown server) are
 faults of this input and stay. A budget cap (``StageStopped``) and a user
 error (``UserError``: a missing ``${VAR}`` of a server config) stop the stage.
@@ -35,7 +35,8 @@ sampled tokens) and ``logprobs`` cover the whole trajectory. A turn whose
 prompt re-renders earlier turns differently is noted in ``reason`` (when the
 row has no other reason) as ``token trace: ...``.
 
-A custom rollout function replaces this loop (``load_rollout("pkg.mod:fn")``)::
+A custom rollout function (``trajkit.plugins.RolloutFn``) replaces this loop
+(``load_rollout("pkg.mod:fn")``)::
 
     async def rollout(task: dict, backend: Backend, env: ToolEnv, params: SamplingParams,
                       limits: AgentLimits, **kw) -> dict   # a complete trajectories row
@@ -52,17 +53,17 @@ import dataclasses
 import inspect
 import json
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from trajkit import schema as S
 from trajkit.envs.env import Episode, ToolEnv
-from trajkit.envs.session import TIMED_OUT, ServerFault, ToolOutput
+from trajkit.envs.session import ServerFault, ToolOutput
 from trajkit.envs.tools import ToolRoute, offered_tools_column
 from trajkit.errors import StageStopped, UserError
 from trajkit.models.base import Backend, Completion, Message, SamplingParams
 from trajkit.models.chat import stored_message as schema_message  # the stored shape, defined once in models.chat
+from trajkit.plugins import RolloutFn
 
 __all__ = [
     "ANSWER_FORMAT",
@@ -76,7 +77,6 @@ __all__ = [
     "schema_message",
 ]
 
-RolloutFn = Callable[..., Awaitable[dict[str, Any]]]
 MODEL_ERROR = "model error"  # the reason prefix of a trajectory whose model request failed
 TOKEN_TRACE = "token trace"  # the reason prefix of a trajectory whose token trace does not match its turns
 
@@ -93,14 +93,10 @@ def agent_system_prompt(system_prompt: str | None = None) -> str:
     return f"{system_prompt.rstrip()}\n\n{ANSWER_FORMAT}" if system_prompt and system_prompt.strip() else ANSWER_FORMAT
 
 
-def fault_code(reason: str) -> str:
-    """The reason code of a server fault: ``timeout`` when a start or call timed out, else ``server_crash``."""
-    return "timeout" if TIMED_OUT in reason else "server_crash"
-
-
-def is_transient(reason: str | None) -> bool:
-    """Whether a failure's reason is one a retry may cure: a failed model request, or a server that timed out."""
-    return bool(reason) and (reason.startswith(MODEL_ERROR) or TIMED_OUT in reason)
+def is_transient(reason_code: str | None) -> bool:
+    """Whether a failure is one a retry may cure, by its reason code: a failed model request, or a server start
+    or call that timed out (``schema.TRANSIENT``); never by its text, which quotes servers and models."""
+    return reason_code in S.TRANSIENT
 
 
 @dataclass(frozen=True)
@@ -230,7 +226,7 @@ class _Episode:
             return out, None, None
         except ServerFault as e:
             text = f"Error: tool {name} failed: {e}"
-            return ToolOutput(text, True), f"tool {name} ({route.server}) failed: {e}", fault_code(str(e))
+            return ToolOutput(text, True), f"tool {name} ({route.server}) failed: {e}", e.code
         except (StageStopped, UserError):
             raise
         except Exception as e:  # noqa: BLE001 - same: this trajectory fails, the run goes on
@@ -300,7 +296,7 @@ async def run_episode(
                 await _loop(ep, sessions, routes, params)
                 await ep.probe(sessions)
         except ServerFault as e:
-            ep.stop("failed", str(e), fault_code(str(e)))
+            ep.stop("failed", str(e), e.code)
     return _row(task, backend, params, ep, routes, rollout_index, policy_version, parent_id, time.monotonic() - t_start)
 
 

@@ -48,12 +48,12 @@ import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trajkit import schema as S
-from trajkit.config import VARIABLE, expand_variables
+from trajkit.config import VARIABLE, SecretSource, expand_variables
 from trajkit.errors import UserError
 
 # Variables a server (or the uvx/npx that runs it) needs to reach its registry through this
@@ -327,3 +327,18 @@ def child_environment(cfg: ServerConfig) -> dict[str, str]:
         env.setdefault("UV_PYTHON", sys.executable)
     env.update(cfg.env)
     return env
+
+
+def servers_file_secrets(path: Any, cfg: Any) -> dict[str, str]:
+    """The secrets a stage's servers file holds (``redact.config_secrets``: env and header values, secret flags,
+    url passwords), its ``${input:ID}`` filled from the stage's ``inputs``; none without a file."""
+    from trajkit.redact import config_inputs, config_secrets  # pyarrow, which server processes need not load
+
+    if not isinstance(path, str) or not Path(path).is_file():
+        return {}
+    return config_secrets(load_servers_config(path, config_inputs(cfg)))
+
+
+T = TypeVar("T")
+ServersFile = Annotated[T, SecretSource(servers_file_secrets)]
+"""A config field naming an mcpServers file: the stage's redactor hides the secrets it holds."""

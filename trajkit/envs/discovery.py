@@ -122,7 +122,7 @@ async def describe_server(
         tools = await conn.list_all("tools", timeout_s=list_timeout_s)
         reason = invalid_tools(tools)
         if reason is not None:
-            return row | {"status": "failed", "reason": f"invalid tools: {reason}"}
+            return row | {"status": "failed", "reason": f"invalid tools: {reason}", "reason_code": "server_crash"}
         records = [tool_record(name, t) for t in tools]
         caps, notes = info.capabilities, []
         for kind, record, declared in (
@@ -142,9 +142,10 @@ async def describe_server(
         ok = {"status": "ok", "reason": None}
         return row | {"tools": records, "num_tools": len(records), "state": state, "notes": notes or None} | ok
     except ServerFault as e:
-        return row | {"status": "failed", "reason": str(e)}
+        return row | {"status": "failed", "reason": str(e), "reason_code": e.code}
     except Exception as e:  # noqa: BLE001 - any other fault of this one server (a JSON-RPC error) is its row
-        return row | {"status": "failed", "reason": f"{type(e).__name__.lstrip('_')}: {e}"[:2000]}
+        reason = f"{type(e).__name__.lstrip('_')}: {e}"[:2000]
+        return row | {"status": "failed", "reason": reason, "reason_code": "server_crash"}
     finally:
         await conn.aclose()
 

@@ -21,7 +21,7 @@ CPU), killed with the env. Bounds:
   together; a trajectory reserves the processes it needs at once (so two
   trajectories can never deadlock holding half of theirs); pools add
   ``pool_size`` processes per stateless server on top, started as load needs
-  them. Both default to the CPUs the shard has (``cpus()``: a Ray task's, not
+  them. Both default to the CPUs the shard has (``share.cpus``: a Ray task's, not
   its node's): ``SERVERS_PER_CPU`` per CPU, and one pool process per CPU;
 * ``max_concurrency_per_server`` — calls in flight on one server process
   (or HTTP session) at a time.
@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Self
 
-from trajkit.concurrency import cpus
+from trajkit.concurrency import Share
 from trajkit.envs.config import (
     ServerConfig,
     check_command,
@@ -177,7 +177,8 @@ class ToolEnv:
     mapping, for env values, headers and cwd. ``stateless``: name -> bool
     overrides of the read-only rule and of the config's ``state``. ``warm``: fresh
     instances kept started per stateful stdio server (0: each trajectory starts its own;
-    size it from the number of trajectories in flight).
+    size it from the number of trajectories in flight). ``share``: the CPUs the bounds
+    default from (a stage's ``StageContext.share``; by default the machine's).
     """
 
     def __init__(
@@ -191,6 +192,7 @@ class ToolEnv:
         max_concurrency_per_server: int = 8,
         startup_timeout_s: float = 60.0,
         warm: int = 0,
+        share: Share | None = None,
     ):
         if isinstance(config, (str, Path)):
             config = load_servers_config(config)
@@ -201,11 +203,12 @@ class ToolEnv:
                 check_environment(row["name"], self.config_for(row))
                 check_command(row["name"], self.config_for(row))
         self.stateless = {r["name"]: self._is_stateless(r, stateless or {}) for r in self.rows}
-        self.pool_size = pool_size or cpus()
+        cpus = (share or Share()).cpus
+        self.pool_size = pool_size or cpus
         self.warm = warm
         self.max_concurrency_per_server = max_concurrency_per_server
         self.startup_timeout_s = startup_timeout_s
-        self.slots = _Slots(max_processes or SERVERS_PER_CPU * cpus())
+        self.slots = _Slots(max_processes or SERVERS_PER_CPU * cpus)
         self.pools: dict[str, Pool] = {}
         self.warm_pools: dict[str, Warm] = {}
         self.forks: dict[str, Zygote | None] = {}  # per stateful Python server: its zygote (forks.py)

@@ -12,8 +12,10 @@ from typing import Any
 
 from pydantic import Field
 
-from trajkit.config import StageConfig
+from trajkit.concurrency import Share
+from trajkit.config import StageConfig, Unhashed
 from trajkit.envs.agent import AgentLimits
+from trajkit.envs.config import ServersFile
 from trajkit.envs.env import ToolEnv
 from trajkit.models.base import SamplingParams
 
@@ -29,7 +31,9 @@ class EpisodeOptions(StageConfig):
         30.0, gt=0, description="Per tool call (a server's own timeout in the servers file wins)."
     )
     max_tool_output_chars: int = Field(4000, ge=1, description="Tool output beyond this is cut, with a note.")
-    servers_config: str | None = Field(None, description="The mcpServers file, for env values and cwd of servers.")
+    servers_config: ServersFile[str | None] = Field(
+        None, description="The mcpServers file, for env values and cwd of servers."
+    )
 
     def sampling(self) -> SamplingParams:
         """One sample per request with this config's sampling fields."""
@@ -42,27 +46,27 @@ class EpisodeOptions(StageConfig):
 
 
 class ServerPoolOptions(EpisodeOptions):
-    concurrency: int = Field(8, ge=1, json_schema_extra={"hash": False}, description="Episodes in flight.")
-    max_processes: int | None = Field(
+    concurrency: Unhashed[int] = Field(8, ge=1, description="Episodes in flight.")
+    max_processes: Unhashed[int | None] = Field(
         None,
         ge=1,
-        json_schema_extra={"hash": False},
         description="Live server processes (default: 16 per CPU the shard has).",
     )
-    pool_size: int | None = Field(
+    pool_size: Unhashed[int | None] = Field(
         None,
         ge=1,
-        json_schema_extra={"hash": False},
         description="Processes per stateless server, started as load needs them (default: one per CPU the shard has).",
     )
-    flush_rows: int = Field(64, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
+    flush_rows: Unhashed[int] = Field(64, ge=1, description="Rows per written shard.")
 
-    def tool_env(self, servers: list[dict[str, Any]]) -> ToolEnv:
-        """The stage's servers, with a warm instance started ahead of demand per episode in flight."""
+    def tool_env(self, servers: list[dict[str, Any]], share: Share) -> ToolEnv:
+        """The stage's servers, with a warm instance started ahead of demand per episode in flight, sized
+        from the stage's ``share``."""
         return ToolEnv(
             servers,
             config=self.servers_config,
             max_processes=self.max_processes,
             pool_size=self.pool_size,
             warm=self.concurrency,
+            share=share,
         )

@@ -39,7 +39,16 @@ TIMED_OUT = "timed out after"  # in a fault's reason: a start or a call that tim
 
 
 class ServerFault(Exception):
-    """A server failed (would not start, crashed, hung, or answered garbage): a reason, not a crash of the run."""
+    """A server failed (would not start, crashed, hung, or answered garbage): a reason, not a crash of the run.
+    ``code`` is its ``schema.REASON_CODES`` value, set where the fault is raised: ``timeout`` for a start or a
+    call that timed out (a retry may cure it), else ``server_crash``."""
+
+    def __init__(self, reason: str, code: str = "server_crash"):
+        super().__init__(reason)
+        self.code = code
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return type(self), (self.args[0], self.code)
 
 
 @dataclass(frozen=True)
@@ -168,7 +177,7 @@ class Connection:
                     async with asyncio.timeout(self.startup_timeout_s):
                         self.init_result = await session.initialize()
                 except TimeoutError:
-                    raise ServerFault(f"initialize {TIMED_OUT} {self.startup_timeout_s:g}s") from None
+                    raise ServerFault(f"initialize {TIMED_OUT} {self.startup_timeout_s:g}s", "timeout") from None
                 self.session = session
                 self._ready.set_result(None)
                 await self._closing.wait()
@@ -178,7 +187,7 @@ class Connection:
         except UserError as e:  # a missing ${VAR} of the config: the user's to fix, not the server's fault
             self._fail(str(e), error=e)
         except BaseException as e:  # noqa: BLE001 - every failure of the transport becomes a reason
-            self._fail(self._describe(e))
+            self._fail(*self._describe(e))
         finally:
             self.session = None
             if self.dead is None:
@@ -218,16 +227,18 @@ class Connection:
             line = errors()[0].get("input") if callable(errors) and errors() else None
             self._junk = repr(line)[:200] if isinstance(line, str) else f"{type(message).__name__}: {message}"[:200]
 
-    def _fail(self, reason: str, error: Exception | None = None) -> None:
+    def _fail(self, reason: str, code: str = "server_crash", error: Exception | None = None) -> None:
         if self.dead is None or self.dead == "closed":
             self.dead = reason
         if not self._ready.done():
-            self._ready.set_exception(error or ServerFault(reason))
+            self._ready.set_exception(error or ServerFault(reason, code))
             self._ready.exception()  # retrieved: nobody may be waiting yet
 
-    def _describe(self, e: BaseException) -> str:
+    def _describe(self, e: BaseException) -> tuple[str, str]:
+        """A failure's reason (with the server's stderr tail) and reason code."""
         while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
             e = e.exceptions[0]
+        code = e.code if isinstance(e, ServerFault) else "server_crash"
         if isinstance(e, ServerFault):
             reason = str(e)
         elif isinstance(e, OSError) and not self.init_result:
@@ -235,7 +246,7 @@ class Connection:
         else:
             phase = "initialize" if self.init_result is None else "session"
             reason = f"{phase} failed: {type(e).__name__}: {str(e)[:200]}"
-        return reason + self.stderr_tail()
+        return reason + self.stderr_tail(), code
 
     def stderr_tail(self) -> str:
         """`` (stderr: ...)`` with the server's last stderr line(s), or ``""``."""
@@ -310,12 +321,12 @@ class Connection:
                 return await coro
         except MCPError as e:
             if e.code == REQUEST_TIMEOUT:
-                raise self._fault(f"{what} {TIMED_OUT} {timeout_s:g}s") from None
+                raise self._fault(f"{what} {TIMED_OUT} {timeout_s:g}s", code="timeout") from None
             if e.code == CONNECTION_CLOSED:
                 raise self._fault(f"server {self.name!r} exited during {what}", dead=True) from None
             raise ProtocolError(f"{e.message} (code {e.code})", e.code) from None
         except TimeoutError:
-            raise self._fault(f"{what} {TIMED_OUT} {timeout_s:g}s") from None
+            raise self._fault(f"{what} {TIMED_OUT} {timeout_s:g}s", code="timeout") from None
         except ValidationError as e:
             detail = e.errors()[0]
             where = ".".join(map(str, detail["loc"]))
@@ -323,13 +334,13 @@ class Connection:
         except (RuntimeError, ValueError, TypeError) as e:
             raise self._fault(f"bad {what} result from {self.name!r}: {type(e).__name__}: {str(e)[:200]}") from None
 
-    def _fault(self, reason: str, dead: bool = False) -> ServerFault:
+    def _fault(self, reason: str, dead: bool = False, code: str = "server_crash") -> ServerFault:
         if self._junk:
             reason += f" (server wrote non-JSON-RPC output: {self._junk})"
         reason += self.stderr_tail()
         if dead:
             self.dead = reason
-        return ServerFault(reason)
+        return ServerFault(reason, code)
 
 
 class ProtocolError(Exception):

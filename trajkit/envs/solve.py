@@ -8,7 +8,8 @@ is one chat completion from a prompt built from the task. Faults are data
 never exceptions. ``solve`` is an attempt judged by the task's verifier, as
 ``curate.passk`` and ``eval.passk`` both run it through one ``Solver`` (backends,
 servers and sandbox opened once per stage); ``envs.agent.episode_seed`` is
-the seed of sample ``index`` of a task, whichever the model.
+the seed of sample ``index`` of a task, whichever the model. ``grpo_rows`` poses tasks to a policy in
+training (and in the card's ``rl`` view) with the same messages.
 """
 
 from __future__ import annotations
@@ -17,10 +18,20 @@ import contextlib
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from trajkit.envs.agent import MODEL_ERROR, AgentLimits, RolloutFn, episode_seed, is_transient, run_episode
+from trajkit.concurrency import Share
+from trajkit.envs.agent import (
+    MODEL_ERROR,
+    AgentLimits,
+    RolloutFn,
+    agent_system_prompt,
+    episode_seed,
+    is_transient,
+    run_episode,
+)
 from trajkit.envs.env import ToolEnv
 from trajkit.envs.options import EpisodeOptions
 from trajkit.errors import StageStopped, UserError
@@ -34,6 +45,8 @@ STDIO_INSTRUCTION = (
 )
 MATH_INSTRUCTION = "Reason step by step, then give the final answer in \\boxed{}."
 MODEL_FAULT = "malformed tool call"  # reasons that are the model's doing: a wrong answer, not an error
+NO_TOOLS = "none"  # the environment of tasks that offer no tools
+ALL_SERVERS = "all"  # a tool_outcome task that names no servers is offered every server, as in rollouts
 
 
 @dataclass
@@ -70,7 +83,7 @@ def episode_attempt(row: dict[str, Any], seconds: float = 0.0) -> Attempt:
     if row["status"] in ("failed", "aborted") and not (reason or "").startswith(MODEL_FAULT):
         error = reason or row["status"]
     answer = row["final_answer"] if row["status"] == "completed" else None
-    transient = error is not None and (row["status"] == "aborted" or is_transient(reason))
+    transient = error is not None and (row["status"] == "aborted" or is_transient(row.get("reason_code")))
     code = row.get("reason_code") if error is not None else None
     return Attempt(answer, row, {"end_state": row.get("end_state")}, error, seconds, transient, code)
 
@@ -101,6 +114,46 @@ def task_prompt(task: dict[str, Any]) -> str:
     if kind == "math":
         return f"{question}\n\n{MATH_INSTRUCTION}"
     return question
+
+
+def environment_name(task: dict[str, Any]) -> str:
+    """The TRL environment a task uses: its server ids joined in order (the order tools render in)."""
+    if task.get("server_ids"):
+        return "+".join(task["server_ids"])
+    return ALL_SERVERS if is_tool_task(task) else NO_TOOLS
+
+
+def grpo_rows(tasks: list[dict[str, Any]], system_prompt: str | None = None) -> list[dict[str, Any]]:
+    """GRPO dataset rows: conversational ``prompt`` plus the reward columns.
+
+    The messages are the ones pass@k tagging and rollouts send: for a tool task the agent
+    loop's system message (``system_prompt``, then the ``Answer:`` line the outcome check
+    reads) and the question; otherwise ``system_prompt`` and the question plus its
+    verifier's answer format (``task_prompt``).
+    Columns: ``task_id``, ``verifier_kind``, ``verifier_spec`` (JSON text), ``difficulty``,
+    ``environment`` (the server set), ``target_tools``.
+    """
+    rows = []
+    for t in tasks:
+        verifier = t.get("verifier") or {}
+        tools = is_tool_task(t)
+        text = (t.get("question") or "") if tools else task_prompt(t)
+        if not text:
+            continue
+        system = agent_system_prompt(system_prompt) if tools else system_prompt  # as the agent loop renders it
+        prompt = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+        rows.append(
+            {
+                "prompt": prompt,
+                "task_id": t["task_id"],
+                "verifier_kind": verifier.get("kind") or "none",
+                "verifier_spec": verifier.get("spec") or "{}",
+                "difficulty": t.get("difficulty"),
+                "environment": environment_name(t),
+                "target_tools": list(t.get("target_tools") or []),
+            }
+        )
+    return rows
 
 
 async def attempt(
@@ -199,7 +252,9 @@ async def judge(task: dict[str, Any], a: Attempt, sandbox: Any = None) -> Any:
 class Solver:
     """What attempts at a stage's tasks need, opened once: a backend per model, the run's servers as a
     ``ToolEnv`` (only when a task needs tools) and the sandbox (only when a task's verifier runs code).
-    ``curate.passk`` and ``eval.passk`` both solve through it::
+    ``backend`` makes a model spec's backend (a stage's ``ctx.backend``: its usage, call cache, redactor);
+    ``share`` sizes the pools. ``curate.passk`` and
+    ``eval.passk`` both solve through it::
 
         async with Solver(models, tasks, servers, ...) as solver:
             solved = await solver.solve(task, model_name, index)
@@ -214,8 +269,8 @@ class Solver:
         params: SamplingParams,
         limits: AgentLimits,
         seed: int,
-        usage: Any,
-        cache_dir: Any,
+        backend: Callable[[Any], Backend],
+        share: Share | None = None,
         servers_config: str | None = None,
         system_prompt: str | None = None,
         rollout: str | None = None,
@@ -226,7 +281,7 @@ class Solver:
         self.models, self.tasks, self.servers = models, tasks, servers
         self.scope = scope
         self.params, self.limits, self.seed = params, limits, seed
-        self.usage, self.cache_dir, self.servers_config = usage, cache_dir, servers_config
+        self.make_backend, self.share, self.servers_config = backend, share, servers_config
         self.system_prompt, self.rollout_path = system_prompt, rollout
         self.sandbox_kind, self.workers = sandbox, workers
         self._stack = contextlib.AsyncExitStack()
@@ -253,8 +308,8 @@ class Solver:
             params=cfg.sampling(),
             limits=cfg.limits(),
             seed=cfg.seed,
-            usage=ctx.usage,
-            cache_dir=ctx.store.root / "_cache",
+            backend=ctx.backend,
+            share=ctx.share,
             servers_config=cfg.servers_config,
             system_prompt=system_prompt,
             rollout=rollout,
@@ -265,23 +320,22 @@ class Solver:
 
     async def __aenter__(self) -> Self:
         from trajkit.envs.agent import load_rollout
-        from trajkit.models import make_backend
-        from trajkit.verify import SANDBOXED_KINDS, make_sandbox
+        from trajkit.verify.backends import sandbox_for
 
         try:
             self.rollout = load_rollout(self.rollout_path) if self.rollout_path else None
             self.backends = {}
             for spec in self.models:
-                backend = make_backend(spec, usage=self.usage, cache_dir=self.cache_dir)
+                backend = self.make_backend(spec)
                 self._stack.push_async_callback(backend.aclose)
                 self.backends[spec.model] = backend
             self.env = None
             if any(is_tool_task(t) for t in self.tasks):
-                self.env = ToolEnv(self.servers, config=self.servers_config)
+                self.env = ToolEnv(self.servers, config=self.servers_config, share=self.share)
                 self._stack.push_async_callback(self.env.aclose)
-            self.sandbox = None  # started only for verifiers that run code (a custom or tool verifier runs here)
-            if any((t.get("verifier") or {}).get("kind") in SANDBOXED_KINDS for t in self.tasks):
-                self.sandbox = self._stack.enter_context(make_sandbox(self.sandbox_kind, self.workers))
+            # started only for verifiers that run code (a custom or tool verifier runs here)
+            kinds = {(t.get("verifier") or {}).get("kind") for t in self.tasks}
+            self.sandbox = self._stack.enter_context(sandbox_for(kinds, self.sandbox_kind, self.workers, self.share))
         except BaseException:
             await self._stack.aclose()
             raise

@@ -23,7 +23,6 @@ def _report(printer: str) -> Any:
 stage_command(
     app,
     "eval.passk",
-    "pass@k of one or two+ models on the held-out tasks, per difficulty bucket and overall (eval_passk).",
     aliases={"ks": ["--at"]},
     default_name="eval-passk",
     report=_report("print_passk"),
@@ -31,14 +30,12 @@ stage_command(
 stage_command(
     app,
     "eval.tools",
-    "Tool-call accuracy on held-out trajectories (or BFCL's AST categories), per tool and per server (eval_tools).",
     default_name="eval-tools",
     report=_report("print_tools"),
 )
 stage_command(
     app,
     "eval.diversity",
-    "Semantic diversity, distinct-n and self-BLEU of a text column, per group and overall (no table written).",
     default_name="eval-diversity",
     report=_report("print_diversity"),
 )

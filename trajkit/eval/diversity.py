@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import Field
 
 from trajkit import schema as S
-from trajkit.config import StageConfig
+from trajkit.config import StageConfig, Unhashed
 from trajkit.errors import UserError
 from trajkit.runner import StageContext, StageSpec
 from trajkit.store import sql_condition
@@ -44,8 +44,8 @@ class DiversityConfig(StageConfig):
     embedding_model: str | None = Field(
         None, description="Local sentence-transformers model directory (default: bundled all-MiniLM-L6-v2)."
     )
-    device: str = Field("cpu", json_schema_extra={"hash": False})
-    batch_size: int = Field(64, json_schema_extra={"hash": False})
+    device: Unhashed[str] = Field("cpu")
+    batch_size: Unhashed[int] = Field(64)
     seed: int = 0
 
 
@@ -177,5 +177,5 @@ EVAL_DIVERSITY = StageSpec(
     run_diversity,
     inputs=(),
     outputs=(),
-    help="Semantic diversity, distinct-n and self-BLEU of a text column, per group and overall.",
+    help="Semantic diversity, distinct-n and self-BLEU of a text column, per group and overall (no table written).",
 )

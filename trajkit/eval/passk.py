@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from trajkit import schema as S
+from trajkit.config import Unhashed
 from trajkit.envs.options import EpisodeOptions
 from trajkit.errors import UserError
 from trajkit.eval.report import passk_report
@@ -42,12 +43,10 @@ class EvalPasskConfig(EpisodeOptions):
     seed: int = Field(0, description="Base seed; attempt i at a task derives its seed from it, the task, model and i.")
     system_prompt: str | None = None
     limit: int | None = Field(None, ge=1, description="Evaluate only the first N tasks (by task id).")
-    concurrency: int = Field(16, ge=1, json_schema_extra={"hash": False}, description="Attempts in flight.")
-    sandbox: SandboxKind = Field("local", json_schema_extra={"hash": False}, description=SANDBOX_HELP)
-    workers: int | None = Field(
-        None, ge=1, json_schema_extra={"hash": False}, description="Sandbox workers (default: CPUs)."
-    )
-    flush_rows: int = Field(16, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
+    concurrency: Unhashed[int] = Field(16, ge=1, description="Attempts in flight.")
+    sandbox: Unhashed[SandboxKind] = Field("local", description=SANDBOX_HELP)
+    workers: Unhashed[int | None] = Field(None, ge=1, description="Sandbox workers (default: CPUs).")
+    flush_rows: Unhashed[int] = Field(16, ge=1, description="Rows per written shard.")
 
     @field_validator("ks")
     @classmethod
@@ -127,18 +126,16 @@ def retry_unjudged(ctx: StageContext, cfg: EvalPasskConfig) -> int:
     return ctx.store.drop_rows("eval_passk", ctx.name, again)
 
 
-def run_eval_passk(ctx: StageContext, cfg: EvalPasskConfig) -> dict[str, Any]:
+async def run_eval_passk(ctx: StageContext, cfg: EvalPasskConfig) -> dict[str, Any]:
     from trajkit.verify import check_custom_verifiers
 
     tasks = load_tasks(ctx.store, cfg.split, cfg.limit, ctx.counts)
     check_custom_verifiers(t["verifier"] for t in tasks)
-    done = ctx.done("eval_passk")
-    todo = [
-        (m, t) for m in cfg.models for t in tasks if (i := eval_id(m, t["task_id"], cfg)) not in done and ctx.mine(i)
-    ]
+    units = [(m, t) for m in cfg.models for t in tasks]
+    todo = ctx.todo(units, "eval_passk", key=lambda u: eval_id(u[0], u[1]["task_id"], cfg))
     ctx.log(f"{len(tasks)} task(s) x {len(cfg.models)} model(s), {len(todo)} to evaluate, {cfg.n} attempts each")
     if todo:
-        asyncio.run(_evaluate(ctx, cfg, todo))
+        await _evaluate(ctx, cfg, todo)
     ctx.flush()
     return summarize(ctx, cfg)
 
@@ -217,11 +214,10 @@ def _write_report(ctx: StageContext, report: list[dict[str, Any]]) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from trajkit import redact
     from trajkit.store import atomic_write_bytes, safe_name
 
     buf = io.BytesIO()
-    pq.write_table(redact.current().table(pa.Table.from_pylist(report)), buf)
+    pq.write_table(ctx.store.redactor.table(pa.Table.from_pylist(report)), buf)
     atomic_write_bytes(ctx.store.root / "reports" / f"{safe_name(ctx.name)}.parquet", buf.getvalue())
 
 
@@ -233,5 +229,5 @@ EVAL_PASSK = StageSpec(
     report=summarize,
     inputs=("tasks", "passk", "splits"),
     outputs=("eval_passk",),
-    help="pass@k (unbiased) of one or more models on a split, per difficulty bucket and overall.",
+    help="pass@k (unbiased) of one or more models on a split, per difficulty bucket and overall (eval_passk).",
 )

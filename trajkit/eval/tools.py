@@ -18,7 +18,6 @@ manifest.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from trajkit import schema as S
-from trajkit.config import StageConfig
+from trajkit.config import StageConfig, Unhashed
 from trajkit.errors import StageStopped, UserError
 from trajkit.eval import bfcl
 from trajkit.eval.report import tools_report
@@ -54,8 +53,8 @@ class EvalToolsConfig(StageConfig):
     top_p: float = 1.0
     max_tokens: int = 512
     seed: int = Field(0, description="Sampling seed of every request (one request per replayed turn).")
-    concurrency: int = Field(16, ge=1, json_schema_extra={"hash": False}, description="Requests in flight.")
-    flush_rows: int = Field(64, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
+    concurrency: Unhashed[int] = Field(16, ge=1, description="Requests in flight.")
+    flush_rows: Unhashed[int] = Field(64, ge=1, description="Rows per written shard.")
 
     @model_validator(mode="after")
     def _check(self) -> EvalToolsConfig:
@@ -224,13 +223,12 @@ def retry_model_errors(ctx: StageContext, _: EvalToolsConfig) -> int:
     return ctx.store.drop_rows("eval_tools", ctx.name, again)
 
 
-def run_eval_tools(ctx: StageContext, cfg: EvalToolsConfig) -> dict[str, Any]:
+async def run_eval_tools(ctx: StageContext, cfg: EvalToolsConfig) -> dict[str, Any]:
     turns = bfcl_turns(cfg) if cfg.bfcl else trajectory_turns(ctx.store, cfg, ctx.counts)
-    done = ctx.done("eval_tools")
-    todo = [(m, t) for m in cfg.models for t in turns if (i := eval_id(m, t, cfg)) not in done and ctx.mine(i)]
+    todo = ctx.todo([(m, t) for m in cfg.models for t in turns], "eval_tools", key=lambda u: eval_id(*u, cfg))
     ctx.log(f"{len(turns)} turn(s) x {len(cfg.models)} model(s), {len(todo)} to evaluate")
     if todo:
-        asyncio.run(_evaluate(ctx, cfg, todo))
+        await _evaluate(ctx, cfg, todo)
     ctx.flush()
     return summarize(ctx, cfg)
 
@@ -251,11 +249,10 @@ def summarize(ctx: StageContext, cfg: EvalToolsConfig) -> dict[str, Any]:
 
 
 async def _evaluate(ctx: StageContext, cfg: EvalToolsConfig, todo: list[tuple[ModelSpec, Turn]]) -> None:
-    from trajkit.models import make_backend
     from trajkit.models.base import SamplingParams
 
     params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, seed=cfg.seed)
-    backends = {m.model: make_backend(m, ctx.usage, ctx.store.root / "_cache") for m in cfg.models}
+    backends = {m.model: ctx.backend(m) for m in cfg.models}
 
     async def one(spec: ModelSpec, t: Turn) -> dict[str, Any]:
         try:
@@ -351,5 +348,5 @@ EVAL_TOOLS = StageSpec(
     report=summarize,
     inputs=("trajectories", "tasks", "splits"),
     outputs=("eval_tools",),
-    help="Tool-call accuracy (BFCL-style) on held-out trajectories, or on BFCL's AST categories.",
+    help="Tool-call accuracy (BFCL-style) on held-out trajectories, or on BFCL's AST categories, per tool and per server (eval_tools).",
 )

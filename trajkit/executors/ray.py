@@ -52,6 +52,7 @@ def run_on_ray(
     """Run the stage's ``world_size`` shards on Ray; return ``{"stage", "world_size", "shards"}`` (their
     manifests, rank order) and, for a stage with a report, ``"summary"``: the report over every shard's rows."""
     from trajkit.progress import SHARD_PROGRESS_S, console, display, read_shards
+    from trajkit.redact import Redactor
     from trajkit.runner import StageContext, check_config, code_version
     from trajkit.store import Store
 
@@ -89,13 +90,14 @@ def run_on_ray(
             )
     result = {"stage": name, "world_size": world_size, "shards": [manifests[r] for r in range(world_size)]}
     if spec.report is not None:  # each shard's own summary saw only the rows written by its end
+        store.redactor = Redactor.for_stage(cfg)
         result["summary"] = spec.report(StageContext(store, name, spec.kind, world_size=world_size, quiet=True), cfg)
     return result
 
 
 def shard_cpus(ray, world_size: int) -> int:
     """CPUs each shard asks Ray for: an even share of the cluster's, at least 1 and at most a node's.
-    Inside the task, sandbox and server pools size themselves from this share (``concurrency.cpus``)."""
+    Inside the task, sandbox and server pools size themselves from this share (``StageContext.share``)."""
     nodes = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"]]
     return max(1, min(int(sum(nodes) // world_size), int(max(nodes, default=1))))
 
@@ -151,7 +153,6 @@ def _shard(root, spec, cfg, name, rank, world_size, budget_tokens, budget_cost, 
     once this node is found to run the driver's code ``version``."""
     import ray
 
-    from trajkit.concurrency import cpu_share
     from trajkit.progress import shard_file
     from trajkit.runner import code_version, run_stage
     from trajkit.store import Store
@@ -163,19 +164,19 @@ def _shard(root, spec, cfg, name, rank, world_size, budget_tokens, budget_cost, 
             f"node {node_id[:8]} ({_address(ray, node_id)}) runs {code_version()}"
         )
     try:
-        with cpu_share(int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1))):
-            manifest = run_stage(
-                Store(root),
-                spec,
-                cfg,
-                name=name,
-                rank=rank,
-                world_size=world_size,
-                quiet=True,
-                budget_tokens=budget_tokens,
-                budget_cost=budget_cost,
-                progress_file=shard_file(Store(root).stage_dir(name), rank),
-            )
+        manifest = run_stage(
+            Store(root),
+            spec,
+            cfg,
+            name=name,
+            rank=rank,
+            world_size=world_size,
+            quiet=True,
+            budget_tokens=budget_tokens,
+            budget_cost=budget_cost,
+            progress_file=shard_file(Store(root).stage_dir(name), rank),
+            cpus=int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1)),
+        )
     except (UserError, StageStopped) as e:  # say where: a node that cannot start the servers or sandbox
         raise type(e)(f"shard {rank} on node {node_id[:8]} ({_address(ray, node_id)}): {e}") from None
     return {**manifest, "node": node_id[:8]}

@@ -1,17 +1,19 @@
 """trajkit.models: generation backends behind one async interface, the call cache, accounting.
 
-Stages get a backend with ``make_backend(cfg.model, ctx.usage, ctx.store.root / "_cache")``
-and call ``await backend.generate(messages, tools, SamplingParams(...))``. This
+Stages get a backend with ``ctx.backend(cfg.model)`` (``make_backend`` with the stage's usage,
+call cache and redactor) and call ``await backend.generate(messages, tools, SamplingParams(...))``. This
 module stays light (the CLI imports it); backends import torch, httpx or vLLM
 when they are built.
 """
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from trajkit.models.accounting import Usage
     from trajkit.models.base import (
         Backend,
         Completion,
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
         ToolCallError,
         ToolSchema,
     )
-    from trajkit.runner import Usage
+    from trajkit.redact import Redactor
 
 __all__ = [
     "Backend",
@@ -46,43 +48,40 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'trajkit.models' has no attribute {name!r}")
 
 
-def make_backend(spec: ModelSpec, usage: Usage | None = None, cache_dir: Path | None = None) -> Backend:
-    """The backend for ``spec.backend``, behind the call cache and token/cost accounting.
+# backend -> "module:Class" (a ``Backend``), imported only when used: a registry, like ``trajkit.stages``;
+# ``ModelSpec.backend`` names one of these
+BACKENDS: dict[str, str] = {
+    "transformers": "trajkit.models.transformers_backend:TransformersBackend",
+    "openai": "trajkit.models.openai_backend:OpenAIBackend",
+    "vllm": "trajkit.models.vllm_backend:VLLMBackend",
+}
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The ``Backend`` class registered as ``name``."""
+    module, _, attr = BACKENDS[name].partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def make_backend(
+    spec: ModelSpec, usage: Usage | None = None, cache_dir: Path | None = None, redactor: Redactor | None = None
+) -> Backend:
+    """The backend for ``spec.backend`` (``BACKENDS``), behind the call cache and token/cost accounting.
 
     The cache is used when ``spec.cache`` and a ``cache_dir`` are given (see
-    ``trajkit.models.cache`` for what a key holds); every call, cached or not,
+    ``trajkit.models.cache`` for what a key holds; entries go through ``redactor``,
+    a stage's: ``StageContext.backend`` passes it); every call, cached or not,
     is counted into ``usage`` (see ``trajkit.models.accounting``). Nothing is
     loaded until the first call; an ``openai`` endpoint is asked which model it
     serves (recorded into ``usage``, which refuses a stage that mixes models).
     """
-    if spec.backend == "transformers":
-        from trajkit.models.transformers_backend import TransformersBackend as cls
-    elif spec.backend == "openai":
-        from trajkit.models.openai_backend import OpenAIBackend as cls
-    else:
-        from trajkit.models.vllm_backend import VLLMBackend as cls
-    backend: Backend = cls(spec, stats=usage.endpoints if usage else None) if spec.backend == "openai" else cls(spec)
-    if spec.backend == "openai" and usage is not None:
-        _record_served(backend, usage)
+    backend = backend_class(spec.backend).build(spec, usage)
     if spec.cache and cache_dir is not None:
         from trajkit.models.cache import CachedBackend, CallCache
 
-        backend = CachedBackend(backend, CallCache(Path(cache_dir)))
+        backend = CachedBackend(backend, CallCache(Path(cache_dir), redactor))
     if usage is not None:
         from trajkit.models.accounting import AccountedBackend
 
         backend = AccountedBackend(backend, usage)
     return backend
-
-
-def _record_served(backend: Any, usage: Usage) -> None:
-    """Record the model the endpoints report serving; endpoints of one spec serving different models, or a
-    model other than the stage's earlier runs had, are user errors (before any request)."""
-    from trajkit.errors import UserError
-
-    served = backend.served()
-    if len(set(served.values())) > 1:
-        listed = "; ".join(f"{url}: {model}" for url, model in sorted(served.items()))
-        raise UserError(f"model {backend.spec.model!r}: the endpoints serve different models ({listed})")
-    for reported in set(served.values()):
-        usage.serving(backend.spec.model, reported)

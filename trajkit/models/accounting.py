@@ -9,8 +9,97 @@ the runner leaves the stage resumable.
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trajkit.errors import StageStopped, UserError
 from trajkit.models.base import DEFAULT_PARAMS, Backend, Completion, Message, SamplingParams, ToolSchema
-from trajkit.runner import Usage
+from trajkit.redact import clean_endpoint
+from trajkit.store import atomic_write_json
+
+
+@dataclass
+class Usage:
+    """Tokens, calls and cost of one stage, with an optional budget cap.
+
+    ``add`` raises StageStopped once a cap is passed; the runner then flushes
+    what was written and leaves the stage resumable.
+    """
+
+    max_tokens: int | None = None
+    max_cost: float | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 0
+    cached_calls: int = 0
+    cost: float = 0.0
+    endpoints: dict[str, dict[str, float]] = field(default_factory=dict)  # openai: url -> requests, errors, seconds
+    served: dict[str, str] = field(default_factory=dict)  # openai: model name -> what its endpoints report serving
+    served_file: Path | None = None  # where the stage keeps ``served`` across resumes
+
+    def serving(self, model: str, reported: str) -> None:
+        """Record the model an endpoint reports serving (``/v1/models``) for the configured ``model``. A stage
+        never mixes models: one its earlier runs recorded otherwise is a user error (the endpoint left the
+        config hash, so this is what tells a moved endpoint from another model)."""
+        if self.served_file is not None and self.served_file.is_file():
+            self.served.update(json.loads(self.served_file.read_text()))
+        before = self.served.get(model)
+        if before is not None and before != reported:
+            raise UserError(
+                f"model {model!r}: the endpoint serves {reported!r}, but this stage was run with {before!r}; "
+                f"a stage never mixes models: point base_url at a server of {before!r}, or pass --fresh"
+            )
+        if before is None:
+            self.served[model] = reported
+            if self.served_file is not None:
+                atomic_write_json(self.served_file, self.served)
+
+    def add(self, prompt_tokens: int = 0, completion_tokens: int = 0, cost: float = 0.0, cached: bool = False) -> None:
+        if cached:
+            self.cached_calls += 1
+            return
+        self.calls += 1
+        self.prompt_tokens += prompt_tokens
+        self.completion_tokens += completion_tokens
+        self.cost += cost
+        self.check()
+
+    def check(self) -> None:
+        total = self.prompt_tokens + self.completion_tokens
+        if self.max_tokens is not None and total > self.max_tokens:
+            raise StageStopped(f"token budget reached ({total} > {self.max_tokens})")
+        if self.max_cost is not None and self.cost > self.max_cost:
+            raise StageStopped(f"cost budget reached ({self.cost:.4f} > {self.max_cost})")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "calls": self.calls,
+            "cached_calls": self.cached_calls,
+            "cost": round(self.cost, 6),
+            **({"endpoints": _endpoint_summary(self.endpoints)} if self.endpoints else {}),
+            **({"served": dict(sorted(self.served.items()))} if self.served else {}),
+        }
+
+
+def _endpoint_summary(endpoints: dict[str, dict[str, float]]) -> dict[str, dict[str, Any]]:
+    """Per endpoint (without credentials or query string): requests, errors and mean latency."""
+    merged: dict[str, dict[str, float]] = {}
+    for url, e in endpoints.items():
+        m = merged.setdefault(clean_endpoint(url), {"requests": 0, "errors": 0, "seconds": 0.0})
+        for key in m:
+            m[key] += e[key]
+    return {
+        url: {
+            "requests": int(e["requests"]),
+            "errors": int(e["errors"]),
+            "mean_latency_s": round(e["seconds"] / e["requests"], 4) if e["requests"] else None,
+        }
+        for url, e in sorted(merged.items())
+    }
 
 
 def call_cost(prompt_tokens: int, completion_tokens: int, price_in_per_mtok: float, price_out_per_mtok: float) -> float:

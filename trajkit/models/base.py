@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from trajkit.config import StageConfig
+from trajkit.config import StageConfig, Unhashed
 from trajkit.schema import seed_for
 
 Message = dict[str, Any]  # {"role", "content", "tool_calls"?, "tool_call_id"?, "name"?, "reasoning_content"?}
@@ -95,32 +95,29 @@ class ModelSpec(StageConfig):
 
     model: str = Field(description="Local model directory, Hub id, or the served model name.")
     backend: Literal["transformers", "openai", "vllm"] = "transformers"
-    base_url: str | list[str] | None = Field(
+    base_url: Unhashed[str | list[str] | None] = Field(
         None,
-        json_schema_extra={"hash": False},
         description="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1, or a list of endpoints serving the "
         "same model (requests go to the least loaded one).",
     )
-    endpoint_backoff_s: float = Field(
-        5.0, ge=0, json_schema_extra={"hash": False}, description="openai: seconds a failing endpoint is left out."
+    endpoint_backoff_s: Unhashed[float] = Field(
+        5.0, ge=0, description="openai: seconds a failing endpoint is left out."
     )
-    api_key_env: str | None = Field(
-        "OPENAI_API_KEY", json_schema_extra={"hash": False}, description="Environment variable holding the API key."
-    )
-    headers_env: dict[str, str] = Field(
-        default_factory=dict, json_schema_extra={"hash": False}, description="Header name -> environment variable."
+    api_key_env: Unhashed[str | None] = Field("OPENAI_API_KEY", description="Environment variable holding the API key.")
+    headers_env: Unhashed[dict[str, str]] = Field(
+        default_factory=dict, description="Header name -> environment variable."
     )
     device: str | None = Field(None, description="transformers: cpu, cuda, ... (default: cuda if available).")
     dtype: str | None = Field(None, description="transformers/vllm: float32, bfloat16, ...")
-    max_batch_size: int = Field(64, ge=1, json_schema_extra={"hash": False}, description="transformers: largest batch.")
-    max_concurrency: int = Field(16, ge=1, json_schema_extra={"hash": False}, description="openai: requests in flight.")
-    requests_per_minute: float | None = Field(None, gt=0, json_schema_extra={"hash": False})
-    tokens_per_minute: float | None = Field(None, gt=0, json_schema_extra={"hash": False})
-    timeout_s: float = Field(120.0, gt=0, json_schema_extra={"hash": False})
-    max_retries: int = Field(5, ge=0, json_schema_extra={"hash": False})
+    max_batch_size: Unhashed[int] = Field(64, ge=1, description="transformers: largest batch.")
+    max_concurrency: Unhashed[int] = Field(16, ge=1, description="openai: requests in flight.")
+    requests_per_minute: Unhashed[float | None] = Field(None, gt=0)
+    tokens_per_minute: Unhashed[float | None] = Field(None, gt=0)
+    timeout_s: Unhashed[float] = Field(120.0, gt=0)
+    max_retries: Unhashed[int] = Field(5, ge=0)
     price_input_per_mtok: float = Field(0.0, ge=0, description="Cost per million prompt tokens.")
     price_output_per_mtok: float = Field(0.0, ge=0, description="Cost per million completion tokens.")
-    cache: bool = Field(True, json_schema_extra={"hash": False}, description="Use the persistent call cache.")
+    cache: Unhashed[bool] = Field(True, description="Use the persistent call cache.")
     engine_args: dict[str, Any] = Field(default_factory=dict, description="vllm: extra LLM(...) arguments.")
     chat_template_kwargs: dict[str, Any] = Field(
         default_factory=dict,
@@ -131,9 +128,7 @@ class ModelSpec(StageConfig):
     extra_body: dict[str, Any] = Field(
         default_factory=dict, description="openai: extra request fields, e.g. vLLM's return_token_ids."
     )
-    retry_backoff_s: float = Field(
-        0.5, ge=0, json_schema_extra={"hash": False}, description="openai: first retry delay, doubled per attempt."
-    )
+    retry_backoff_s: Unhashed[float] = Field(0.5, ge=0, description="openai: first retry delay, doubled per attempt.")
     tool_media: Literal["text", "user_message"] = Field(
         "text",
         description="openai: how tool results' images and audio reach the model. text: the tool message's text "
@@ -168,6 +163,12 @@ class Backend:
     def __init__(self, spec: ModelSpec):
         self.spec = spec
         self.model = spec.model
+
+    @classmethod
+    def build(cls, spec: ModelSpec, usage: Any = None) -> Backend:
+        """The backend ``make_backend`` makes for ``spec``; one that reports into a stage's ``usage`` (its
+        ``models.accounting.Usage``: endpoints, the model they serve) overrides this."""
+        return cls(spec)
 
     async def generate(
         self, messages: list[Message], tools: list[ToolSchema] | None = None, params: SamplingParams = SamplingParams()

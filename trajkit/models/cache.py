@@ -9,7 +9,7 @@ fingerprint of its weights and tokenizer, so retrained weights saved to the
 same path do not hit stale entries; each entry keeps that identity beside the
 model name, so a replay (``trajkit.models.replay``) finds the calls of a local
 model without its directory. Keys, headers and URLs are never part of a
-key or a value, and secrets are redacted from the stored completions (``trajkit.redact``).
+key or a value, and secrets are redacted from the stored completions (the stage's ``trajkit.redact.Redactor``).
 
 ``seed=None`` with ``temperature > 0`` is not reproducible, but it is cached
 all the same: a rerun returns the first run's samples. Stages that want k
@@ -34,7 +34,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trajkit import redact
 from trajkit.errors import UserError
 from trajkit.models.base import (
     DEFAULT_PARAMS,
@@ -48,6 +47,7 @@ from trajkit.models.base import (
     ToolSchema,
 )
 from trajkit.models.chat import canonical, with_tool_media
+from trajkit.redact import Redactor, environment_secrets
 
 KEY_VERSION = 1
 _FINGERPRINT_FILES = (
@@ -129,7 +129,9 @@ def _setup(db: sqlite3.Connection, patience_s: float = 60.0) -> None:
 class CallCache:
     """A sqlite table from call key to the completions that call returned."""
 
-    def __init__(self, cache_dir: Path):
+    def __init__(self, cache_dir: Path, redactor: Redactor | None = None):
+        """``redactor``: what stored completions pass through (a stage's; by default the environment's secrets)."""
+        self.redactor = redactor or Redactor(environment_secrets())
         cache_dir = Path(cache_dir)
         cache_dir.mkdir(parents=True, exist_ok=True)
         self.path = cache_dir / "calls.sqlite"
@@ -150,7 +152,7 @@ class CallCache:
     def put(self, key: str, model: str, completions: list[Completion], identity: str | None = None) -> None:
         """Keep a call's completions; ``identity`` is the ``model_identity`` its key was made with (what a replay
         needs to find the call again where a local model directory is absent or holds other weights)."""
-        entries = redact.current().value([dataclasses.asdict(c) for c in completions])
+        entries = self.redactor.value([dataclasses.asdict(c) for c in completions])
         blob = json.dumps(entries, ensure_ascii=False)
         with self._lock:
             self._db.execute(

@@ -67,6 +67,25 @@ class OpenAIBackend(Backend):
         self._semaphore: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
+    @classmethod
+    def build(cls, spec: ModelSpec, usage: Any = None) -> OpenAIBackend:
+        """Requests, errors and latency per endpoint counted into ``usage.endpoints``; the model the endpoints
+        report serving recorded into ``usage``, which refuses a stage that mixes models."""
+        backend = cls(spec, stats=usage.endpoints if usage is not None else None)
+        if usage is not None:
+            backend.record_served(usage)
+        return backend
+
+    def record_served(self, usage: Any) -> None:
+        """Record the model the endpoints report serving; endpoints of one spec serving different models, or a
+        model other than the stage's earlier runs had, are user errors (before any request)."""
+        served = self.served()
+        if len(set(served.values())) > 1:
+            listed = "; ".join(f"{url}: {model}" for url, model in sorted(served.items()))
+            raise UserError(f"model {self.spec.model!r}: the endpoints serve different models ({listed})")
+        for reported in set(served.values()):
+            usage.serving(self.spec.model, reported)
+
     def _headers(self) -> dict[str, str]:
         headers = {}
         key = os.environ.get(self.spec.api_key_env) if self.spec.api_key_env else None

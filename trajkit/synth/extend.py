@@ -19,7 +19,6 @@ tool results are in the history, its server state is not).
 
 from __future__ import annotations
 
-import asyncio
 import re
 from typing import Any
 
@@ -30,9 +29,9 @@ from trajkit.envs.agent import episode_head
 from trajkit.envs.options import ServerPoolOptions
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec, SamplingParams
+from trajkit.prompts import load_prompt, quote_data, render
 from trajkit.runner import StageContext, StageSpec
 from trajkit.store import sql_condition
-from trajkit.synth.prompts import load_prompt, quote_data, render
 from trajkit.synth.transcripts import conversation_text, tool_listing
 
 END = "<END_CONVERSATION>"
@@ -69,7 +68,7 @@ def follow_up(text: str | None) -> tuple[str | None, str | None]:
     return (message, None) if message else (None, "user simulator wrote an empty follow-up")
 
 
-def run_extend(ctx: StageContext, cfg: ExtendConfig) -> dict[str, Any]:
+async def run_extend(ctx: StageContext, cfg: ExtendConfig) -> dict[str, Any]:
     from trajkit.envs.agent import load_rollout
 
     rollout = load_rollout(cfg.rollout_fn)
@@ -84,7 +83,7 @@ def run_extend(ctx: StageContext, cfg: ExtendConfig) -> dict[str, Any]:
     )
     chosen -= ctx.store.ids("trajectories", stage=ctx.name)  # never this stage's own rows: those are later rounds
     roots = sorted((r for r in ctx.store.rows("trajectories") if r["traj_id"] in chosen), key=lambda r: r["traj_id"])
-    total = asyncio.run(_extend(ctx, cfg, rollout, servers, prompt, [r for r in roots if ctx.mine(r["traj_id"])]))
+    total = await _extend(ctx, cfg, rollout, servers, prompt, [r for r in roots if ctx.mine(r["traj_id"])])
     return {"extended": total, "rounds": cfg.rounds}
 
 
@@ -92,14 +91,12 @@ def retry_transient(ctx: StageContext, _: ExtendConfig) -> int:
     """Drop this rank's extensions that failed transiently, so they run again."""
     from trajkit.envs.agent import is_transient
 
-    columns = ["traj_id", "parent_id", "status", "reason"]
+    columns = ["traj_id", "parent_id", "status", "reason_code"]
     own = {r["traj_id"]: r for r in ctx.store.rows("trajectories", columns, stage=ctx.name)}
     again = {
         tid
         for tid, r in own.items()
-        if r["status"] == "failed"
-        and ((r["reason"] or "").startswith(SIMULATOR_FAILED) or is_transient(r["reason"]))
-        and ctx.mine(_root(r, own))
+        if r["status"] == "failed" and is_transient(r["reason_code"]) and ctx.mine(_root(r, own))
     }
     return ctx.store.drop_rows("trajectories", ctx.name, again)
 
@@ -146,15 +143,13 @@ async def _extend(
     roots: list[dict[str, Any]],
 ) -> int:
     from trajkit.envs.tools import select_servers, tool_routes
-    from trajkit.models import make_backend
 
     tasks = {t["task_id"]: t for t in ctx.store.rows("tasks")}
-    cache = ctx.store.root / "_cache"
-    agent = make_backend(cfg.model, usage=ctx.usage, cache_dir=cache)
-    user = make_backend(cfg.user_model or cfg.model, usage=ctx.usage, cache_dir=cache)
+    agent = ctx.backend(cfg.model)
+    user = ctx.backend(cfg.user_model or cfg.model)
     params, limits = cfg.sampling(), cfg.limits()  # each conversation is seeded by its own seed
     ctx.writer("trajectories", rows_per_shard=cfg.flush_rows)
-    env = cfg.tool_env(servers)
+    env = cfg.tool_env(servers, ctx.share)
 
     async def one(item: tuple[dict[str, Any], int]) -> dict[str, Any]:
         parent, round_ = item
@@ -172,9 +167,13 @@ async def _extend(
         )
         user_params = SamplingParams(n=1, temperature=cfg.user_temperature, max_tokens=cfg.user_max_tokens, seed=seed)
         [c] = await user.generate([{"role": "user", "content": text}], None, user_params)
-        message, why = (None, f"{SIMULATOR_FAILED}: {c.error}"[:500]) if c.error else follow_up(c.text)
+        if c.error:  # the simulator's request failed: a fault a rerun may cure
+            return _declined(parent, agent, params, seed, f"{SIMULATOR_FAILED}: {c.error}"[:500], "model_error")
+        message, why = follow_up(c.text)
         if message is None:
-            return _declined(parent, agent, params, seed, why)
+            return _declined(
+                parent, agent, params, seed, why, "conversation_ended" if why == ENDED else "extension_failed"
+            )
         continued = {**task, "question": message, "verifier": None}
         return await rollout(
             continued,
@@ -218,14 +217,16 @@ def conversation_seed(seed: int, parent: dict[str, Any], round_: int) -> int:
     return S.seed_for(seed, parent["task_id"], parent["rollout_index"], parent_seed, round_)
 
 
-def _declined(parent: dict[str, Any], agent: Any, params: SamplingParams, seed: int, why: str | None) -> dict[str, Any]:
-    """The row of an extension the user simulator did not give a follow-up for."""
+def _declined(
+    parent: dict[str, Any], agent: Any, params: SamplingParams, seed: int, why: str | None, code: str
+) -> dict[str, Any]:
+    """The row of an extension the user simulator did not give a follow-up for (``code``: why, as a reason code)."""
     head = episode_head(parent["task_id"], parent["rollout_index"] or 0, agent, params, seed, parent["traj_id"])
     return {
         **head,
-        "status": "aborted" if why == ENDED else "failed",  # ended on purpose vs. no usable follow-up
+        "status": "aborted" if code == "conversation_ended" else "failed",  # ended on purpose vs. no follow-up
         "reason": why,
-        "reason_code": "conversation_ended" if why == ENDED else "extension_failed",
+        "reason_code": code,
     }
 
 

@@ -16,14 +16,13 @@ deleted.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 from pydantic import Field, field_validator
 
 from trajkit.accepted import DEFAULT
-from trajkit.config import StageConfig
-from trajkit.errors import UserError
+from trajkit.config import StageConfig, Unhashed
+from trajkit.plugins import RowFilter, apply_filter, load_filters
 from trajkit.runner import StageContext, StageSpec
 from trajkit.synth import rules
 
@@ -55,7 +54,7 @@ class TrajectoryFilterConfig(StageConfig):
     custom: list[str] = Field(
         default_factory=list, description="Dotted paths to fn(trajectory: dict) -> str | None (a reject reason)."
     )
-    flush_rows: int = Field(1024, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
+    flush_rows: Unhashed[int] = Field(1024, ge=1, description="Rows per written shard.")
 
     @field_validator("rules")
     @classmethod
@@ -67,23 +66,15 @@ class TrajectoryFilterConfig(StageConfig):
 
 
 def run_filter(ctx: StageContext, cfg: TrajectoryFilterConfig) -> dict[str, Any]:
-    from trajkit.config import load_object
-
-    custom: list[tuple[str, Callable[[dict[str, Any]], str | None]]] = [
-        (path, load_object(path, "custom filter")) for path in cfg.custom
-    ]
-    for path, fn in custom:
-        if not callable(fn):
-            raise UserError(f"custom filter {path!r} is not callable")
+    custom = load_filters(cfg.custom)
     scores = _scores(ctx, cfg)
     ctx.writer("rejected", rows_per_shard=cfg.flush_rows)
     trajs = sorted(ctx.store.rows("trajectories"), key=lambda r: r["traj_id"])
+    mine = [r for r in trajs if ctx.mine(r["traj_id"])]
     kept, total, why = 0, 0, Counter()
-    with ctx.progress(len(trajs), "trajectories") as advance:
-        for row in trajs:
+    with ctx.progress(len(mine), "trajectories") as advance:
+        for row in mine:
             advance(1)
-            if not ctx.mine(row["traj_id"]):
-                continue
             reasons = check(row, cfg, scores, custom)
             for reason, detail in reasons:
                 ctx.reject("trajectories", row["traj_id"], reason, detail)
@@ -99,7 +90,7 @@ def check(
     row: dict[str, Any],
     cfg: TrajectoryFilterConfig,
     scores: dict[str, dict[str, dict[str, Any]]],
-    custom: list[tuple[str, Callable[[dict[str, Any]], str | None]]] = (),
+    custom: list[tuple[str, RowFilter]] = (),
 ) -> list[tuple[str, str | None]]:
     """Every (reason, detail) for which a trajectory is rejected; empty when it is kept."""
     out: list[tuple[str, str | None]] = []
@@ -120,15 +111,7 @@ def check(
         elif value < minimum:
             out.append((f"low_{column}", f"{value:g} < {minimum:g}"))
     for path, fn in custom:
-        try:
-            reason = fn(row)
-        except Exception as e:  # noqa: BLE001 - a bug in a user's filter: stop with one clear line
-            raise UserError(f"filter {path} failed on trajectory {row['traj_id']}: {type(e).__name__}: {e}") from None
-        if reason is not None and (not isinstance(reason, str) or not reason):
-            raise UserError(
-                f"filter {path} returned {reason!r} for trajectory {row['traj_id']}; expected None or a reason string"
-            )
-        if reason:
+        if reason := apply_filter(path, fn, row, "trajectory", row["traj_id"]):
             out.append((reason, path))
     return out
 
@@ -148,5 +131,5 @@ FILTER = StageSpec(
     run_filter,
     inputs=("trajectories", "trajectory_quality", "task_quality"),
     outputs=("rejected",),
-    help="Reject trajectories by rules (no tool call, tool errors, empty answer, repetition) and judge thresholds.",
+    help="Reject trajectories by rules (no tool call, tool errors, empty answer, repetition) and judge thresholds; reasons counted, rows kept.",
 )

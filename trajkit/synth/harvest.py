@@ -16,56 +16,50 @@ transient failures.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from pydantic import Field, SecretStr
 
-from trajkit.config import StageConfig
+from trajkit.config import StageConfig, Unhashed
+from trajkit.envs.config import ServersFile
 from trajkit.runner import StageContext, StageSpec
 
 
 class HarvestConfig(StageConfig):
-    servers: str = Field(
+    servers: ServersFile[str] = Field(
         description="The servers JSON file as Claude Desktop, Cursor, VS Code (mcp.json) or Cline write it."
     )
-    inputs: dict[str, SecretStr] = Field(
+    inputs: Unhashed[dict[str, SecretStr]] = Field(
         default_factory=dict,
-        json_schema_extra={"hash": False},
         description="Values of VS Code ${input:ID} (else the environment variable ID in capitals, '-' as '_').",
     )
-    startup_timeout_s: float = Field(
-        60.0, gt=0, json_schema_extra={"hash": False}, description="Limit on spawning plus initialize, per server."
-    )
-    list_timeout_s: float = Field(
-        30.0, gt=0, json_schema_extra={"hash": False}, description="Limit per tools/list page."
-    )
-    concurrency: int = Field(4, ge=1, json_schema_extra={"hash": False}, description="Servers harvested at once.")
+    startup_timeout_s: Unhashed[float] = Field(60.0, gt=0, description="Limit on spawning plus initialize, per server.")
+    list_timeout_s: Unhashed[float] = Field(30.0, gt=0, description="Limit per tools/list page.")
+    concurrency: Unhashed[int] = Field(4, ge=1, description="Servers harvested at once.")
 
 
 def retry_timed_out(ctx: StageContext, _: HarvestConfig) -> int:
     """Drop this rank's rows of servers whose harvest timed out, so they are harvested again."""
     from trajkit.envs.agent import is_transient
 
-    data = ctx.store.read("servers", ["server_id", "status", "reason"], stage=ctx.name).to_pylist()
+    data = ctx.store.read("servers", ["server_id", "status", "reason_code"], stage=ctx.name).to_pylist()
     again = {
         r["server_id"]
         for r in data
-        if r["status"] == "failed" and is_transient(r["reason"]) and ctx.mine(r["server_id"])
+        if r["status"] == "failed" and is_transient(r["reason_code"]) and ctx.mine(r["server_id"])
     }
     ctx.store.drop_rows("servers", ctx.name, again)
     return len(again)
 
 
-def run_harvest(ctx: StageContext, cfg: HarvestConfig) -> dict[str, Any]:
+async def run_harvest(ctx: StageContext, cfg: HarvestConfig) -> dict[str, Any]:
     from trajkit.envs.config import check_environment, load_servers_config
     from trajkit.envs.discovery import discover
 
     servers = load_servers_config(cfg.servers, {k: v.get_secret_value() for k, v in cfg.inputs.items()})
     for name, server in servers.items():
         check_environment(name, server)
-    done = ctx.done("servers")
-    todo = {n: c for n, c in servers.items() if c.server_id(n) not in done and ctx.mine(c.server_id(n))}
+    todo = dict(ctx.todo(servers.items(), "servers", key=lambda server: server[1].server_id(server[0])))
     with ctx.progress(len(todo), "servers") as advance:
 
         def write(row: dict[str, Any]) -> None:
@@ -77,14 +71,12 @@ def run_harvest(ctx: StageContext, cfg: HarvestConfig) -> dict[str, Any]:
                 ctx.log(f"server {row['name']!r}: {note}")
             advance(1)
 
-        asyncio.run(
-            discover(
-                todo,
-                concurrency=cfg.concurrency,
-                startup_timeout_s=cfg.startup_timeout_s,
-                list_timeout_s=cfg.list_timeout_s,
-                on_row=write,
-            )
+        await discover(
+            todo,
+            concurrency=cfg.concurrency,
+            startup_timeout_s=cfg.startup_timeout_s,
+            list_timeout_s=cfg.list_timeout_s,
+            on_row=write,
         )
     import pyarrow.parquet as pq
 
@@ -104,5 +96,5 @@ HARVEST = StageSpec(
     retry=retry_timed_out,
     inputs=(),
     outputs=("servers",),
-    help="Start each MCP server of an mcpServers file, list its tools, write the servers table.",
+    help="Start each MCP server of an mcpServers file, list its tools, and write the `servers` table (failed servers with a reason).",
 )

@@ -14,16 +14,15 @@ asks again, as every stage retries its transient failures.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Literal
 
 from pydantic import Field
 
 from trajkit import schema as S
-from trajkit.config import StageConfig
+from trajkit.config import StageConfig, Unhashed
 from trajkit.models.base import ModelSpec, SamplingParams
+from trajkit.prompts import load_prompt, quote_data, render
 from trajkit.runner import StageContext, StageSpec
-from trajkit.synth.prompts import load_prompt, quote_data, render
 from trajkit.synth.ratings import TASK_DIMENSIONS, TRAJECTORY_DIMENSIONS, mean_score, parse_judgment
 from trajkit.synth.tool_accuracy import tool_accuracy
 from trajkit.synth.transcripts import conversation_text, tool_listing
@@ -45,8 +44,8 @@ class JudgeConfig(StageConfig):
     seed: int = 0
     max_conversation_chars: int = Field(12_000, ge=500, description="Longer conversations are cut in the middle.")
     prompts_dir: str | None = Field(None, description="A directory whose prompt files replace examples/prompts/.")
-    concurrency: int = Field(8, ge=1, json_schema_extra={"hash": False})
-    flush_rows: int = Field(256, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
+    concurrency: Unhashed[int] = Field(8, ge=1)
+    flush_rows: Unhashed[int] = Field(256, ge=1, description="Rows per written shard.")
 
 
 def retry_failed_requests(ctx: StageContext, _: JudgeConfig) -> int:
@@ -60,20 +59,21 @@ def retry_failed_requests(ctx: StageContext, _: JudgeConfig) -> int:
     return dropped
 
 
-def run_judge(ctx: StageContext, cfg: JudgeConfig) -> dict[str, Any]:
+async def run_judge(ctx: StageContext, cfg: JudgeConfig) -> dict[str, Any]:
     store = ctx.store
     tasks = {t["task_id"]: t for t in store.rows("tasks") if t["question"]}
     items: list[tuple[str, dict[str, Any]]] = []
     if "tasks" in cfg.targets:
-        skip = ctx.done("task_quality") | (set() if cfg.include_rejected else store.rejected("tasks"))
-        items += [("task", t) for tid, t in sorted(tasks.items()) if tid not in skip and ctx.mine(tid)]
+        rejected = set() if cfg.include_rejected else store.rejected("tasks")
+        judged = [t for tid, t in sorted(tasks.items()) if tid not in rejected]
+        items += [("task", t) for t in ctx.todo(judged, "task_quality", key="task_id")]
     if "trajectories" in cfg.targets:
-        skip = ctx.done("trajectory_quality") | (set() if cfg.include_rejected else store.rejected("trajectories"))
-        for tr in sorted(store.rows("trajectories"), key=lambda r: r["traj_id"]):
-            if tr["status"] in cfg.statuses and tr["traj_id"] not in skip and ctx.mine(tr["traj_id"]):
-                items.append(("trajectory", tr))
+        rejected = set() if cfg.include_rejected else store.rejected("trajectories")
+        rows = sorted(store.rows("trajectories"), key=lambda r: r["traj_id"])
+        judged = [r for r in rows if r["status"] in cfg.statuses and r["traj_id"] not in rejected]
+        items += [("trajectory", r) for r in ctx.todo(judged, "trajectory_quality", key="traj_id")]
     ctx.log(f"judging {len(items)} rows")
-    asyncio.run(_judge_all(ctx, cfg, items, tasks))
+    await _judge_all(ctx, cfg, items, tasks)
     return {"judged": len(items)}
 
 
@@ -81,12 +81,11 @@ async def _judge_all(
     ctx: StageContext, cfg: JudgeConfig, items: list[tuple[str, dict[str, Any]]], tasks: dict[str, dict[str, Any]]
 ) -> None:
     from trajkit.envs.tools import select_servers, tool_routes
-    from trajkit.models import make_backend
 
     servers = ctx.store.rows("servers")
     prompt_task = load_prompt("judge_task.md", cfg.prompts_dir, ("QUESTION", "TOOLS"))
     prompt_traj = load_prompt("judge_trajectory.md", cfg.prompts_dir, ("CONVERSATION",))
-    backend = make_backend(cfg.model, usage=ctx.usage, cache_dir=ctx.store.root / "_cache")
+    backend = ctx.backend(cfg.model)
     params = SamplingParams(n=1, temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=cfg.seed)
     for table in ("task_quality", "trajectory_quality"):
         ctx.writer(table, rows_per_shard=cfg.flush_rows)

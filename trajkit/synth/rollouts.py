@@ -22,7 +22,6 @@ again, as every stage retries its transient failures; other faults stay.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from pydantic import Field, field_validator
@@ -86,7 +85,7 @@ def select_tasks(ctx: StageContext, where: str | None, include_rejected: bool) -
     return sorted(tasks, key=lambda t: t["task_id"])
 
 
-def run_rollouts(ctx: StageContext, cfg: RolloutsConfig) -> dict[str, Any]:
+async def run_rollouts(ctx: StageContext, cfg: RolloutsConfig) -> dict[str, Any]:
     from trajkit.envs.agent import load_rollout
     from trajkit.verify import check_custom_verifiers
 
@@ -109,18 +108,16 @@ def run_rollouts(ctx: StageContext, cfg: RolloutsConfig) -> dict[str, Any]:
         mine = [r for r in mine if r["traj_id"] not in retried]
     else:
         again = []
+    episodes = [(t, i) for i in range(cfg.rollouts_per_task) for t in tasks]
     done = {(r["task_id"], r["rollout_index"]) for r in mine}
-    todo = [
-        (t, i)
-        for i in range(cfg.rollouts_per_task)
-        for t in tasks
-        if (t["task_id"], i) not in done and ctx.mine(S.content_id(t["task_id"], i))
-    ]
+    todo = ctx.todo(
+        episodes, done, key=lambda e: (e[0]["task_id"], e[1]), shard=lambda e: S.content_id(e[0]["task_id"], e[1])
+    )
     if goal is not None and have >= goal:
         todo = []
     ctx.log(f"{len(todo)} episodes to run over {len(tasks)} tasks" + (f", target {goal} ({have} in)" if goal else ""))
     retry = {(r["task_id"], r["rollout_index"]) for r in again}
-    asyncio.run(_run(ctx, cfg, rollout, servers, todo, goal, have, retry))
+    await _run(ctx, cfg, rollout, servers, todo, goal, have, retry)
     return {"tasks": len(tasks), "target": cfg.target}
 
 
@@ -129,12 +126,12 @@ def retry_transient(ctx: StageContext, _: RolloutsConfig) -> int:
     from trajkit.envs.agent import is_transient
 
     mine = ctx.store.rows(
-        "trajectories", ["traj_id", "task_id", "rollout_index", "parent_id", "status", "reason"], stage=ctx.name
+        "trajectories", ["traj_id", "task_id", "rollout_index", "parent_id", "status", "reason_code"], stage=ctx.name
     )
     failed = {
         r["traj_id"]
         for r in mine
-        if r["parent_id"] is None and r["status"] == "failed" and is_transient(r["reason"]) and _owned(ctx, r)
+        if r["parent_id"] is None and r["status"] == "failed" and is_transient(r["reason_code"]) and _owned(ctx, r)
     }
     return ctx.store.drop_rows("trajectories", ctx.name, failed)
 
@@ -161,12 +158,12 @@ async def _run(
     """Run the episodes; ``retry`` are aborted ones being run again: those the target leaves
     unstarted are recorded as aborted again, so no aborted row is lost."""
     from trajkit.envs.solve import trajectory_verdict
-    from trajkit.models import make_backend
+    from trajkit.verify.backends import sandbox_for
 
-    backend = make_backend(cfg.model, usage=ctx.usage, cache_dir=ctx.store.root / "_cache")
+    backend = ctx.backend(cfg.model)
     params, limits = cfg.sampling(), cfg.limits()
     ctx.writer("trajectories", rows_per_shard=cfg.flush_rows)
-    env = cfg.tool_env(servers)
+    env = cfg.tool_env(servers, ctx.share)
 
     def aborted(task_id: str, i: int) -> dict[str, Any]:
         return aborted_row(task_id, i, backend, params, episode_seed(cfg.seed, task_id, i))
@@ -185,7 +182,7 @@ async def _run(
             seed=episode_seed(cfg.seed, task["task_id"], i),
             policy_version=cfg.policy_version,
         )
-        return {**row, "verdict": await trajectory_verdict(task, row)}
+        return {**row, "verdict": await trajectory_verdict(task, row, sandbox)}
 
     def write(_: Any, row: dict[str, Any]) -> None:
         nonlocal have
@@ -196,11 +193,13 @@ async def _run(
     def reached() -> bool:
         return goal is not None and have >= goal
 
+    kinds = {(t["verifier"] or {}).get("kind") for t, _ in todo}
     try:
-        async with env:
-            cancelled, unstarted = await ctx.fan_out(
-                todo, episode, concurrency=cfg.concurrency, unit="episodes", write=write, until=reached
-            )
+        with sandbox_for(kinds, share=ctx.share) as sandbox:
+            async with env:
+                cancelled, unstarted = await ctx.fan_out(
+                    todo, episode, concurrency=cfg.concurrency, unit="episodes", write=write, until=reached
+                )
         for task, i in cancelled + [(t, i) for t, i in unstarted if (t["task_id"], i) in retry]:
             ctx.write("trajectories", aborted(task["task_id"], i))
     finally:
@@ -230,5 +229,5 @@ ROLLOUTS = StageSpec(
     retry=retry_transient,
     inputs=("tasks", "servers"),
     outputs=("trajectories",),
-    help="Run the agent loop over tasks; --target N over-samples and cancels the rest once N are accepted.",
+    help="Run the agent loop over tasks against the harvested MCP servers into `trajectories`; --target N over-samples and cancels the rest once N are accepted.",
 )

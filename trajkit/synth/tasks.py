@@ -22,7 +22,6 @@ failures. Unparseable output and refusals are the model's answer and stay.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 from dataclasses import dataclass
@@ -31,14 +30,14 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from trajkit import schema as S
-from trajkit.config import StageConfig
+from trajkit.config import StageConfig, Unhashed
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec, SamplingParams
+from trajkit.prompts import load_prompt, render
 from trajkit.runner import StageContext, StageSpec
 from trajkit.synth import sampling as sampling_
 from trajkit.synth import vs
 from trajkit.synth.candidates import ToolIndex, is_refusal, to_task, utf8
-from trajkit.synth.prompts import load_prompt, render
 from trajkit.synth.transcripts import tool_listing
 
 Mode = Literal[S.SYNTH_MODES]  # type: ignore[valid-type]
@@ -70,8 +69,8 @@ class TasksConfig(StageConfig):
     max_tokens: int = Field(2048, ge=1)
     seed: int = Field(0, description="Seeds server draws and generation.")
     prompts_dir: str | None = Field(None, description="A directory whose prompt files replace examples/prompts/.")
-    concurrency: int = Field(8, ge=1, json_schema_extra={"hash": False}, description="Requests in flight.")
-    flush_rows: int = Field(256, ge=1, json_schema_extra={"hash": False}, description="Rows per written shard.")
+    concurrency: Unhashed[int] = Field(8, ge=1, description="Requests in flight.")
+    flush_rows: Unhashed[int] = Field(256, ge=1, description="Rows per written shard.")
 
     @model_validator(mode="after")
     def _check(self) -> TasksConfig:
@@ -144,7 +143,7 @@ def plan_requests(cfg: TasksConfig, servers: list[dict[str, Any]]) -> tuple[list
     return requests, skipped
 
 
-def run_tasks(ctx: StageContext, cfg: TasksConfig) -> dict[str, Any]:
+async def run_tasks(ctx: StageContext, cfg: TasksConfig) -> dict[str, Any]:
     prompts = _Prompts(cfg)
     rows = ctx.store.rows("servers")
     if not rows:
@@ -155,11 +154,9 @@ def run_tasks(ctx: StageContext, cfg: TasksConfig) -> dict[str, Any]:
     requests, skipped = plan_requests(cfg, servers)
     for mode, n in skipped.items():
         ctx.counts[f"skipped.{mode}.no_eligible_servers"] += n
-    done = ctx.done("tasks")
-    todo = [r for r in requests if ctx.mine(r.request_id) and task_id(r.request_id, 0) not in done]
-    ctx.counts["requests.resumed_done"] += sum(1 for r in requests if ctx.mine(r.request_id)) - len(todo)
+    todo = ctx.todo(requests, "tasks", key=lambda r: task_id(r.request_id, 0), shard=lambda r: r.request_id)
     ctx.log(f"{len(todo)} requests to run ({cfg.method}, k={cfg.k}) over {len(servers)} servers")
-    asyncio.run(_generate(ctx, cfg, prompts, todo, rows))
+    await _generate(ctx, cfg, prompts, todo, rows)
     return {"requests": len(requests), "method": cfg.method}
 
 
@@ -167,9 +164,8 @@ async def _generate(
     ctx: StageContext, cfg: TasksConfig, prompts: _Prompts, todo: list[Request], servers_rows: list[dict[str, Any]]
 ) -> None:
     from trajkit.envs.tools import tool_routes
-    from trajkit.models import make_backend
 
-    backend = make_backend(cfg.model, usage=ctx.usage, cache_dir=ctx.store.root / "_cache")
+    backend = ctx.backend(cfg.model)
 
     async def one(req: Request) -> list[tuple[dict[str, Any], str | None, str | None]]:
         routes = tool_routes(servers_rows, [s["server_id"] for s in req.draw.servers])
@@ -306,5 +302,5 @@ TASKS = StageSpec(
     retry=retry_failed_requests,
     inputs=("servers",),
     outputs=("tasks", "rejected"),
-    help="Synthesize tool-use tasks (single tool, multi tool, multi server) with direct or verbalized sampling.",
+    help="Synthesize tool-use tasks (single tool, multi tool, multi server) from the `servers` table, with direct or verbalized sampling.",
 )

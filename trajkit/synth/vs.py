@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trajkit.synth.prompts import load_prompt, render
+from trajkit.prompts import load_prompt, render
 
 FORMAT_FILES = {
     "direct": "format_direct.md",

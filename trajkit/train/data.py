@@ -4,9 +4,9 @@ asked of ``trajkit.accepted`` (the run's DuckDB views), the one definition expor
 ``task_rows`` joins ``tasks`` with its annotations (``passk``, ``splits``,
 ``curriculum``; for an annotation written by several stages the row of the stage
 that finished last wins: ``Store.latest``, as in the store's SQL views), keeps
-accepted tasks and applies a stage's data filter. ``grpo_rows`` turns tasks into
-the rows of the GRPO dataset: a conversational ``prompt`` plus the columns the
-rewards read. ``sft_rows`` turns accepted trajectories into SFT examples.
+accepted tasks and applies a stage's data filter (``trajkit.envs.solve.grpo_rows``
+turns them into the GRPO dataset's rows). ``sft_rows`` turns accepted trajectories
+into SFT examples.
 """
 
 from __future__ import annotations
@@ -18,15 +18,11 @@ from pydantic import Field
 from trajkit import schema as S
 from trajkit.accepted import accepted_ids
 from trajkit.config import StageConfig
-from trajkit.envs.agent import TOKEN_TRACE, agent_system_prompt
-from trajkit.envs.solve import is_tool_task, task_prompt
+from trajkit.envs.agent import TOKEN_TRACE
 from trajkit.errors import UserError
 from trajkit.export import openai_tools
 from trajkit.models.chat import to_template
 from trajkit.store import Store
-
-NO_TOOLS = "none"  # the environment of tasks that offer no tools
-ALL_SERVERS = "all"  # a tool_outcome task that names no servers is offered every server, as in rollouts
 
 
 class DataFilter(StageConfig):
@@ -87,46 +83,6 @@ def task_rows(store: Store, data: DataFilter) -> list[dict[str, Any]]:
         if data.limit is not None and len(out) >= data.limit:
             break
     return out
-
-
-def environment_name(task: dict[str, Any]) -> str:
-    """The TRL environment a task uses: its server ids joined in order (the order tools render in)."""
-    if task.get("server_ids"):
-        return "+".join(task["server_ids"])
-    return ALL_SERVERS if is_tool_task(task) else NO_TOOLS
-
-
-def grpo_rows(tasks: list[dict[str, Any]], system_prompt: str | None = None) -> list[dict[str, Any]]:
-    """GRPO dataset rows: conversational ``prompt`` plus the reward columns.
-
-    The messages are the ones pass@k tagging and rollouts sent (``trajkit.envs.solve``): for a
-    tool task the agent loop's system message (``system_prompt``, then the ``Answer:`` line the
-    outcome check reads) and the question; otherwise ``system_prompt`` and the question plus its
-    verifier's answer format.
-    Columns: ``task_id``, ``verifier_kind``, ``verifier_spec`` (JSON text), ``difficulty``,
-    ``environment`` (the server set), ``target_tools``.
-    """
-    rows = []
-    for t in tasks:
-        verifier = t.get("verifier") or {}
-        tools = is_tool_task(t)
-        text = (t.get("question") or "") if tools else task_prompt(t)
-        if not text:
-            continue
-        system = agent_system_prompt(system_prompt) if tools else system_prompt  # as the agent loop renders it
-        prompt = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
-        rows.append(
-            {
-                "prompt": prompt,
-                "task_id": t["task_id"],
-                "verifier_kind": verifier.get("kind") or "none",
-                "verifier_spec": verifier.get("spec") or "{}",
-                "difficulty": t.get("difficulty"),
-                "environment": environment_name(t),
-                "target_tools": list(t.get("target_tools") or []),
-            }
-        )
-    return rows
 
 
 def sft_rows(store: Store, use_tokens: bool = True) -> list[dict[str, Any]]:

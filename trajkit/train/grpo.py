@@ -14,6 +14,7 @@ option is available without trajkit re-declaring it.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import importlib.util
@@ -25,13 +26,14 @@ from typing import Any
 
 from pydantic import Field
 
-from trajkit.config import StageConfig
+from trajkit.config import StageConfig, Unhashed
+from trajkit.envs.config import ServersFile
+from trajkit.envs.solve import NO_TOOLS, grpo_rows
 from trajkit.errors import UserError
 from trajkit.runner import StageContext, StageSpec
-from trajkit.train.data import NO_TOOLS, DataFilter, grpo_rows, task_rows
+from trajkit.train.data import DataFilter, task_rows
 from trajkit.train.rewards import Conciseness, RewardSpec
-from trajkit.verify.backends import SANDBOX_HELP, SandboxKind
-from trajkit.verify.verifiers import SANDBOXED_KINDS
+from trajkit.verify.backends import SANDBOX_HELP, SandboxKind, sandbox_for
 
 TRAJKIT_GRPO: dict[str, Any] = {"loss_type": "dapo", "epsilon_high": 0.28, "beta": 0.0}
 DEFAULT_REWARDS = [
@@ -56,10 +58,10 @@ class GRPOStageConfig(StageConfig):
     rewards: list[RewardSpec] = Field(default_factory=lambda: list(DEFAULT_REWARDS))
     conciseness: Conciseness = Field(default_factory=Conciseness)
     tools: bool = Field(True, description="Offer each task's MCP servers as tools (multi-turn GRPO).")
-    servers_config: str | None = Field(
+    servers_config: ServersFile[str | None] = Field(
         None, description="The mcpServers file, for the env values, headers and cwd of the run's servers."
     )
-    sandbox: SandboxKind = Field("local", json_schema_extra={"hash": False}, description=SANDBOX_HELP)
+    sandbox: Unhashed[SandboxKind] = Field("local", description=SANDBOX_HELP)
     tool_timeout_s: float = Field(30.0, gt=0, description="Per tool call, as in rollouts.")
     max_tool_output_chars: int = Field(4000, ge=1, description="Tool output beyond it is cut, as in rollouts.")
     system_prompt: str | None = Field(None, description="A system message put before each task's question.")
@@ -100,8 +102,7 @@ def grpo_args(cfg: GRPOStageConfig, output_dir: str, weights: list[float], num_g
     defaults.update(fast_settings(torch.cuda.is_available()))
     if num_generations:
         defaults["num_generations"] = num_generations
-    user = typed(GRPOConfig, cfg.grpo)
-    kwargs = {**defaults, **user, "output_dir": output_dir, "max_steps": cfg.steps}
+    kwargs = {**defaults, **cfg.grpo, "output_dir": output_dir, "max_steps": cfg.steps}
     if cfg.generation_steps:
         from trajkit.train.speed import batch_shape
 
@@ -110,38 +111,44 @@ def grpo_args(cfg: GRPOStageConfig, output_dir: str, weights: list[float], num_g
             kwargs.get(k, trl_default[k]) for k in ("per_device_train_batch_size", "gradient_accumulation_steps")
         )
         shape = batch_shape(per_step, cfg.generation_steps)
-        kwargs.update({k: v for k, v in shape.items() if k != "gradient_checkpointing" or k not in user})
+        kwargs.update({k: v for k, v in shape.items() if k != "gradient_checkpointing" or k not in cfg.grpo})
+    return trl_config(GRPOConfig, kwargs, "grpo")
+
+
+def _trl_parser(config_cls: type, mapping: dict[str, Any]) -> tuple[Any, list[str]]:
+    """TRL's parser of ``config_cls`` with ``mapping`` as its values, as ``TrlParser`` reads a YAML config, and
+    the keys of ``mapping`` that are no field of it."""
+    from trl import TrlParser
+
+    parser = TrlParser(config_cls, exit_on_error=False)
+    return parser, parser.set_defaults_with_config(**mapping)[0::2]  # ["--key", "value", ...]
+
+
+def trl_config(config_cls: type, mapping: dict[str, Any], where: str) -> Any:
+    """A TRL config (``GRPOConfig``, ``SFTConfig``) from a mapping, read by TRL's own parser: values typed by
+    their fields (YAML reads ``1e-6`` as text); an unknown key or a bad value is a user error in one line."""
+    parser, unknown = _trl_parser(config_cls, mapping)
+    if unknown:
+        names = ", ".join(f"{where}.{k.removeprefix('--')}" for k in unknown)
+        raise UserError(f"invalid {where}: mapping: {names}: not a {config_cls.__name__} field")
     try:
-        return GRPOConfig(**kwargs)
-    except (ValueError, TypeError) as e:
-        raise UserError(f"invalid grpo: mapping: {str(e).splitlines()[0]}") from None
-
-
-def typed(config_cls: type, mapping: dict[str, Any]) -> dict[str, Any]:
-    """Numbers given as text (YAML reads ``1e-6`` as a string) converted for float and int fields."""
-    kinds = {
-        f.name: f.type.__name__ if isinstance(f.type, type) else str(f.type) for f in dataclasses.fields(config_cls)
-    }
-    out = dict(mapping)
-    for key, value in mapping.items():
-        if not isinstance(value, str) or key not in kinds:
-            continue
-        try:
-            if kinds[key].startswith("float"):
-                out[key] = float(value)
-            elif kinds[key].startswith("int"):
-                out[key] = int(value)
-        except ValueError:
-            pass  # GRPOConfig reports the bad value
-    return out
+        (args,) = parser.parse_args_into_dataclasses(args=[])
+    except (argparse.ArgumentError, ValueError, TypeError) as e:
+        raise UserError(f"invalid {where}: mapping: {str(e).splitlines()[0]}") from None
+    return args
 
 
 def check_grpo_mapping(grpo: dict[str, Any], where: str = "grpo") -> list[str]:
-    """Problems with a ``grpo:`` mapping: unknown GRPOConfig fields, keys the stage sets, vLLM unavailable."""
+    """Problems with a ``grpo:`` mapping: keys TRL's parser does not know, values it cannot read as their fields'
+    types, keys the stage sets, vLLM unavailable."""
     from trl import GRPOConfig
 
-    known = {f.name for f in dataclasses.fields(GRPOConfig)}
-    problems = [f"{where}.{k}: not a GRPOConfig field" for k in grpo if k not in known]
+    parser, unknown = _trl_parser(GRPOConfig, grpo)
+    problems = [f"{where}.{k.removeprefix('--')}: not a GRPOConfig field" for k in unknown]
+    try:
+        parser.parse_known_args(args=[])  # types the values, builds no config
+    except argparse.ArgumentError as e:
+        problems.append(f"{where}: {e}")
     problems += [
         f"{where}.{k}: set by the stage (use steps: / output_dir:)" for k in ("max_steps", "output_dir") if k in grpo
     ]
@@ -162,21 +169,6 @@ def vllm_problems() -> list[str]:
     return []
 
 
-@contextlib.contextmanager
-def sandbox_for(kinds: set[str], kind: SandboxKind = "local"):
-    """A started verification sandbox (``make_sandbox``) when some task needs one (code verifiers), else None.
-
-    Started first, before the model loads: its workers must fork before CUDA is initialized.
-    """
-    if not kinds & SANDBOXED_KINDS:
-        yield None
-        return
-    from trajkit.verify import make_sandbox
-
-    with make_sandbox(kind) as sandbox:
-        yield sandbox
-
-
 def run_grpo(ctx: StageContext, cfg: GRPOStageConfig) -> dict[str, Any]:
     """Train one curriculum stage; returns a summary for the manifest."""
     problems = check_grpo_mapping(cfg.grpo)
@@ -193,7 +185,11 @@ def run_grpo(ctx: StageContext, cfg: GRPOStageConfig) -> dict[str, Any]:
     per_prompt = {t["rollouts_per_prompt"] for t in tasks if t.get("rollouts_per_prompt")}
     num_generations = per_prompt.pop() if len(per_prompt) == 1 and "num_generations" not in cfg.grpo else None
     out_dir = Path(cfg.output_dir) if cfg.output_dir else ctx.store.root / "models" / ctx.name
-    with sandbox_for({r["verifier_kind"] for r in rows}, cfg.sandbox) as sandbox, contextlib.ExitStack() as closing:
+    # the sandbox starts first, before the model loads: its workers must fork before CUDA is initialized
+    with (
+        sandbox_for({r["verifier_kind"] for r in rows}, cfg.sandbox, share=ctx.share) as sandbox,
+        contextlib.ExitStack() as closing,
+    ):
         return _train(ctx, cfg, rows, sandbox, closing, out_dir, num_generations)  # closing: what rewards hold open
 
 
@@ -219,16 +215,14 @@ def _train(
     from datasets import Dataset
     from trl import GRPOTrainer
 
-    from trajkit.train.metrics import make_callback, plot
+    from trajkit.train.metrics import drop_stale, make_callback, plot
     from trajkit.train.rewards import build_rewards
     from trajkit.train.weights import load_model, load_tokenizer, save_weights
 
     max_len = int(cfg.grpo.get("max_completion_length", 512))
     funcs, weights = build_rewards(cfg.rewards, cfg.conciseness, max_len, closing, sandbox)  # user paths fail first
     args = grpo_args(cfg, str(ctx.store.stage_dir(ctx.name) / "trainer"), weights, num_generations)
-    stale = ctx.done("train_metrics")
-    if stale and os.environ.get("RANK", "0") == "0":  # an interrupted attempt's rows: training restarts at step 0
-        ctx.store.drop_rows("train_metrics", ctx.name, stale)
+    drop_stale(ctx)
     tokenizer = load_tokenizer(cfg.tokenizer or cfg.model)
     tools = None
     if cfg.tools and any(r["environment"] != NO_TOOLS for r in rows):
@@ -239,6 +233,7 @@ def _train(
             {r["environment"] for r in rows},
             tokenizer,
             config=cfg.servers_config,
+            share=ctx.share,
             timeout_s=cfg.tool_timeout_s,
             max_chars=cfg.max_tool_output_chars,
         )
@@ -303,5 +298,4 @@ GRPO = StageSpec(
     run_grpo,
     inputs=("tasks", "passk", "splits", "curriculum", "servers"),
     outputs=("train_metrics",),
-    help="One GRPO curriculum stage with TRL: verifier rewards, MCP tools, full safetensors out.",
 )

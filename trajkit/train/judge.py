@@ -15,7 +15,7 @@ import re
 from typing import Any, Self
 
 from trajkit.models.base import ModelSpec, SamplingParams
-from trajkit.synth.prompts import quote_data
+from trajkit.prompts import quote_data
 from trajkit.train.data import completion_text
 
 PROMPT = (

@@ -14,10 +14,19 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
 from trajkit import schema as S
+
+
+def drop_stale(ctx: Any) -> None:
+    """An interrupted attempt's ``train_metrics`` rows go (on the main process): training restarts at step 0."""
+    stale = ctx.store.ids("train_metrics", stage=ctx.name)
+    if stale and os.environ.get("RANK", "0") == "0":
+        ctx.store.drop_rows("train_metrics", ctx.name, stale)
+
 
 COLUMNS = {
     "reward_mean": ("reward",),

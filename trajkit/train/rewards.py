@@ -2,7 +2,7 @@
 
 Each reward returns one float per completion, or ``None`` where it does not
 apply (TRL then leaves it out of that completion's sum). Columns come from the
-dataset ``trajkit.train.data.grpo_rows`` builds (``verifier_kind``,
+dataset ``trajkit.envs.solve.grpo_rows`` builds (``verifier_kind``,
 ``verifier_spec``, ``difficulty``, ``environment``, ``tools_json``); settings are
 bound with ``functools.partial``.
 
@@ -33,6 +33,7 @@ from pydantic import Field, model_validator
 from trajkit.config import StageConfig
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec
+from trajkit.plugins import Reward
 from trajkit.train.data import completion_text
 from trajkit.train.judge import JudgeConciseness
 
@@ -285,8 +286,9 @@ def build_rewards(
     return funcs, weights
 
 
-def load_reward(path: str, params: dict[str, Any] | None = None) -> Callable[..., list[float | None]]:
-    """A custom reward from ``package.module:function`` (TRL's signature), with ``params`` bound."""
+def load_reward(path: str, params: dict[str, Any] | None = None) -> Reward:
+    """A custom reward from ``package.module:function`` (TRL's signature, ``trajkit.plugins.Reward``), with
+    ``params`` bound."""
     from trajkit.config import load_object
 
     if "." not in path and ":" not in path:

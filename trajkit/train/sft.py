@@ -18,7 +18,6 @@ plus ``assistant_masks``, the pre-tokenized form TRL turns into labels.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,7 +27,7 @@ from trajkit.config import StageConfig
 from trajkit.errors import UserError
 from trajkit.runner import StageContext, StageSpec
 from trajkit.train.data import sft_rows
-from trajkit.train.grpo import typed
+from trajkit.train.grpo import trl_config
 
 
 class SFTStageConfig(StageConfig):
@@ -52,11 +51,7 @@ def sft_args(cfg: SFTStageConfig, output_dir: str) -> Any:
     defaults: dict[str, Any] = {"logging_steps": 1, "report_to": "none", "save_strategy": "no"}
     if not torch.cuda.is_available():
         defaults.update(bf16=False, gradient_checkpointing=False)
-    kwargs = {**defaults, **typed(SFTConfig, cfg.sft), "output_dir": output_dir}
-    try:
-        return SFTConfig(**kwargs)
-    except (ValueError, TypeError) as e:
-        raise UserError(f"invalid sft: mapping: {str(e).splitlines()[0]}") from None
+    return trl_config(SFTConfig, {**defaults, **cfg.sft, "output_dir": output_dir}, "sft")
 
 
 def check_traces(tokenizer: Any, rows: list[dict[str, Any]], counts: Any) -> list[dict[str, Any]]:
@@ -134,7 +129,7 @@ def run_sft(ctx: StageContext, cfg: SFTStageConfig) -> dict[str, Any]:
     from datasets import Dataset
     from trl import SFTTrainer
 
-    from trajkit.train.metrics import make_callback, plot
+    from trajkit.train.metrics import drop_stale, make_callback, plot
     from trajkit.train.weights import load_model, load_tokenizer, save_weights
 
     tokenizer = load_tokenizer(cfg.tokenizer or cfg.model)
@@ -147,10 +142,7 @@ def run_sft(ctx: StageContext, cfg: SFTStageConfig) -> dict[str, Any]:
         raise UserError(f"stage {ctx.name!r}: no trajectory has tokens that match its messages (source tokens)")
     n_tokens = sum("input_ids" in r for r in rows)
     ctx.counts.update({"examples.tokens": n_tokens, "examples.messages": len(rows) - n_tokens})
-    is_main = os.environ.get("RANK", "0") == "0"
-    stale = ctx.done("train_metrics")
-    if stale and is_main:
-        ctx.store.drop_rows("train_metrics", ctx.name, stale)
+    drop_stale(ctx)
     rendered = render_messages(tokenizer, rows)
     args = sft_args(cfg, str(ctx.store.stage_dir(ctx.name) / "trainer"))
     rows = learnable(rendered, args)
@@ -195,5 +187,4 @@ SFT = StageSpec(
     run_sft,
     inputs=("trajectories",),
     outputs=("train_metrics",),
-    help="SFT with TRL on accepted trajectories: exact tokens where stored, assistant-only loss otherwise.",
 )

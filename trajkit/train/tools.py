@@ -29,13 +29,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trajkit.concurrency import Share
 from trajkit.envs.agent import AgentLimits, outcome_probes
 from trajkit.envs.env import Episode, ToolEnv
 from trajkit.envs.session import ServerFault
+from trajkit.envs.solve import ALL_SERVERS, NO_TOOLS
 from trajkit.envs.tools import ToolRoute
 from trajkit.errors import UserError
 from trajkit.store import Store
-from trajkit.train.data import ALL_SERVERS, NO_TOOLS
 
 SCHEMA_ATTR = "__trajkit_tool_schema__"
 ORDER_ATTR = "__trajkit_tool_order__"
@@ -222,18 +223,24 @@ class Tools:
 
 
 def environment_factories(
-    store: Store, names: set[str], tokenizer: Any, config: str | None = None, **settings: Any
+    store: Store,
+    names: set[str],
+    tokenizer: Any,
+    config: str | None = None,
+    share: Share | None = None,
+    **settings: Any,
 ) -> Tools:
     """TRL's ``environment_factory`` mapping, with the tool schemas of each environment.
 
-    ``names`` are ``trajkit.train.data.environment_name`` values (server ids joined
+    ``names`` are ``trajkit.envs.solve.environment_name`` values (server ids joined
     by ``+``); ``config`` the mcpServers file (env values, headers, cwd) for the
-    run's servers. Binds the schemas onto ``tokenizer`` (see ``bind_tool_schemas``).
+    run's servers; ``share`` the stage's, which sizes the server pools. Binds the
+    schemas onto ``tokenizer`` (see ``bind_tool_schemas``).
     """
     servers = store.rows("servers")
     if not servers:
         raise UserError(f"tasks use MCP servers but {store.root} has no servers table (run synth.harvest)")
-    sessions = ToolSessions(servers, config=config)
+    sessions = ToolSessions(servers, config=config, share=share)
     tools = Tools({}, {}, sessions)
     try:
         for name in sorted(names):

@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Self
 
-from trajkit.concurrency import cpus
+from trajkit.concurrency import Share
 from trajkit.confine import isolation, start
 from trajkit.errors import UserError
 from trajkit.verify.result import RunResult
@@ -87,15 +87,18 @@ class Sandbox:
     ``namespaces``, ``drop_privileges`` and ``cgroups``: None requires each
     unless ``allow_weaker`` (default: ``--allow-weaker-sandbox`` was passed),
     in which case a missing one is logged as a warning; True requires it
-    regardless; False turns it off (the fallback path). ``packages``: the installed
-    distributions programs may import, with those they require (the standard library
-    always); nothing else of the host is in their view (docs/sandbox.md).
+    regardless; False turns it off (the fallback path). ``share``: the CPUs the
+    pool sizes itself from (a stage's ``StageContext.share``; by default the
+    machine's CPUs). ``packages``: the installed distributions programs may
+    import, with those they require (the standard library always); nothing else
+    of the host is in their view (docs/sandbox.md).
     """
 
     def __init__(
         self,
         workers: int | None = None,
         *,
+        share: Share | None = None,
         namespaces: bool | None = None,
         drop_privileges: bool | None = None,
         cgroups: bool | None = None,
@@ -109,12 +112,13 @@ class Sandbox:
         packages: tuple[str, ...] = DEFAULT_PACKAGES,
         allow_weaker: bool | None = None,
     ):
-        self.workers = workers or cpus()
-        limit = WORKERS_PER_CPU * cpus()
+        share = share or Share()
+        self.workers = workers or share.cpus
+        limit = WORKERS_PER_CPU * share.cpus
         if not 1 <= self.workers <= limit:
             raise SandboxUnavailable(
                 f"{self.workers} sandbox workers: this machine can run 1 to {limit} "
-                f"({WORKERS_PER_CPU} per CPU, {cpus()} CPUs)"
+                f"({WORKERS_PER_CPU} per CPU, {share.cpus} CPUs)"
             )
         self.allow_weaker = allow_weaker  # None: whether --allow-weaker-sandbox was passed
         self.options = {"namespaces": namespaces, "drop_privileges": drop_privileges, "cgroups": cgroups}
@@ -411,15 +415,16 @@ def _claim_uid(base: int, span: int = 4096) -> tuple[int, int]:
     raise SandboxUnavailable(f"no free uid in {base}..{base + span - 1}")
 
 
-_default: Sandbox | None = None
+_defaults: dict[Share, Sandbox] = {}
 _default_lock = threading.Lock()
 
 
-def default_sandbox() -> Sandbox:
-    """The process-wide sandbox that ``verify`` uses when given none (started on first use, closed at exit)."""
-    global _default
+def default_sandbox(share: Share | None = None) -> Sandbox:
+    """The process-wide sandbox of a share (``verify`` uses the machine's when given none): started on first
+    use, shared by every later caller with the same share, closed at exit."""
+    share = share or Share()
     with _default_lock:
-        if _default is None:
-            _default = Sandbox().start()
-            atexit.register(_default.close)
-        return _default
+        if share not in _defaults:
+            _defaults[share] = Sandbox(share=share).start()
+            atexit.register(_defaults[share].close)
+        return _defaults[share]

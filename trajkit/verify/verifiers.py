@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from trajkit.errors import UserError
+from trajkit.plugins import Verifier
 from trajkit.verify.answers import math_answer, tool_outcome
 from trajkit.verify.code import stdio, unit_tests
 from trajkit.verify.result import Result
@@ -28,7 +29,8 @@ from trajkit.verify.specs import CustomSpec, JudgeSpec, SpecError, parse_spec
 
 
 def custom(spec: CustomSpec, completion: str, context: dict, sandbox) -> Result:
-    """Call the user's ``fn(completion, spec, context) -> Result | float | bool`` named by ``spec.path``.
+    """Call the user's ``fn(completion, spec, context) -> Result | float | bool`` named by ``spec.path``
+    (``trajkit.plugins.Verifier``).
 
     ``spec`` reaches the function as a dict with every key of the JSON spec. A
     float must lie in [0, 1] and passes at ``pass_threshold`` (default 1.0); a
@@ -38,7 +40,7 @@ def custom(spec: CustomSpec, completion: str, context: dict, sandbox) -> Result:
     return _as_result(fn(completion, spec.model_dump(), context), spec.pass_threshold, f"custom verifier {spec.path}")
 
 
-def _custom_function(path: str) -> Callable[..., Any]:
+def _custom_function(path: str) -> Verifier:
     from trajkit.config import load_object
 
     fn = load_object(path, "custom verifier")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from trajkit.errors import UserError
 
-DEFAULT_DIR = Path(__file__).resolve().parents[2] / "examples" / "prompts"
+DEFAULT_DIR = Path(__file__).resolve().parents[1] / "examples" / "prompts"
 PLACEHOLDER = re.compile(r"\{([A-Z][A-Z_]*)\}")
 
 
