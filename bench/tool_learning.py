@@ -1,0 +1,965 @@
+"""Does trajkit's tool data make an agent better? Toucan's claim at small scale (issue 37).
+
+DOCSTRING_PLACEHOLDER
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pydantic import Field
+
+from bench import tool_world as world
+from trajkit.config import StageConfig
+from trajkit.runner import StageContext, StageSpec
+from trajkit.schema import content_id
+
+SYSTEM = (
+    "You are a helpful assistant with tools. Use the tools to get every value you report, and end your reply "
+    "with a final line `Answer: <value>`."
+)
+SERVERS = ("calculator", "kv", "units")
+ARMS = ("d", "a", "b", "c")
+ARM_NAMES = {
+    "d": "(d) raw student",
+    "a": "(a) SFT, every completed rollout",
+    "b": "(b) SFT, what trajkit accepts",
+    "c": "(c) (b), then GRPO with tools",
+}
+BFCL_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple")
+MAX_TURNS = 5
+
+
+# ---------------------------------------------------------------- sizes
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's sizes: the H200 ones, or a tiny CPU version (the test)."""
+    if args.tiny:
+        return {
+            "requests": 4,
+            "k": 3,
+            "held_out": 0.3,
+            "split_seed": "tiny",
+            "rollouts": 2,
+            "sft_steps": 2,
+            "sft_batch": 4,
+            "sft_lr": 1e-3,
+            "grpo_steps": 1,
+            "grpo_prompts": 2,
+            "grpo_gens": 2,
+            "grpo_lr": 1e-5,
+            "max_completion": 48,
+            "eval_tasks": 4,
+            "eval_n": 2,
+            "eval_max_tokens": 24,
+            "bfcl_limit": 2,
+            "bfcl_max_tokens": 24,
+            "batch": 16,
+            "concurrency": 8,
+            "parallel": 1,
+        }
+    return {
+        "requests": args.requests,
+        "k": 5,
+        "held_out": 0.3,
+        "split_seed": "trajkit",
+        "rollouts": 3,
+        "sft_steps": args.sft_steps,
+        "sft_batch": 16,
+        "sft_lr": 5e-5,
+        "grpo_steps": args.grpo_steps,
+        "grpo_prompts": 8,
+        "grpo_gens": 8,
+        "grpo_lr": 1e-6,
+        "max_completion": 256,
+        "eval_tasks": args.eval_tasks,
+        "eval_n": 8,
+        "eval_max_tokens": 96,
+        "bfcl_limit": 100,
+        "bfcl_max_tokens": 192,
+        "batch": 256,
+        "concurrency": 256,
+        "parallel": args.parallel,
+    }
+
+
+# ---------------------------------------------------------------- the bench's own stages
+class HeldOutConfig(StageConfig):
+    source: str = Field(description="The main run, whose held-out tasks this check store gets.")
+
+
+def run_heldout_copy(ctx: StageContext, cfg: HeldOutConfig) -> dict[str, Any]:
+    """Copy the main run's held-out tasks (those no stage rejected) into this check store."""
+    from trajkit.store import Store
+
+    main = Store(Path(cfg.source))
+    held = {r["task_id"] for r in main.rows("splits") if r["split"] == "held_out"} - main.rejected("tasks")
+    held -= ctx.done("tasks")
+    rows = [t for t in main.rows("tasks") if t["task_id"] in held]
+    ctx.write("tasks", rows)
+    return {"tasks": len(rows)}
+
+
+HELDOUT_COPY = StageSpec(
+    "bench.heldout_tasks",
+    HeldOutConfig,
+    run_heldout_copy,
+    outputs=("tasks",),
+    help="The main run's held-out tasks, copied into a store of their own for the contamination check.",
+)
+
+
+class ContaminatedConfig(StageConfig):
+    check: str = Field(description="The check store, where curate.decontaminate ran on the held-out tasks.")
+
+
+def run_contaminated(ctx: StageContext, cfg: ContaminatedConfig) -> dict[str, Any]:
+    """Reject, in the main run, every held-out task the check found sharing an n-gram with a training task."""
+    from trajkit.store import Store
+
+    hits = [r for r in Store(Path(cfg.check)).rows("rejected") if r["reason"] == "contaminated"]
+    for r in hits:
+        ctx.reject("tasks", r["row_id"], "contaminated", r["detail"])
+    return {"contaminated": len(hits)}
+
+
+CONTAMINATED = StageSpec(
+    "bench.contaminated",
+    ContaminatedConfig,
+    run_contaminated,
+    inputs=("tasks",),
+    outputs=("rejected",),
+    help="Reject the held-out tasks that the contamination check found near a training task.",
+)
+
+
+class ArmRowsConfig(StageConfig):
+    source: str = Field(description="The main run.")
+    rule: str = Field(description="completed: every completed train rollout; accepted: trajkit's accepted ones.")
+    rows: int = Field(ge=1, description="Rows to write: SFT steps x batch.")
+    seed: int = 0
+    tokenizer: str = Field(description="The student's tokenizer, to count tokens as train.sft renders them.")
+    match_tokens: int | None = Field(None, description="Draw rows until their tokens equal this (label by label).")
+
+
+def pool_rows(main: Any, rule: str) -> list[dict[str, Any]]:
+    """The train rollouts an arm may draw from: completed ones, or trajkit's accepted ones."""
+    from trajkit.accepted import accepted_ids
+
+    train = {r["task_id"] for r in main.rows("splits") if r["split"] == "train"}
+    rows = [
+        r for r in main.rows("trajectories", stage="rollouts") if r["status"] == "completed" and r["task_id"] in train
+    ]
+    if rule == "accepted":
+        keep = accepted_ids(main, "trajectories")
+        rows = [r for r in rows if r["traj_id"] in keep]
+    return sorted(rows, key=lambda r: r["traj_id"])
+
+
+def token_counts(rows: list[dict[str, Any]], tokenizer: str) -> dict[str, tuple[int, int]]:
+    """traj_id -> (tokens, trained tokens) as train.sft renders the row (TRL's training chat template)."""
+    from trajkit.export import openai_tools
+    from trajkit.models.chat import to_template
+    from trajkit.train.sft import render_messages
+    from trajkit.train.weights import load_tokenizer
+
+    tok = load_tokenizer(tokenizer)
+    shaped = [
+        {"traj_id": r["traj_id"], "messages": to_template(r["messages"]), "tools": openai_tools(r["tools"])}
+        for r in rows
+    ]
+    return {r["traj_id"]: (len(r["input_ids"]), sum(r["assistant_masks"])) for r in render_messages(tok, shaped)}
+
+
+def draw_rows(
+    ids: list[str], size: dict[str, int], labels: dict[str, str], n: int, seed: int, target: int | None
+) -> list[str]:
+    """``n`` row ids: whole passes over ``ids``, then a seeded sample; with ``target``, rows are then swapped
+    for rows of the same injected label until their tokens are within 0.1% of it (the label mix is kept)."""
+    rng = random.Random(seed)
+    passes, rest = divmod(n, len(ids))
+    chosen = ids * passes + rng.sample(ids, rest)
+    if target is None:
+        return chosen
+    by_label: dict[str, list[str]] = {}
+    for i in ids:
+        by_label.setdefault(labels[i], []).append(i)
+    total = sum(size[i] for i in chosen)
+    for _ in range(200 * n):
+        if abs(total - target) <= target / 1000:
+            break
+        j = rng.randrange(n)
+        swap = rng.choice(by_label[labels[chosen[j]]])
+        if abs(total - target - size[chosen[j]] + size[swap]) < abs(total - target):
+            total += size[swap] - size[chosen[j]]
+            chosen[j] = swap
+    return chosen
+
+
+def run_arm_rows(ctx: StageContext, cfg: ArmRowsConfig) -> dict[str, Any]:
+    """Write the rows one SFT arm trains on: copies of main-run rollouts (new ids, no verdict, unjudged), so
+    that ``train.sft``, which trains on a run's accepted rows, trains on exactly these."""
+    from trajkit.store import Store
+
+    main = Store(Path(cfg.source))
+    pool = pool_rows(main, cfg.rule)
+    counts = token_counts(pool, cfg.tokenizer)
+    pool = [r for r in pool if r["traj_id"] in counts]
+    labels = read_labels(main)
+    size = {r["traj_id"]: counts[r["traj_id"]][0] for r in pool}
+    chosen = draw_rows([r["traj_id"] for r in pool], size, labels, cfg.rows, cfg.seed, cfg.match_tokens)
+    by_id = {r["traj_id"]: r for r in pool}
+    out = []
+    for k, tid in enumerate(chosen):
+        out.append({**by_id[tid], "traj_id": content_id(tid, ctx.name, k), "verdict": None})
+    ctx.write("trajectories", out)
+    mix: dict[str, int] = {}
+    for tid in chosen:
+        mix[labels[tid]] = mix.get(labels[tid], 0) + 1
+    return {
+        "pool": len(pool),
+        "rows": len(chosen),
+        "distinct": len(set(chosen)),
+        "epochs": len(chosen) / len(pool),
+        "tokens": sum(counts[t][0] for t in chosen),
+        "trained_tokens": sum(counts[t][1] for t in chosen),
+        "labels": dict(sorted(mix.items())),
+    }
+
+
+ARM_ROWS = StageSpec(
+    "bench.arm_rows",
+    ArmRowsConfig,
+    run_arm_rows,
+    outputs=("trajectories",),
+    help="The rows one SFT arm trains on, copied from the main run's rollouts.",
+)
+
+
+def read_labels(main: Any) -> dict[str, str]:
+    """traj_id -> injected label of the main run's teacher rollouts (the bench's side file, beside the run)."""
+    return json.loads((main.root.parent / "labels.json").read_text())
+
+
+# ---------------------------------------------------------------- phase 1 (CPU): the data
+def stage(store: Any, kind: str | StageSpec, cfg: dict[str, Any], name: str, times: dict[str, float]) -> dict:
+    """Run one stage (validated config, manifest, resume: a completed stage is skipped) and time it."""
+    from trajkit.runner import run_stage
+    from trajkit.stages import get_stage
+
+    spec = get_stage(kind) if isinstance(kind, str) else kind
+    manifest = run_stage(store, spec, spec.config.model_validate(cfg), name=name, quiet=True)
+    times[name] = manifest["seconds"]  # the run's own time (a completed stage, skipped now, keeps it)
+    return manifest
+
+
+def prepare(run: Path, s: dict[str, Any], times: dict[str, float]) -> dict[str, Any]:
+    """Harvest, tasks, dedup, split, the held-out check, rollouts, judge, filter and held-out references, in
+    ``RUN/data``; the teacher and judge served on loopback; every rollout's injected label to RUN/labels.json."""
+    from trajkit.models.scripted_server import ScriptedServer
+    from trajkit.store import Store
+
+    store = Store(run / "data", create=True)
+    servers = {n: {"command": "python", "args": ["-m", f"trajkit.envs.servers.{n}"]} for n in SERVERS}
+    (run / "servers.json").write_text(json.dumps({"mcpServers": servers}, indent=1))
+    stage(store, "synth.harvest", {"servers": str(run / "servers.json")}, "harvest", times)
+    with ScriptedServer(world.Teacher(), model="teacher") as server:
+
+        def model(name: str) -> dict[str, Any]:
+            spec = {"model": name, "backend": "openai", "base_url": server.base_url, "api_key_env": None}
+            return spec | {"cache": False, "max_concurrency": 64}
+
+        tasks = {"model": model("teacher"), "modes": ["single_tool", "multi_tool", "multi_server"]}
+        tasks |= {"requests_per_mode": s["requests"], "k": s["k"], "method": "vs_standard", "servers": list(SERVERS)}
+        tasks |= {"sampling": "uniform", "max_tokens": 4096, "seed": 0, "concurrency": 16}
+        stage(store, "synth.tasks", tasks, "tasks", times)
+        # near duplicates only clustered, never dropped: a template's tasks (same words, other numbers) form
+        # one cluster, which the split keeps on one side; exact duplicates are dropped
+        dedup = {"threshold": 0.5, "shingle": 1, "reject_near_duplicates": False}
+        stage(store, "curate.dedup", dedup, "dedup", times)
+        stage(store, "curate.split", {"held_out": s["held_out"], "seed": s["split_seed"]}, "split", times)
+        check = heldout_check(run, store, times)
+        episodes = {"system_prompt": SYSTEM, "max_turns": 6, "max_tokens": 512, "concurrency": 16, "seed": 0}
+        rollouts = {"model": model("teacher"), "where": "split = 'train'", "rollouts_per_task": s["rollouts"]}
+        stage(store, "synth.rollouts", rollouts | episodes, "rollouts", times)
+        write_labels(run, store)
+        stage(store, "synth.judge", {"model": model("judge"), "concurrency": 16}, "judge", times)
+        stage(store, "synth.filter", {}, "filter", times)
+        reference = {"model": model(world.REFERENCE_MODEL), "where": "split = 'held_out'", "rollouts_per_task": 1}
+        stage(store, "synth.rollouts", reference | episodes, "reference", times)
+    return {"check": check} | data_summary(run, store)
+
+
+def heldout_check(run: Path, store: Any, times: dict[str, float]) -> dict[str, Any]:
+    """``curate.decontaminate`` of the held-out tasks (in a store of their own) against the training questions,
+    8-word n-grams; a hit is rejected in the main run (so never evaluated)."""
+    from trajkit.store import Store
+
+    train = store.sql("SELECT question FROM tasks WHERE split = 'train' AND reject_reason IS NULL").to_pylist()
+    path = run / "train_questions.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in train))
+    check = Store(run / "checks" / "heldout", create=True)
+    stage(check, HELDOUT_COPY, {"source": str(store.root)}, "heldout", times)
+    evals = [{"name": "train", "path": str(path), "fields": ["question"]}]
+    found = stage(check, "curate.decontaminate", {"evals": evals, "n": 8}, "decontaminate", times)["summary"]
+    stage(store, CONTAMINATED, {"check": str(check.root)}, "contaminated", times)
+    return {
+        "held_out": found["tasks"],
+        "train_questions": len(train),
+        "ngram": 8,
+        "contaminated": found["contaminated"],
+    }
+
+
+def write_labels(run: Path, store: Any) -> None:
+    """Each teacher rollout's injected label, from its question and sampling seed (the teacher's own draw)."""
+    labels = {}
+    for r in store.rows("trajectories", stage="rollouts"):
+        question = next(m["content"] for m in r["messages"] if m["role"] == "user")
+        labels[r["traj_id"]] = world.label(question.strip(), r["sampling"]["seed"])
+    (run / "labels.json").write_text(json.dumps(labels, sort_keys=True))
+
+
+REASON_GROUPS = (("status_", "agent loop"), ("verdict_", "verifier"), ("low_", "judge"), ("", "rules"))
+
+
+def group_of(reason: str) -> str:
+    """Which part of trajkit a filter reason comes from (its rules have no common prefix)."""
+    return next(g for prefix, g in REASON_GROUPS if reason.startswith(prefix))
+
+
+def data_summary(run: Path, store: Any) -> dict[str, Any]:
+    """Tasks, templates and combinations per split; the filter's confusion matrix against the injected labels."""
+    from trajkit.accepted import accepted_ids
+
+    split = {r["task_id"]: r["split"] for r in store.rows("splits")}
+    rejected = store.rejected("tasks")
+    seen: dict[str, dict[str, set[str]]] = {"train": {"templates": set(), "combos": set()}}
+    seen["held_out"] = {"templates": set(), "combos": set()}
+    template_of = {}
+    for t in store.rows("tasks"):
+        found = world.parse(t["question"] or "")
+        if found is None or t["task_id"] in rejected or t["task_id"] not in split:
+            continue
+        template_of[t["task_id"]] = found[0]
+        seen[split[t["task_id"]]]["templates"].add(found[0].key)
+        seen[split[t["task_id"]]]["combos"].add(found[0].combo)
+    straddling = sorted(seen["train"]["templates"] & seen["held_out"]["templates"])
+    held = [tid for tid, s in split.items() if s == "held_out" and tid in template_of]
+    unseen_combo = {tid for tid in held if template_of[tid].combo not in seen["train"]["combos"]}
+    labels = read_labels(store)
+    keep = accepted_ids(store, "trajectories")
+    why: dict[str, list[str]] = {}
+    for r in store.rows("rejected"):
+        if r["table_name"] == "trajectories":
+            why.setdefault(r["row_id"], []).append(r["reason"])
+    matrix: dict[str, dict[str, int]] = {}
+    reasons: dict[str, dict[str, int]] = {}
+    for r in store.rows("trajectories", stage="rollouts"):
+        row = matrix.setdefault(labels[r["traj_id"]], {"accepted": 0, "rejected": 0})
+        row["accepted" if r["traj_id"] in keep else "rejected"] += 1
+        if r["traj_id"] in keep:
+            continue
+        per = reasons.setdefault(labels[r["traj_id"]], {})
+        for group in {group_of(x) for x in why.get(r["traj_id"], [])}:
+            per[group] = per.get(group, 0) + 1
+    return {
+        "tasks": {
+            s: sum(1 for tid, x in split.items() if x == s and tid in template_of) for s in ("train", "held_out")
+        },
+        "templates": {s: sorted(v["templates"]) for s, v in seen.items()},
+        "combos": {s: sorted(v["combos"]) for s, v in seen.items()},
+        "templates_on_both_sides": straddling,
+        "held_out_unseen_combo": len(unseen_combo),
+        "held_out_groups": {tid: "unseen combo" if tid in unseen_combo else "seen combo" for tid in held},
+        "held_out_unseen_template_seen_combo": len(held) - len(unseen_combo),
+        "confusion": dict(sorted(matrix.items())),
+        "rejected_by": dict(sorted(reasons.items())),
+        "rollouts": sum(sum(v.values()) for v in matrix.values()),
+    }
+
+
+# ---------------------------------------------------------------- phase 2 (GPU): SFT arms, GRPO, evaluation
+def arm_data(run: Path, student: str, s: dict[str, Any], seeds: list[int], times: dict[str, float]) -> dict:
+    """Per seed, the rows of (b) (trajkit's accepted rollouts, repeated to steps x batch), then of (a) (every
+    completed rollout, drawn to the same rows and tokens): each in a store of its own, ``RUN/arms/<arm>-s<seed>``."""
+    from trajkit.store import Store
+
+    out = {}
+    for seed in seeds:
+        common = {
+            "source": str(run / "data"),
+            "rows": s["sft_steps"] * s["sft_batch"],
+            "seed": seed,
+            "tokenizer": student,
+        }
+        b = Store(run / "arms" / f"b-s{seed}", create=True)
+        out[f"b-s{seed}"] = stage(b, ARM_ROWS, common | {"rule": "accepted"}, "rows", times)["summary"]
+        a = Store(run / "arms" / f"a-s{seed}", create=True)
+        match = {"rule": "completed", "match_tokens": out[f"b-s{seed}"]["tokens"]}
+        out[f"a-s{seed}"] = stage(a, ARM_ROWS, common | match, "rows", times)["summary"]
+    return out
+
+
+def sft_job(job: dict[str, Any]) -> dict[str, Any]:
+    """``train.sft`` of one arm and seed on its own store's rows: one pass, steps x batch rows."""
+    from trajkit.store import Store
+
+    s, times = job["settings"], {}
+    store = Store(Path(job["store"]))
+    sft = {"max_steps": s["sft_steps"], "per_device_train_batch_size": s["sft_batch"], "learning_rate": s["sft_lr"]}
+    sft |= {"lr_scheduler_type": "cosine", "warmup_steps": max(1, s["sft_steps"] // 20), "seed": job["seed"]}
+    sft["max_length"] = None
+    sft |= {"logging_steps": 5, "gradient_checkpointing": False}  # a 135M model needs no activation recompute
+    t0 = time.time()
+    manifest = stage(store, "train.sft", {"model": job["student"], "sft": sft}, "sft", times)
+    losses = [r["loss"] for r in sorted(store.rows("train_metrics", stage="sft"), key=lambda r: r["step"])]
+    return {
+        "model": manifest["summary"]["output_dir"],
+        "steps": manifest["summary"]["steps"],
+        "loss_first": losses[0] if losses else None,
+        "loss_last": losses[-1] if losses else None,
+        "train_s": time.time() - t0,
+    }
+
+
+def grpo_job(job: dict[str, Any]) -> dict[str, Any]:
+    """(c): GRPO from (b)'s model of the same seed, with the tasks' MCP servers in the loop (TRL's
+    environment_factory) and verifier rewards, in a copy of the main run (``RUN/grpo/c-s<seed>``)."""
+    import yaml
+
+    from trajkit.store import Store
+    from trajkit.train.curriculum import run_curriculum
+
+    s, run = job["settings"], Path(job["run"])
+    work = copy_run(run / "data", run / "grpo" / f"c-s{job['seed']}")
+    g, p = s["grpo_gens"], s["grpo_prompts"]
+    grpo = {"num_generations": g, "per_device_train_batch_size": p * g, "max_completion_length": s["max_completion"]}
+    grpo |= {"max_tool_calling_iterations": MAX_TURNS - 1, "learning_rate": s["grpo_lr"], "temperature": 1.0}
+    grpo |= {"seed": job["seed"], "logging_steps": 1}
+    stage_cfg = {"name": f"c-s{job['seed']}", "data": {"split": "train"}, "steps": s["grpo_steps"], "grpo": grpo}
+    rewards = [{"name": "correctness"}, {"name": "tool_calls", "weight": 0.2}]
+    defaults = {"rewards": rewards, "conciseness": {"alpha": 0.0}, "tools": True, "system_prompt": SYSTEM}
+    defaults["compiled_generation"] = False  # a short run: compiling the decode costs more than it saves
+    path = work / "curriculum.yaml"
+    path.write_text(yaml.safe_dump({"model": job["model"], "defaults": defaults, "stages": [stage_cfg]}))
+    t0 = time.time()
+    [manifest] = run_curriculum(path, work)
+    metrics = sorted(Store(work).rows("train_metrics", stage=manifest["stage"]), key=lambda r: r["step"])
+    return {
+        "model": manifest["summary"]["output_dir"],
+        "steps": manifest["summary"]["steps"],
+        "completions": manifest["summary"]["steps"] * p * g,
+        "reward": [r["reward_mean"] for r in metrics],
+        "pass_rate": [r["pass_rate"] for r in metrics],
+        "train_s": time.time() - t0,
+    }
+
+
+def copy_run(source: Path, dest: Path) -> Path:
+    """A working copy of a run directory (its tables; no models), unless one is there already."""
+    if not dest.exists():
+        tmp = dest.with_name(dest.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(source, tmp, ignore=shutil.ignore_patterns("models", "_cache", "plots"))
+        tmp.rename(dest)
+    return dest
+
+
+def eval_job(job: dict[str, Any]) -> dict[str, Any]:
+    """One model on the held-out tasks (``eval.passk``, n samples each), on the held-out reference trajectories
+    (``eval.tools``: tool-call accuracy, well-formed calls) and on BFCL's non-live AST subset (``eval.tools``
+    with ``bfcl``), in a copy of the main run (``RUN/eval/<name>``)."""
+    from trajkit.store import Store
+
+    s, run, times = job["settings"], Path(job["run"]), {}
+    work = Store(copy_run(run / "data", run / "eval" / job["name"]))
+    spec = {"model": job["model"], "backend": "transformers", "max_batch_size": s["batch"], "cache": False}
+    t0 = time.time()
+    passk = {"models": [spec], "split": "held_out", "n": s["eval_n"], "ks": [1, s["eval_n"]], "temperature": 0.7}
+    passk |= {"seed": 1, "system_prompt": SYSTEM, "max_tokens": s["eval_max_tokens"], "max_turns": MAX_TURNS}
+    passk |= {"concurrency": s["concurrency"], "limit": s["eval_tasks"]}
+    stage(work, "eval.passk", passk, "passk", times)
+    per_task = {
+        r["task_id"]: r["correct"] / r["samples"] for r in work.rows("eval_passk", stage="passk") if r["samples"]
+    }
+    tools = {"models": [spec], "split": "held_out", "max_tokens": s["eval_max_tokens"], "concurrency": s["concurrency"]}
+    stage(work, "eval.tools", tools, "tools", times)
+    turns = [r for r in work.rows("eval_tools", stage="tools") if r["correct"] is not None]
+    called = [r["correct"] for r in turns if json.loads(r["expected"] or "[]")]
+    bfcl = {
+        "models": [spec],
+        "bfcl": list(BFCL_CATEGORIES),
+        "limit": s["bfcl_limit"],
+        "max_tokens": s["bfcl_max_tokens"],
+    }
+    stage(work, "eval.tools", bfcl | {"concurrency": s["concurrency"]}, "bfcl", times)
+    official = bfcl_official(work.rows("eval_tools", stage="bfcl"), s["bfcl_limit"])
+    made, good = well_formed(turns, work)
+    return {
+        "model": job["model"],
+        "pass1": mean(list(per_task.values())),
+        "pass1_ci": bootstrap(list(per_task.values())),
+        "per_task": per_task,
+        "tool_call_accuracy": mean(called),
+        "tool_call_ci": bootstrap(called),
+        "tool_turns": len(called),
+        "well_formed": good / made if made else None,
+        "calls_made": made,
+        "bfcl": mean(list(official.values())),
+        "bfcl_ci": bootstrap(list(official.values())),
+        "bfcl_entries": len(official),
+        "bfcl_per_entry": official,
+        "eval_s": time.time() - t0,
+        "stage_s": times,
+    }
+
+
+def well_formed(turns: list[dict[str, Any]], store: Any) -> tuple[int, int]:
+    """(calls the model made on the replayed turns, those that name an offered tool with arguments valid
+    against its input schema)."""
+    import jsonschema
+
+    offered = {
+        r["traj_id"]: {t["name"]: json.loads(t["input_schema"] or "{}") for t in r["tools"] or []}
+        for r in store.rows("trajectories", ["traj_id", "tools"], stage="reference")
+    }
+    made = good = 0
+    for r in turns:
+        for call in json.loads(r["predicted"] or "[]"):
+            made += 1
+            schema = offered.get(r["traj_id"], {}).get(call.get("name"))
+            args = call.get("arguments")
+            good += (
+                schema is not None and isinstance(args, dict) and jsonschema.Draft202012Validator(schema).is_valid(args)
+            )
+    return made, good
+
+
+def bfcl_official(rows: list[dict[str, Any]], limit: int) -> dict[str, bool]:
+    """Entry id -> BFCL's own ``ast_checker`` verdict on the model's stored calls (an unreadable call fails)."""
+    from trajkit.eval import bfcl
+    from trajkit.eval.toolcall import Call
+
+    check = bfcl.official_checker()
+    entries = {e.id: e for c in BFCL_CATEGORIES for e in bfcl.load(c, limit)}
+    out = {}
+    for r in rows:
+        if r["correct"] is None:
+            continue
+        stored = json.loads(r["predicted"])
+        readable = all(c.get("name") is not None and isinstance(c.get("arguments"), dict) for c in stored)
+        out[r["traj_id"]] = readable and check(entries[r["traj_id"]], [Call(c["name"], c["arguments"]) for c in stored])
+    return out
+
+
+def mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def bootstrap(values: list[float], reps: int = 2000, seed: int = 0) -> list[float] | None:
+    """The 95% bootstrap interval of the mean (resampling the items)."""
+    if not values:
+        return None
+    rng = random.Random(seed)
+    n = len(values)
+    means = sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(reps))
+    return [means[int(0.025 * reps)], means[int(0.975 * reps) - 1]]
+
+
+# ---------------------------------------------------------------- running the phases
+JOBS = {"sft": sft_job, "grpo": grpo_job, "eval": eval_job}
+
+
+def run_jobs(jobs: list[dict[str, Any]], parallel: int, deadline: float, done: Any) -> None:
+    """Run jobs, ``parallel`` at a time, each in a process of its own (in this process when ``parallel`` is 1);
+    ``done(job, result)`` as each ends. A job not finished by ``deadline`` is stopped, one not started is not
+    started: both are reported with an ``error``."""
+    if parallel <= 1:
+        for job in jobs:
+            late = time.time() > deadline
+            done(job, {"error": "not started: the time budget ran out"} if late else JOBS[job["kind"]](job))
+        return
+    waiting, running = list(jobs), []
+    while waiting or running:
+        while waiting and len(running) < parallel and time.time() < deadline:
+            job = waiting.pop(0)
+            path = Path(job["run"]) / "jobs" / f"{job['kind']}-{job['name']}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(job))
+            log = path.with_suffix(".log").open("w")
+            env = {**os.environ, "TRL_EXPERIMENTAL_SILENCE": "1", "TOKENIZERS_PARALLELISM": "false"}
+            cmd = [sys.executable, __file__, "--job", str(path)]
+            running.append(
+                (job, path, time.time(), subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env))
+            )
+            print(f"{job['kind']} {job['name']}: started", flush=True)
+        for item in list(running):
+            job, path, t0, proc = item
+            if proc.poll() is None:
+                continue
+            running.remove(item)
+            out = path.with_suffix(".out.json")
+            if proc.returncode == 0 and out.is_file():
+                result = json.loads(out.read_text())
+            else:
+                tail = path.with_suffix(".log").read_text()[-2000:]
+                result = {"error": f"exit status {proc.returncode}: {tail}"}
+            print(
+                f"{job['kind']} {job['name']}: {'failed' if 'error' in result else 'done'} in {time.time() - t0:.0f}s"
+            )
+            done(job, result)
+        if time.time() > deadline:
+            for job, _, _, proc in running:
+                proc.kill()
+                done(job, {"error": "stopped: the time budget ran out"})
+            for job in waiting:
+                done(job, {"error": "not started: the time budget ran out"})
+            return
+        time.sleep(0.5)
+
+
+class Bench:
+    """The results of one bench directory (``RUN/results.json``), saved with the table and PNG after each job."""
+
+    def __init__(self, run: Path, out: Path, base: dict[str, Any]):
+        self.run, self.out = run, out
+        path = run / "results.json"
+        self.results = json.loads(path.read_text()) if path.is_file() else {}
+        self.results.update(base)
+        for key in ("train", "eval", "errors", "stage_s", "phase_s"):
+            self.results.setdefault(key, {})
+
+    def save(self) -> None:
+        text = json.dumps(self.results, indent=1)
+        (self.run / "results.json").write_text(text)
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "results.json").write_text(text)
+        if self.results.get("eval"):
+            write_report([self.results], self.out)
+
+    def record(self, job: dict[str, Any], result: dict[str, Any]) -> None:
+        section = "train" if job["kind"] in ("sft", "grpo") else "eval"
+        if "error" in result:
+            self.results["errors"][f"{job['kind']} {job['name']}"] = result["error"]
+        else:
+            self.results[section][job["name"]] = result
+            self.results["errors"].pop(f"{job['kind']} {job['name']}", None)
+        self.save()
+
+
+def check_containment(allow_weaker: bool) -> str:
+    """Whether MCP servers run contained here; without containment the bench stops unless
+    ``--allow-weaker-sandbox`` (then servers run as plain processes, for this bench only, and it says so)."""
+    from trajkit.envs import contain
+    from trajkit.verify.isolation import ALLOW_WEAKER_ENV, ProtectionMissing
+
+    try:
+        return "contained" if contain.enabled() else "uncontained (TRAJKIT_UNCONTAINED)"
+    except ProtectionMissing as e:
+        if not allow_weaker:
+            print(str(e), file=sys.stderr)
+            raise SystemExit(2) from None
+        os.environ[ALLOW_WEAKER_ENV] = "1"
+        note = f"weaker sandbox: {e}; --allow-weaker-sandbox given, so MCP servers run uncontained for this bench"
+        print(note, flush=True)
+        return note
+
+
+def phases(args: argparse.Namespace, s: dict[str, Any], bench: Bench) -> None:
+    """sft: the SFT arms, then the evaluation of the raw student and of every SFT model; grpo: (c) from each
+    seed's (b), then its evaluation. A phase skips the jobs that have a result already (a rerun continues)."""
+    run, res = args.run, bench.results
+    deadline = time.time() + args.budget_s
+    common = {"run": str(run), "settings": s, "student": str(args.student)}
+    if "sft" in args.phases:
+        t0 = time.time()
+        if not res.get("arms") or any(f"{a}-s{x}" not in res["arms"] for a in "ab" for x in args.seeds):
+            res["arms"] = arm_data(run, str(args.student), s, args.seeds, res["stage_s"])
+            bench.save()
+        jobs = [
+            common | {"kind": "sft", "name": f"{a}-s{x}", "seed": x, "store": str(run / "arms" / f"{a}-s{x}")}
+            for a in "ab"
+            for x in args.seeds
+            if f"{a}-s{x}" not in res["train"]
+        ]
+        run_jobs(jobs, s["parallel"], deadline, bench.record)
+        models = {"d": str(args.student)} | {n: r["model"] for n, r in res["train"].items() if n[0] in "ab"}
+        jobs = [common | {"kind": "eval", "name": n, "model": m} for n, m in models.items() if n not in res["eval"]]
+        run_jobs(jobs, s["parallel"], deadline, bench.record)
+        res["phase_s"]["sft"] = round(time.time() - t0, 1)
+    if "grpo" in args.phases:
+        t0 = time.time()
+        jobs = [
+            common | {"kind": "grpo", "name": f"c-s{x}", "seed": x, "model": res["train"][f"b-s{x}"]["model"]}
+            for x in args.seeds
+            if f"c-s{x}" not in res["train"] and f"b-s{x}" in res["train"]
+        ]
+        run_jobs(jobs, s["parallel"], deadline, bench.record)
+        models = {n: r["model"] for n, r in res["train"].items() if n[0] == "c"}
+        jobs = [common | {"kind": "eval", "name": n, "model": m} for n, m in models.items() if n not in res["eval"]]
+        run_jobs(jobs, s["parallel"], deadline, bench.record)
+        res["phase_s"]["grpo"] = round(time.time() - t0, 1)
+    bench.save()
+
+
+# ---------------------------------------------------------------- the report
+def merged(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several results.json (e.g. one per GPU call) as one: later files add jobs and replace settings."""
+    out: dict[str, Any] = {}
+    for r in results:
+        for key, value in r.items():
+            if isinstance(value, dict) and isinstance(out.get(key), dict) and key in ("train", "eval", "arms"):
+                out[key] = {**out[key], **value}
+            else:
+                out[key] = value
+    return out
+
+
+def arm_runs(res: dict[str, Any], arm: str, section: str = "eval") -> list[dict[str, Any]]:
+    """The results of every seed of an arm (the raw student has one)."""
+    return [v for k, v in sorted(res.get(section, {}).items()) if k == arm or k.startswith(f"{arm}-s")]
+
+
+def seed_mean(runs: list[dict[str, Any]], key: str) -> dict[str, float]:
+    """Per item (task or entry), the mean over seeds of ``key``'s per-item values (items every seed has)."""
+    common = set.intersection(*(set(r[key]) for r in runs))
+    return {i: sum(float(r[key][i]) for r in runs) / len(runs) for i in sorted(common)}
+
+
+def compare(res: dict[str, Any], better: str, worse: str, key: str = "per_task") -> dict[str, Any] | None:
+    """``better`` minus ``worse`` on the items both have (seed means): difference, paired 95% bootstrap
+    interval over items, the seed spreads of both, and whether the difference beats the spreads and the interval."""
+    hi, lo = arm_runs(res, better), arm_runs(res, worse)
+    if not hi or not lo:
+        return None
+    a, b = seed_mean(hi, key), seed_mean(lo, key)
+    items = sorted(set(a) & set(b))
+    diffs = [a[i] - b[i] for i in items]
+    stat = "pass1" if key == "per_task" else "bfcl"
+    spread = [max(r[stat] for r in runs) - min(r[stat] for r in runs) for runs in (hi, lo)]
+    ci = bootstrap(diffs)
+    diff = mean(diffs)
+    return {
+        "diff": diff,
+        "ci": ci,
+        "spread": spread,
+        "items": len(items),
+        "beats": bool(diff > max(spread) and ci[0] > 0),
+    }
+
+
+def table(res: dict[str, Any]) -> str:
+    data, lines = res.get("data", {}), []
+    lines.append(
+        f"Tool learning: student {res.get('student_name', res.get('student'))}; {res.get('device', '?')}; "
+        f"MCP servers {res.get('containment', '?')}"
+    )
+    if data:
+        t, c = data["tasks"], data["check"]
+        lines.append(
+            f"tasks: {t['train']} train, {t['held_out']} held out ({len(data['templates']['held_out'])} of "
+            f"{len(data['templates']['train']) + len(data['templates']['held_out'])} templates; "
+            f"{data['held_out_unseen_combo']} held-out tasks use a tool combination no training task uses); templates "
+            f"on both sides: {len(data['templates_on_both_sides'])}; decontaminate ({c['ngram']}-grams against "
+            f"{c['train_questions']} training questions): {c['contaminated']} of {c['held_out']} held-out tasks dropped"
+        )
+        lines.append(f"teacher rollouts on train tasks: {data['rollouts']}; accepted by trajkit x injected label:")
+        groups = [g for _, g in REASON_GROUPS]
+        lines.append(
+            f"{'label':18}{'rollouts':>9}{'accepted':>9}{'rejected':>9}   rejected by (a row may count twice): "
+            + ", ".join(groups)
+        )
+        for label, row in data["confusion"].items():
+            by = data["rejected_by"].get(label, {})
+            lines.append(
+                f"{label:18}{row['accepted'] + row['rejected']:>9}{row['accepted']:>9}{row['rejected']:>9}   "
+                + " / ".join(str(by.get(g, 0)) for g in groups)
+            )
+    if res.get("arms"):
+        lines.append("SFT rows per arm (steps x batch, one pass): pool, rows, epochs, tokens, trained tokens, labels")
+        for name, a in sorted(res["arms"].items()):
+            lines.append(
+                f"  {name}: pool {a['pool']}, rows {a['rows']} ({a['distinct']} distinct), {a['epochs']:.2f} epochs, "
+                f"{a['tokens']} tokens, {a['trained_tokens']} trained; {a['labels']}"
+            )
+    for name, t in sorted(res.get("train", {}).items()):
+        if name[0] == "c":
+            reward = t["reward"]
+            lines.append(
+                f"  {name}: GRPO {t['steps']} steps, {t['completions']} completions, reward {reward[0]:.3f} -> "
+                f"{sum(reward[-3:]) / len(reward[-3:]):.3f} (last 3), {t['train_s']:.0f}s"
+            )
+    lines.append("")
+    n = res.get("settings", {}).get("eval_n")
+    lines.append(f"held-out tasks, n = {n} samples each; mean over seeds [95% bootstrap over tasks] (seed spread):")
+    head = f"{'arm':34}{'pass@1':>26}{'unseen combo':>14}{'seen combo':>12}{'tool-call acc':>15}{'well-formed':>13}"
+    lines.append(head + f"{'BFCL AST':>22}")
+    groups = data.get("held_out_groups", {})
+    for arm in ARMS:
+        runs = arm_runs(res, arm)
+        if not runs:
+            lines.append(f"{ARM_NAMES[arm]:34} not run" + (f": {res['errors']}" if res.get("errors") else ""))
+            continue
+        per = seed_mean(runs, "per_task")
+        ci = bootstrap(list(per.values()))
+        spread = max(r["pass1"] for r in runs) - min(r["pass1"] for r in runs)
+        cell = f"{mean(list(per.values())):.3f} [{ci[0]:.3f}, {ci[1]:.3f}] ({spread:.3f})"
+        by = {g: mean([v for t, v in per.items() if groups.get(t) == g]) for g in ("unseen combo", "seen combo")}
+        entries = seed_mean(runs, "bfcl_per_entry")
+        bci = bootstrap(list(entries.values()))
+        lines.append(
+            f"{ARM_NAMES[arm]:34}{cell:>26}{fmt3(by['unseen combo']):>14}{fmt3(by['seen combo']):>12}"
+            f"{fmt3(mean([r['tool_call_accuracy'] for r in runs])):>15}{fmt3(mean([r['well_formed'] for r in runs if r['well_formed'] is not None])):>13}"
+            f"{mean(list(entries.values())):>9.3f} [{bci[0]:.3f}, {bci[1]:.3f}]"
+        )
+    lines.append("")
+    for better, worse, what in (("b", "a", "the curation pays"), ("c", "b", "the RL stage pays")):
+        c = compare(res, better, worse)
+        if c:
+            lines.append(
+                f"goal ({better}) > ({worse}), {what}: {c['diff']:+.3f} pass@1, paired 95% CI [{c['ci'][0]:+.3f}, "
+                f"{c['ci'][1]:+.3f}] over {c['items']} tasks, seed spreads {c['spread'][0]:.3f} / {c['spread'][1]:.3f}: "
+                + ("met" if c["beats"] else "NOT met")
+            )
+    for arm in "abc":
+        c = compare(res, arm, "d", "bfcl_per_entry")
+        if c:
+            held = c["ci"][1] >= 0  # not lower by more than its interval: the interval reaches zero
+            lines.append(
+                f"goal BFCL not lower after ({arm}): {c['diff']:+.3f} vs the raw student, paired 95% CI "
+                f"[{c['ci'][0]:+.3f}, {c['ci'][1]:+.3f}] over {c['items']} entries: " + ("met" if held else "NOT met")
+            )
+    for job, error in sorted(res.get("errors", {}).items()):
+        lines.append(f"{job}: {error.splitlines()[-1] if error else error}")
+    return "\n".join(lines)
+
+
+def fmt3(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def plot(res: dict[str, Any], path: Path) -> None:
+    """Held-out pass@1, tool-call accuracy, well-formed calls and BFCL per arm (bars: seed means; dots: seeds),
+    and GRPO's reward per step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = (("pass1", "held-out pass@1"), ("tool_call_accuracy", "tool-call accuracy"))
+    panels += (("well_formed", "well-formed calls"), ("bfcl", "BFCL non-live AST"))
+    fig, axes = plt.subplots(1, 5, figsize=(20, 4))
+    arms = [a for a in ARMS if arm_runs(res, a)]
+    for ax, (key, title) in zip(axes, panels):
+        for i, arm in enumerate(arms):
+            values = [r[key] or 0.0 for r in arm_runs(res, arm)]
+            ax.bar(i, sum(values) / len(values), color="lightgray", edgecolor="black")
+            ax.scatter([i] * len(values), values, color="black", s=12, zorder=3)
+        ax.set_xticks(range(len(arms)), [f"({a})" for a in arms])
+        ax.set_title(title)
+        ax.set_ylim(0, 1)
+    for name, t in sorted(res.get("train", {}).items()):
+        if name[0] == "c":
+            axes[4].plot(range(1, len(t["reward"]) + 1), t["reward"], label=name)
+    axes[4].set_title("(c) GRPO reward per step")
+    axes[4].set_xlabel("step")
+    if res.get("train"):
+        axes[4].legend(fontsize=7)
+    fig.suptitle("Does trajkit's tool data make an agent better? (d raw, a all completed, b accepted, c b + GRPO)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write_report(results: list[dict[str, Any]], out: Path) -> str:
+    res = merged(results)
+    out.mkdir(parents=True, exist_ok=True)
+    text = table(res)
+    (out / "table.txt").write_text(text + "\n")
+    plot(res, out / "tool_learning.png")
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--prepare", action="store_true", help="the data run, on CPU (and the arms' rows with --student)"
+    )
+    parser.add_argument("--gpu", action="store_true", help="--phases on the GPU, from a prepared --run")
+    parser.add_argument("--tiny", action="store_true", help="everything on CPU at tiny sizes (the test)")
+    parser.add_argument("--report", type=Path, nargs="+", help="the table and PNG again from these results.json")
+    parser.add_argument("--run", type=Path, default=ROOT / "bench" / "out" / "tool-run", help="the bench's run folder")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "tool", help="results.json, table, PNG")
+    parser.add_argument("--student", type=Path, help="the student model folder (default with --tiny: a tiny model)")
+    parser.add_argument("--student-name", help="how the report names the student (default: its folder's name)")
+    parser.add_argument("--seeds", default="0,1,2", help="seeds of arms (a), (b) and (c)")
+    parser.add_argument("--phases", default="sft,grpo", help="sft: (a), (b) and their eval; grpo: (c) and its eval")
+    parser.add_argument("--budget-s", type=float, default=420.0, help="no job runs past this many seconds")
+    parser.add_argument("--parallel", type=int, default=7, help="jobs at once on the GPU (processes)")
+    parser.add_argument("--requests", type=int, default=80, help="synth tasks requests per mode (k = 5 each)")
+    parser.add_argument("--sft-steps", type=int, default=150, help="SFT optimizer steps of (a) and (b), batch 16")
+    parser.add_argument("--grpo-steps", type=int, default=20, help="GRPO steps of (c), 8 prompts x 8 generations")
+    parser.add_argument("--eval-tasks", type=int, default=240, help="held-out tasks evaluated (first N by id)")
+    parser.add_argument("--allow-weaker-sandbox", action="store_true", help="run MCP servers uncontained if need be")
+    parser.add_argument("--job", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.job:
+        job = json.loads(args.job.read_text())
+        result = JOBS[job["kind"]](job)
+        args.job.with_suffix(".out.json").write_text(json.dumps(result))
+        return
+    if args.report:
+        print(write_report([json.loads((d / "results.json").read_text()) for d in args.report], args.out))
+        return
+    if not (args.prepare or args.gpu or args.tiny):
+        print("skipped: tool_learning needs --prepare (CPU), --gpu (H200) or --tiny (CPU smoke version)")
+        return
+    import torch
+
+    if args.gpu and not torch.cuda.is_available():
+        print("skipped: --gpu needs a CUDA GPU")
+        return
+    args.seeds = [int(x) for x in args.seeds.split(",")]
+    args.phases = args.phases.split(",")
+    s = settings(args)
+    args.run.mkdir(parents=True, exist_ok=True)
+    if args.student is None and args.tiny:
+        from trajkit.models.tiny import make_tiny_model
+
+        args.student = args.run / "student"
+        if not (args.student / "config.json").is_file():
+            make_tiny_model(args.student, seed=0)
+    base = {"settings": s, "seeds": args.seeds, "student": str(args.student) if args.student else None}
+    base["student_name"] = args.student_name or (args.student.name if args.student else None)
+    base["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    base["containment"] = check_containment(args.allow_weaker_sandbox)
+    bench = Bench(args.run, args.out, base)
+    res = bench.results
+    if args.prepare or args.tiny:
+        t0 = time.time()
+        res["data"] = prepare(args.run, s, res["stage_s"])
+        if args.student is not None:
+            res["arms"] = arm_data(args.run, str(args.student), s, args.seeds, res["stage_s"])
+        res["phase_s"]["prepare"] = round(time.time() - t0, 1)
+        bench.save()
+    if args.gpu or args.tiny:
+        if args.student is None:
+            raise SystemExit("--gpu needs --student")
+        phases(args, s, bench)
+    print(table(res))
+
+
+if __name__ == "__main__":
+    main()
