@@ -47,24 +47,26 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     """The run's sizes: the H200 ones, or a tiny CPU version (the test)."""
     if args.tiny:
         return {
-            "requests": 4,
+            "requests": 3,
             "k": 3,
             "held_out": 0.3,
             "split_seed": "tiny",
             "rollouts": 2,
             "sft_steps": 2,
-            "sft_batch": 4,
+            "sft_batch": 2,
             "sft_lr": 1e-3,
             "grpo_steps": 1,
             "grpo_prompts": 2,
             "grpo_gens": 2,
             "grpo_lr": 1e-5,
-            "max_completion": 48,
-            "eval_tasks": 4,
+            "max_completion": 8,
+            "eval_tasks": 3,
             "eval_n": 2,
-            "eval_max_tokens": 24,
-            "bfcl_limit": 2,
-            "bfcl_max_tokens": 24,
+            "eval_max_tokens": 16,
+            "tools_limit": 3,
+            "bfcl_limit": 1,
+            "bfcl_max_tokens": 16,
+            "eval_dtype": "auto",
             "batch": 16,
             "concurrency": 8,
             "parallel": 1,
@@ -85,9 +87,11 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         "max_completion": 256,
         "eval_tasks": args.eval_tasks,
         "eval_n": 8,
-        "eval_max_tokens": 96,
+        "eval_max_tokens": 128,
+        "tools_limit": None,
         "bfcl_limit": 100,
         "bfcl_max_tokens": 192,
+        "eval_dtype": "bfloat16",
         "batch": 256,
         "concurrency": 256,
         "parallel": args.parallel,
@@ -167,8 +171,19 @@ def pool_rows(main: Any, rule: str) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: r["traj_id"])
 
 
-def token_counts(rows: list[dict[str, Any]], tokenizer: str) -> dict[str, tuple[int, int]]:
-    """traj_id -> (tokens, trained tokens) as train.sft renders the row (TRL's training chat template)."""
+_COUNTS: dict[tuple[str, str], dict[str, tuple[int, int]]] = {}
+
+
+def token_counts(main: Any, tokenizer: str) -> dict[str, tuple[int, int]]:
+    """traj_id -> (tokens, trained tokens) of every completed train rollout, as train.sft renders it (TRL's
+    training chat template); counted once per process for all arms and seeds."""
+    key = (str(main.root), tokenizer)
+    if key not in _COUNTS:
+        _COUNTS[key] = _count(pool_rows(main, "completed"), tokenizer)
+    return _COUNTS[key]
+
+
+def _count(rows: list[dict[str, Any]], tokenizer: str) -> dict[str, tuple[int, int]]:
     from trajkit.export import openai_tools
     from trajkit.models.chat import to_template
     from trajkit.train.sft import render_messages
@@ -214,7 +229,7 @@ def run_arm_rows(ctx: StageContext, cfg: ArmRowsConfig) -> dict[str, Any]:
 
     main = Store(Path(cfg.source))
     pool = pool_rows(main, cfg.rule)
-    counts = token_counts(pool, cfg.tokenizer)
+    counts = token_counts(main, cfg.tokenizer)
     pool = [r for r in pool if r["traj_id"] in counts]
     labels = read_labels(main)
     size = {r["traj_id"]: counts[r["traj_id"]][0] for r in pool}
@@ -486,6 +501,7 @@ def eval_job(job: dict[str, Any]) -> dict[str, Any]:
     s, run, times = job["settings"], Path(job["run"]), {}
     work = Store(copy_run(run / "data", run / "eval" / job["name"]))
     spec = {"model": job["model"], "backend": "transformers", "max_batch_size": s["batch"], "cache": False}
+    spec["dtype"] = s["eval_dtype"]  # bf16 on the GPU: seven processes' KV caches at batch 256 fit
     t0 = time.time()
     passk = {"models": [spec], "split": "held_out", "n": s["eval_n"], "ks": [1, s["eval_n"]], "temperature": 0.7}
     passk |= {"seed": 1, "system_prompt": SYSTEM, "max_tokens": s["eval_max_tokens"], "max_turns": MAX_TURNS}
@@ -494,7 +510,8 @@ def eval_job(job: dict[str, Any]) -> dict[str, Any]:
     per_task = {
         r["task_id"]: r["correct"] / r["samples"] for r in work.rows("eval_passk", stage="passk") if r["samples"]
     }
-    tools = {"models": [spec], "split": "held_out", "max_tokens": s["eval_max_tokens"], "concurrency": s["concurrency"]}
+    tools = {"models": [spec], "split": "held_out", "max_tokens": s["eval_max_tokens"], "limit": s["tools_limit"]}
+    tools["concurrency"] = s["concurrency"]
     stage(work, "eval.tools", tools, "tools", times)
     turns = [r for r in work.rows("eval_tools", stage="tools") if r["correct"] is not None]
     called = [r["correct"] for r in turns if json.loads(r["expected"] or "[]")]
@@ -570,12 +587,13 @@ def mean(values: list[float]) -> float | None:
 
 def bootstrap(values: list[float], reps: int = 2000, seed: int = 0) -> list[float] | None:
     """The 95% bootstrap interval of the mean (resampling the items)."""
+    import numpy as np
+
     if not values:
         return None
-    rng = random.Random(seed)
-    n = len(values)
-    means = sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(reps))
-    return [means[int(0.025 * reps)], means[int(0.975 * reps) - 1]]
+    x = np.asarray(values, dtype=float)
+    means = x[np.random.default_rng(seed).integers(0, len(x), (reps, len(x)))].mean(axis=1)
+    return [float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))]
 
 
 # ---------------------------------------------------------------- running the phases
@@ -641,12 +659,13 @@ class Bench:
         for key in ("train", "eval", "errors", "stage_s", "phase_s"):
             self.results.setdefault(key, {})
 
-    def save(self) -> None:
+    def save(self, report: bool = False) -> None:
+        """results.json (in the run folder and ``--out``); with ``report`` the table and PNG too."""
         text = json.dumps(self.results, indent=1)
         (self.run / "results.json").write_text(text)
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "results.json").write_text(text)
-        if self.results.get("eval"):
+        if report:
             write_report([self.results], self.out)
 
     def record(self, job: dict[str, Any], result: dict[str, Any]) -> None:
@@ -699,6 +718,7 @@ def phases(args: argparse.Namespace, s: dict[str, Any], bench: Bench) -> None:
         jobs = [common | {"kind": "eval", "name": n, "model": m} for n, m in models.items() if n not in res["eval"]]
         run_jobs(jobs, s["parallel"], deadline, bench.record)
         res["phase_s"]["sft"] = round(time.time() - t0, 1)
+        bench.save()
     if "grpo" in args.phases:
         t0 = time.time()
         jobs = [
@@ -711,7 +731,7 @@ def phases(args: argparse.Namespace, s: dict[str, Any], bench: Bench) -> None:
         jobs = [common | {"kind": "eval", "name": n, "model": m} for n, m in models.items() if n not in res["eval"]]
         run_jobs(jobs, s["parallel"], deadline, bench.record)
         res["phase_s"]["grpo"] = round(time.time() - t0, 1)
-    bench.save()
+    bench.save(report=True)
 
 
 # ---------------------------------------------------------------- the report
@@ -911,7 +931,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=80, help="synth tasks requests per mode (k = 5 each)")
     parser.add_argument("--sft-steps", type=int, default=150, help="SFT optimizer steps of (a) and (b), batch 16")
     parser.add_argument("--grpo-steps", type=int, default=20, help="GRPO steps of (c), 8 prompts x 8 generations")
-    parser.add_argument("--eval-tasks", type=int, default=240, help="held-out tasks evaluated (first N by id)")
+    parser.add_argument("--eval-tasks", type=int, default=200, help="held-out tasks evaluated (first N by id)")
     parser.add_argument("--allow-weaker-sandbox", action="store_true", help="run MCP servers uncontained if need be")
     parser.add_argument("--job", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -953,7 +973,7 @@ def main() -> None:
         if args.student is not None:
             res["arms"] = arm_data(args.run, str(args.student), s, args.seeds, res["stage_s"])
         res["phase_s"]["prepare"] = round(time.time() - t0, 1)
-        bench.save()
+        bench.save(report=not (args.gpu or args.tiny))
     if args.gpu or args.tiny:
         if args.student is None:
             raise SystemExit("--gpu needs --student")
