@@ -1,6 +1,120 @@
-"""Does trajkit's tool data make an agent better? Toucan's claim at small scale (issue 37).
+"""Does trajkit's tool data make an agent better? Toucan's claim at small scale, on one H200 (issue 37).
 
-DOCSTRING_PLACEHOLDER
+    python bench/tool_learning.py --prepare --run RUN             # here, CPU: the data (3 min on 2 loaded cores)
+    python bench/tool_learning.py --gpu --run RUN --student DIR --phases sft       # H200: (a), (b), (d)
+    python bench/tool_learning.py --gpu --run RUN --student DIR --phases sft,grpo  # next call: (c), and what is left
+    python bench/tool_learning.py --report DIR [DIR ...]          # table.txt and tool_learning.png from results.json
+    python bench/tool_learning.py --tiny --out DIR [--student DIR]  # everything on CPU at toy sizes (the test)
+
+**Data** (``--prepare``, no GPU), every step a trajkit stage in ``RUN/data``:
+``synth.harvest`` of the project's calculator, kv and units servers; ``synth.tasks``
+(single tool, multi tool, multi server; 80 requests per mode, k = 5, verbalized
+sampling) with the teacher below as the generator model, served on loopback by
+``trajkit.models.scripted_server``; ``curate.dedup`` (exact duplicates dropped;
+near duplicates, word Jaccard >= 0.5, only clustered: a template's tasks, the same
+words with other numbers, form one cluster); ``curate.split`` (30% of the clusters
+held out, so whole templates: 13 of the 38 templates, 283 held-out tasks, 148 of them
+on a server/tool combination no training task uses); ``curate.decontaminate`` of the
+held-out tasks (in a store of their own) against every training question, 8-word
+n-grams, a hit rejected in the run (0 of 283); ``synth.rollouts`` of the teacher, 3
+per train task (1,659); ``synth.judge`` (the scripted judge); ``synth.filter`` with
+its default thresholds; the teacher's correct reference solution of every held-out
+task (``eval tools`` replays them). The world, teacher and judge are
+``bench/tool_world.py``.
+
+**The teacher's errors**, fixed before any arm ran: each rollout gets one injected
+label, drawn from a hash of its question and sampling seed (so the bench writes it to
+``RUN/labels.json`` from the trajectory, and nothing the judge reads carries it):
+correct 55%; wrong tool 8% (a confusable tool: subtract for add, list_units for
+convert, get for set); wrong arguments 8% (a number, a unit, a key off); missing call
+7% (no tool, the answer "from memory", right for about half); ignores the result 7%
+(a call with a wrong argument, but what follows, and the answer, use the right
+values: a right answer the tools did not give); redundant calls 7% (one call made
+twice); wrong type 8% (a number sent as text, "12" for 12: it parses but breaks the
+tool's schema). The judge reads only the conversation's text: fully complete when the
+final answer appears in the last tool result, incomplete when it does not or the last
+call failed, very incomplete without a call or an answer; it cannot see argument
+types, nor whether a value saved in the middle came from the tools. What trajkit
+accepted of the 1,659 rollouts (accepted / rejected; rejected by the agent loop,
+the verifier, the judge, the rules, a row counting under each that applies):
+
+    correct          882 /   0
+    ignores_result    81 /  49   (verifier 26, judge 29: a one-call task's answer contradicts its only result)
+    missing_call       0 / 130   (verifier 87, judge 130, rules 130: no tool call)
+    redundant_calls  112 /   1   (nothing is built around them: the judge's conciseness has no default threshold)
+    wrong_arguments    9 / 122   (verifier 118; the 9 changed nothing, e.g. a value overwritten later)
+    wrong_tool         6 / 136   (verifier 130, judge 44)
+    wrong_type         0 / 131   (the agent loop: the call breaks the tool's schema, the episode fails)
+
+**Arms**, three seeds each (0, 1, 2), every one a trajkit stage from SmolLM2-135M-Instruct
+(Q4_1 dequantized, ``trajkit model gguf``):
+
+* (a) ``train.sft`` on every completed rollout (1,527: no judge, no filter);
+* (b) ``train.sft`` on what trajkit accepts (``trajkit.accepted``: 1,090);
+* (c) (b)'s model of the same seed, then ``train.grpo`` (a curriculum file of one stage)
+  on the train tasks with their MCP servers in the loop (TRL's ``environment_factory``),
+  rewards the task's verifier (``correctness``) and schema-valid calls (``tool_calls``,
+  weight 0.2); 20 steps of 8 prompts x 8 generations;
+* (d) the raw student.
+
+(a) and (b) train at equal optimizer steps and tokens: 120 steps of 16 rows, one pass
+over 1,920 rows each. An arm's rows are copies of the run's rollouts in a store of its
+own (``RUN/arms/<arm>-s<seed>``, new ids, no verdict, unjudged: ``train.sft`` trains on
+a store's accepted rows, here all of them): (b) repeats its pool (1.76 epochs: whole
+passes, then a seeded sample); (a) draws 1,920 of its pool (1.26 epochs) and then swaps
+rows for rows of the same injected label until its tokens (as ``train.sft`` renders
+them) are within 0.1% of (b)'s, so the label mix is the pool's. The seed draws the
+rows and TRL's order. Epochs, rows, tokens and trained tokens are in the table.
+
+**Evaluation**, of every model, each in a copy of the run (``RUN/eval/<name>``):
+``eval.passk`` on the first 200 held-out tasks by id, n = 8 samples each (temperature
+0.7, seed 1): pass@1 with a 95% bootstrap interval over tasks (the seed means per
+task), split into tasks of an unseen combination and of a seen one;
+``eval.tools`` replaying the held-out reference trajectories (750 turns): tool-call
+accuracy on the turns that call, and the share of well-formed calls (a name the turn
+offers, arguments valid against its schema) among every call the model wrote;
+``eval.tools`` on BFCL v4's non-live AST categories, the first 100 entries each of
+simple_python, multiple, parallel and parallel_multiple (400), scored by BFCL's own
+``ast_checker``: before (d) and after (a, b, c). **Goals**: (b) - (a) > both seed
+spreads and its paired 95% bootstrap interval over tasks above 0 (the curation pays);
+(c) - (b) the same (the RL stage pays); BFCL after - before: its paired interval
+reaches 0 (not lower by more than its interval).
+
+**On the H200**: three calls, back to back (the machine keeps /tmp for ~30 s after a
+call), which ``--gpu-commands`` prints with what each carries, its size and the GGUF's
+sha256. What travels: the real model's GGUF (93.8 MiB: ``RELAY_PART_MIB=47
+scripts/gpu_relay.sh GGUF``, two parts), the wheels the image lacks installed here into
+one site-packages folder for CPython 3.12 and xz-compressed (``GPU_BUNDLE_SITE=1 make
+gpu-bundle``: 23.3 MiB for 28 wheels, 36.4 MiB as wheels: trl, datasets, pydantic,
+duckdb, the MCP SDK and what it imports, gguf, bfcl-eval), in two halves, and the
+prepared run ``bench/out/tool-run`` (0.9 MiB):
+
+1. carry ``.relay/a``, ``.whl/a`` (60.9 MiB with the working tree): park both in /tmp/relay;
+2. carry ``.relay/b``, ``.whl/b``, ``bench/out/tool-run`` (61.3 MiB): join and check the GGUF
+   (exit 3: the machine was given back, do 1 and 2 again), unpack the wheels and put them and
+   the checkout on the interpreter's own path (a ``.pth`` file: MCP servers are processes of
+   their own and do not inherit PYTHONPATH), ``trajkit model gguf`` it, copy the run to
+   /tmp/tool-run, and ``--phases sft --budget-s 400``;
+3. carry nothing: ``--phases sft,grpo --budget-s 420`` (the grpo phase, and any sft job that
+   call 2 did not finish: a finished job is never run again).
+
+Each call brings back ``results.json`` (rewritten after every job), ``table.txt`` and
+``tool_learning.png``; ``--report`` merges them here. The bench checks that MCP servers can
+run contained (``trajkit.envs.contain``); where they cannot, ``--allow-weaker-sandbox``
+(this bench only) runs them as plain processes, and the output and ``results.json`` say so.
+Jobs run as processes of their own, ``--parallel`` (7) at once on the one GPU: the six SFT
+runs together, then the seven evaluations; the three GRPO runs, then theirs. ``--budget-s``
+stops starting jobs, and stops running ones, before the call's limit.
+
+Time per phase, estimated (not yet run on the GPU) from what the CPU run counted and
+the one H200 figure for this model (an AdamW step on 16 x 512 tokens in 0.27 s,
+unoptimized; decode assumed at ~15 ms a step for a batch of up to 256): call 1 ~1.5 min
+(the machine's start); call 2 ~6 min: unpack and convert ~40 s, arm rows ~15 s, SFT
+(120 steps of 16 x 1,010 tokens, ~0.53 s a step alone, six at once) 2-3 min, evaluation
+(per model ~4,200 generations for 1,600 episodes, 750 replayed turns, 400 BFCL entries,
+~50 s alone; seven at once) 1.5-2 min; call 3 ~5.5 min: GRPO (20 steps of 64 multi-turn
+completions, ~6.5 s a step alone, three at once) ~3.5 min, evaluation ~1.5 min. About 13
+minutes in all. A fourth call would add seeds or steps: (c) with 40 GRPO steps, or n = 16.
 """
 
 from __future__ import annotations
@@ -14,7 +128,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -79,11 +193,11 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         "rollouts": 3,
         "sft_steps": args.sft_steps,
         "sft_batch": 16,
-        "sft_lr": 5e-5,
+        "sft_lr": 1e-4,
         "grpo_steps": args.grpo_steps,
         "grpo_prompts": 8,
         "grpo_gens": 8,
-        "grpo_lr": 1e-6,
+        "grpo_lr": 1e-5,
         "max_completion": 256,
         "eval_tasks": args.eval_tasks,
         "eval_n": 8,
@@ -150,11 +264,15 @@ CONTAMINATED = StageSpec(
 
 class ArmRowsConfig(StageConfig):
     source: str = Field(description="The main run.")
-    rule: str = Field(description="completed: every completed train rollout; accepted: trajkit's accepted ones.")
+    rule: Literal["completed", "accepted"] = Field(
+        description="completed: every completed train rollout; accepted: trajkit's accepted ones."
+    )
     rows: int = Field(ge=1, description="Rows to write: SFT steps x batch.")
     seed: int = 0
     tokenizer: str = Field(description="The student's tokenizer, to count tokens as train.sft renders them.")
-    match_tokens: int | None = Field(None, description="Draw rows until their tokens equal this (label by label).")
+    match_tokens: int | None = Field(
+        None, description="Then swap rows for rows of the same label until their tokens are within 0.1% of this."
+    )
 
 
 def pool_rows(main: Any, rule: str) -> list[dict[str, Any]]:
@@ -912,6 +1030,59 @@ def write_report(results: list[dict[str, Any]], out: Path) -> str:
     return text
 
 
+STUDENT = "SmolLM2-135M-Instruct, Q4_1 dequantized"
+ENV = "export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false"
+UNPACK = (  # the wheels, installed here for CPython 3.12 (GPU_BUNDLE_SITE=1 make gpu-bundle), joined and unpacked
+    "mkdir -p /tmp/gpu/site-packages && cat /tmp/relay/site.tar.xz.aa .whl/b/site.tar.xz.ab | python3 -c "
+    "\"import sys, tarfile; tarfile.open(fileobj=sys.stdin.buffer, mode='r|xz').extractall('/tmp/gpu/site-packages', filter='data')\""
+)
+ON_PATH = (  # on the interpreter's own path: MCP servers are processes of their own and do not inherit PYTHONPATH
+    "echo \"import sys; sys.path[:0] = ['/tmp/gpu/site-packages', '$PWD']\" > "
+    "$(python3 -c 'import site; print(site.getsitepackages()[0])')/000-trajkit.pth"
+)
+
+
+def gpu_commands() -> str:
+    """The three device calls (what each carries, its command and size), from ``.relay`` (scripts/gpu_relay.sh
+    with RELAY_PART_MIB=47) and ``.whl/a``, ``.whl/b`` (GPU_BUNDLE_SITE=1 make gpu-bundle)."""
+    import hashlib
+
+    parts = [ROOT / ".relay" / "a" / "part.a", ROOT / ".relay" / "b" / "part.b"]
+    missing = [str(p.relative_to(ROOT)) for p in parts if not p.is_file()]
+    if missing:
+        return f"missing {', '.join(missing)}: RELAY_PART_MIB=47 scripts/gpu_relay.sh GGUF first"
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.read_bytes())
+    flags = f"--gpu --run /tmp/tool-run --out $OUT --student /tmp/smollm2 --student-name '{STUDENT}' "
+    flags += "--allow-weaker-sandbox"
+    join = (
+        f"cat /tmp/relay/part.a .relay/b/part.b > /tmp/relay/m.gguf && echo '{digest.hexdigest()}  /tmp/relay/m.gguf'"
+    )
+    sft = (
+        f"set -e; {ENV}; {join} | sha256sum -c - || exit 3; {UNPACK}; {ON_PATH}; "
+        "python3 -m trajkit.cli model gguf /tmp/relay/m.gguf /tmp/smollm2; rm -rf /tmp/tool-run; "
+        f"cp -r bench/out/tool-run /tmp/tool-run; python3 bench/tool_learning.py {flags} --phases sft --budget-s 400"
+    )
+    calls = [
+        ([".relay/a", ".whl/a"], "mkdir -p /tmp/relay && cp .relay/a/part.a .whl/a/site.tar.xz.aa /tmp/relay/"),
+        ([".relay/b", ".whl/b", "bench/out/tool-run"], sft),
+        (
+            [],
+            f"{ENV}; [ -d /tmp/tool-run ] || exit 3; python3 bench/tool_learning.py {flags} --phases sft,grpo --budget-s 420",
+        ),
+    ]
+    tracked = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, check=True
+    )
+    tree = sum((ROOT / f).stat().st_size for f in tracked.stdout.decode().split("\0") if f and (ROOT / f).is_file())
+    lines = ["Issue these device calls back to back (each within ~30 s of the last):"]
+    for i, (carry, command) in enumerate(calls, 1):
+        size = tree + sum(f.stat().st_size for c in carry for f in (ROOT / c).rglob("*") if f.is_file())
+        lines += [f"call {i}: carry {json.dumps(carry)} ({size / 2**20:.1f} MiB; {len(command)} characters)", command]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -929,12 +1100,16 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=420.0, help="no job runs past this many seconds")
     parser.add_argument("--parallel", type=int, default=7, help="jobs at once on the GPU (processes)")
     parser.add_argument("--requests", type=int, default=80, help="synth tasks requests per mode (k = 5 each)")
-    parser.add_argument("--sft-steps", type=int, default=150, help="SFT optimizer steps of (a) and (b), batch 16")
+    parser.add_argument("--sft-steps", type=int, default=120, help="SFT optimizer steps of (a) and (b), batch 16")
     parser.add_argument("--grpo-steps", type=int, default=20, help="GRPO steps of (c), 8 prompts x 8 generations")
     parser.add_argument("--eval-tasks", type=int, default=200, help="held-out tasks evaluated (first N by id)")
     parser.add_argument("--allow-weaker-sandbox", action="store_true", help="run MCP servers uncontained if need be")
+    parser.add_argument("--gpu-commands", action="store_true", help="print the three device calls and their carry")
     parser.add_argument("--job", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.gpu_commands:
+        print(gpu_commands())
+        return
     if args.job:
         job = json.loads(args.job.read_text())
         result = JOBS[job["kind"]](job)
@@ -970,8 +1145,6 @@ def main() -> None:
     if args.prepare or args.tiny:
         t0 = time.time()
         res["data"] = prepare(args.run, s, res["stage_s"])
-        if args.student is not None:
-            res["arms"] = arm_data(args.run, str(args.student), s, args.seeds, res["stage_s"])
         res["phase_s"]["prepare"] = round(time.time() - t0, 1)
         bench.save(report=not (args.gpu or args.tiny))
     if args.gpu or args.tiny:

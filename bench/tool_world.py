@@ -59,6 +59,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trajkit.demo.fixture import TASK_RATINGS, _block, _xml
 from trajkit.envs.servers import calculator, units
 
 Call = tuple[str, dict[str, Any]]
@@ -780,7 +781,7 @@ class Teacher:
         if text.startswith("## Task\nWrite a"):
             return generator(text, body.get("seed"))
         if "Assess the quality of a **tool-use question**" in text:
-            return task_judgment()
+            return _xml(TASK_RATINGS)  # every world task is a clear, realistic, checkable request
         if "Assess the **response quality**" in text:
             return trajectory_judgment(_block(text, "Conversation"))
         return UNKNOWN
@@ -825,25 +826,6 @@ def agent(messages: list[dict[str, Any]], seed: int | None, reference: bool = Fa
 
 
 # ---------------------------------------------------------------- the judge
-def _xml(ratings: dict[str, tuple[str, str]]) -> str:
-    parts = [f"<{d}><reasoning>{why}</reasoning><rating>{label}</rating></{d}>" for d, (label, why) in ratings.items()]
-    return "<response>\n" + "\n".join(parts) + "\n</response>"
-
-
-def task_judgment() -> str:
-    """Every world task is a clear, realistic, checkable request."""
-    return _xml(
-        {
-            "tool_selection_difficulty": ("easy", "The request maps to the tools directly."),
-            "tool_selection_uniqueness": ("quite unique", "Few other tools would do this."),
-            "question_quality": ("good", "Clear and self-contained."),
-            "scenario_realism": ("realistic", "A plausible everyday need."),
-            "verifiability": ("easy to verify", "The outcome is a value or a stored state."),
-            "stability": ("highly stable", "The answer does not change over time."),
-        }
-    )
-
-
 def trajectory_judgment(conversation: str) -> str:
     """Completeness from whether the final answer is grounded in the last tool result; conciseness from
     repeated calls. Reads the conversation text only."""
@@ -867,9 +849,3 @@ def trajectory_judgment(conversation: str) -> str:
     repeated = len(calls) != len(set(calls))
     conciseness = ("redundant", "A call was repeated.") if repeated else ("very concise", "No unnecessary steps.")
     return _xml({"completeness": completeness, "conciseness": conciseness})
-
-
-def _block(prompt: str, heading: str) -> str:
-    """The quoted data block under ``## heading`` of a judge prompt (``synth.prompts.quote_data``)."""
-    m = re.search(rf"## {heading}[^\n]*\n<<<(DATA-[0-9a-f]+) [^\n]*\n(.*?)\n\1>>>", prompt, re.DOTALL)
-    return m[2] if m else ""

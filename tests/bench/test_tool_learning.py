@@ -43,6 +43,21 @@ def test_world_questions_parse_back_and_the_teacher_solves_them():
     assert set(outcomes) == {name for name, _ in world.LABELS}
 
 
+def test_arm_rows_match_tokens_and_keep_the_label_mix():
+    """(a)'s rows reach (b)'s token count by swapping rows for rows of the same injected label only."""
+    rng = random.Random(0)
+    ids = [f"r{i}" for i in range(300)]
+    labels = {i: rng.choice(("correct", "correct", "wrong_tool", "missing_call")) for i in ids}
+    size = {i: rng.randint(600, 1400) + (300 if labels[i] == "wrong_tool" else 0) for i in ids}
+    plain = bench.draw_rows(ids, size, labels, 480, seed=3, target=None)
+    assert len(plain) == 480 and all(plain.count(i) in (1, 2) for i in ids)  # one pass, then a sample
+    target = sum(size[i] for i in plain) - 20_000
+    matched = bench.draw_rows(ids, size, labels, 480, seed=3, target=target)
+    assert abs(sum(size[i] for i in matched) - target) <= target / 1000
+    mix = [sorted(labels[i] for i in rows) for rows in (plain, matched)]
+    assert mix[0] == mix[1]
+
+
 def test_tool_learning_bench_runs_every_stage_and_its_arms_differ(tmp_path, monkeypatch, capsys, tiny_model_dir):
     out, run = tmp_path / "out", tmp_path / "run"
     argv = ["tool_learning.py", "--tiny", "--seeds", "0", "--out", str(out), "--run", str(run)]
@@ -64,8 +79,10 @@ def test_tool_learning_bench_runs_every_stage_and_its_arms_differ(tmp_path, monk
     labels = json.loads((run / "labels.json").read_text())
     assert set(labels) == {r["traj_id"] for r in rollouts}
     assert sum(sum(v.values()) for v in data["confusion"].values()) == len(rollouts)
-    if "wrong_type" in data["confusion"]:  # a number sent as text breaks the schema: the agent loop stops there
-        assert data["confusion"]["wrong_type"]["accepted"] == 0
+    confusion = data["confusion"]
+    assert confusion["correct"]["rejected"] == 0  # the teacher's correct rollouts all pass verifier, rules and judge
+    for label in ("wrong_type", "missing_call"):  # a schema break stops the agent loop; no call fails the rules
+        assert confusion.get(label, {}).get("accepted", 0) == 0
 
     # (a) and (b) train on the same number of rows and tokens, drawn from different pools
     a, b = res["arms"]["a-s0"], res["arms"]["b-s0"]
