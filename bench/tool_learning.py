@@ -163,6 +163,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         return {
             "requests": 3,
             "k": 3,
+            "rollout_concurrency": 4,
             "held_out": 0.3,
             "split_seed": "tiny",
             "rollouts": 2,
@@ -188,6 +189,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "requests": args.requests,
         "k": 5,
+        "rollout_concurrency": 16,
         "held_out": 0.3,
         "split_seed": "trajkit",
         "rollouts": 3,
@@ -423,7 +425,8 @@ def prepare(run: Path, s: dict[str, Any], times: dict[str, float]) -> dict[str, 
         stage(store, "curate.dedup", dedup, "dedup", times)
         stage(store, "curate.split", {"held_out": s["held_out"], "seed": s["split_seed"]}, "split", times)
         check = heldout_check(run, store, times)
-        episodes = {"system_prompt": SYSTEM, "max_turns": 6, "max_tokens": 512, "concurrency": 16, "seed": 0}
+        episodes = {"system_prompt": SYSTEM, "max_turns": 6, "max_tokens": 512, "seed": 0}
+        episodes |= {"concurrency": s["rollout_concurrency"], "pool_size": 1}  # calculator and units: one process each
         rollouts = {"model": model("teacher"), "where": "split = 'train'", "rollouts_per_task": s["rollouts"]}
         stage(store, "synth.rollouts", rollouts | episodes, "rollouts", times)
         write_labels(run, store)
@@ -818,7 +821,7 @@ def phases(args: argparse.Namespace, s: dict[str, Any], bench: Bench) -> None:
     """sft: the SFT arms, then the evaluation of the raw student and of every SFT model; grpo: (c) from each
     seed's (b), then its evaluation. A phase skips the jobs that have a result already (a rerun continues)."""
     run, res = args.run, bench.results
-    deadline = time.time() + args.budget_s
+    deadline = time.time() + args.budget_s if args.budget_s else float("inf")
     common = {"run": str(run), "settings": s, "student": str(args.student)}
     if "sft" in args.phases:
         t0 = time.time()
@@ -933,7 +936,7 @@ def table(res: dict[str, Any]) -> str:
                 f"{a['tokens']} tokens, {a['trained_tokens']} trained; {a['labels']}"
             )
     for name, t in sorted(res.get("train", {}).items()):
-        if name[0] == "c":
+        if name[0] == "c" and t["reward"]:
             reward = t["reward"]
             lines.append(
                 f"  {name}: GRPO {t['steps']} steps, {t['completions']} completions, reward {reward[0]:.3f} -> "
@@ -944,24 +947,16 @@ def table(res: dict[str, Any]) -> str:
     lines.append(f"held-out tasks, n = {n} samples each; mean over seeds [95% bootstrap over tasks] (seed spread):")
     head = f"{'arm':34}{'pass@1':>26}{'unseen combo':>14}{'seen combo':>12}{'tool-call acc':>15}{'well-formed':>13}"
     lines.append(head + f"{'BFCL AST':>22}")
-    groups = data.get("held_out_groups", {})
     for arm in ARMS:
         runs = arm_runs(res, arm)
-        if not runs:
-            lines.append(f"{ARM_NAMES[arm]:34} not run" + (f": {res['errors']}" if res.get("errors") else ""))
-            continue
-        per = seed_mean(runs, "per_task")
-        ci = bootstrap(list(per.values()))
-        spread = max(r["pass1"] for r in runs) - min(r["pass1"] for r in runs)
-        cell = f"{mean(list(per.values())):.3f} [{ci[0]:.3f}, {ci[1]:.3f}] ({spread:.3f})"
-        by = {g: mean([v for t, v in per.items() if groups.get(t) == g]) for g in ("unseen combo", "seen combo")}
-        entries = seed_mean(runs, "bfcl_per_entry")
-        bci = bootstrap(list(entries.values()))
         lines.append(
-            f"{ARM_NAMES[arm]:34}{cell:>26}{fmt3(by['unseen combo']):>14}{fmt3(by['seen combo']):>12}"
-            f"{fmt3(mean([r['tool_call_accuracy'] for r in runs])):>15}{fmt3(mean([r['well_formed'] for r in runs if r['well_formed'] is not None])):>13}"
-            f"{mean(list(entries.values())):>9.3f} [{bci[0]:.3f}, {bci[1]:.3f}]"
+            f"{ARM_NAMES[arm]:34}" + (arm_cells(runs, data.get("held_out_groups", {})) if runs else " not run")
         )
+    limit = res.get("settings", {}).get("bfcl_limit")
+    lines.append(
+        f"BFCL AST: BFCL v4's non-live {', '.join(BFCL_CATEGORIES)}, the first {limit} entries of each, scored by "
+        "BFCL's own ast_checker; tool-call accuracy: turns of the held-out reference trajectories that call"
+    )
     lines.append("")
     for better, worse, what in (("b", "a", "the curation pays"), ("c", "b", "the RL stage pays")):
         c = compare(res, better, worse)
@@ -984,6 +979,21 @@ def table(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def arm_cells(runs: list[dict[str, Any]], groups: dict[str, str]) -> str:
+    """One arm's row: pass@1 (seed mean, interval, spread), by combination, tool calls, BFCL."""
+    per = seed_mean(runs, "per_task")
+    ci = bootstrap(list(per.values()))
+    spread = max(r["pass1"] for r in runs) - min(r["pass1"] for r in runs)
+    pass1 = f"{mean(list(per.values())):.3f} [{ci[0]:.3f}, {ci[1]:.3f}] ({spread:.3f})"
+    by = [mean([v for t, v in per.items() if groups.get(t) == g]) for g in ("unseen combo", "seen combo")]
+    accuracy = mean([r["tool_call_accuracy"] for r in runs if r["tool_call_accuracy"] is not None])
+    formed = mean([r["well_formed"] for r in runs if r["well_formed"] is not None])
+    entries = seed_mean(runs, "bfcl_per_entry")
+    bci = bootstrap(list(entries.values()))
+    bfcl = f"{mean(list(entries.values())):.3f} [{bci[0]:.3f}, {bci[1]:.3f}]"
+    return f"{pass1:>26}{fmt3(by[0]):>14}{fmt3(by[1]):>12}{fmt3(accuracy):>15}{fmt3(formed):>13}{bfcl:>22}"
+
+
 def fmt3(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
@@ -1002,8 +1012,13 @@ def plot(res: dict[str, Any], path: Path) -> None:
     arms = [a for a in ARMS if arm_runs(res, a)]
     for ax, (key, title) in zip(axes, panels):
         for i, arm in enumerate(arms):
-            values = [r[key] or 0.0 for r in arm_runs(res, arm)]
-            ax.bar(i, sum(values) / len(values), color="lightgray", edgecolor="black")
+            runs = arm_runs(res, arm)
+            values = [r[key] or 0.0 for r in runs]
+            height = sum(values) / len(values)
+            items = {"pass1": "per_task", "bfcl": "bfcl_per_entry"}.get(key)  # the 95% bootstrap interval
+            ci = bootstrap(list(seed_mean(runs, items).values())) if items else None
+            err = [[max(0.0, height - ci[0])], [max(0.0, ci[1] - height)]] if ci else None
+            ax.bar(i, height, yerr=err, capsize=4, color="lightgray", edgecolor="black")
             ax.scatter([i] * len(values), values, color="black", s=12, zorder=3)
         ax.set_xticks(range(len(arms)), [f"({a})" for a in arms])
         ax.set_title(title)
@@ -1097,7 +1112,7 @@ def main() -> None:
     parser.add_argument("--student-name", help="how the report names the student (default: its folder's name)")
     parser.add_argument("--seeds", default="0,1,2", help="seeds of arms (a), (b) and (c)")
     parser.add_argument("--phases", default="sft,grpo", help="sft: (a), (b) and their eval; grpo: (c) and its eval")
-    parser.add_argument("--budget-s", type=float, default=420.0, help="no job runs past this many seconds")
+    parser.add_argument("--budget-s", type=float, help="no job runs past this many seconds (default: no limit)")
     parser.add_argument("--parallel", type=int, default=7, help="jobs at once on the GPU (processes)")
     parser.add_argument("--requests", type=int, default=80, help="synth tasks requests per mode (k = 5 each)")
     parser.add_argument("--sft-steps", type=int, default=120, help="SFT optimizer steps of (a) and (b), batch 16")
