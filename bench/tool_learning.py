@@ -57,7 +57,7 @@ the verifier, the judge, the rules, a row counting under each that applies):
   weight 0.2); 20 steps of 8 prompts x 8 generations;
 * (d) the raw student.
 
-(a) and (b) train at equal optimizer steps and tokens: 120 steps of 16 rows, one pass
+(a) and (b) train at equal optimizer steps and tokens: 120 steps of 16 rows (two micro-batches of 8), one pass
 over 1,920 rows each. An arm's rows are copies of the run's rollouts in a store of its
 own (``RUN/arms/<arm>-s<seed>``, new ids, no verdict, unjudged: ``train.sft`` trains on
 a store's accepted rows, here all of them): (b) repeats its pool (1.76 epochs: whole
@@ -169,6 +169,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
             "rollouts": 2,
             "sft_steps": 2,
             "sft_batch": 2,
+            "sft_micro": 2,
             "sft_lr": 1e-3,
             "grpo_steps": 1,
             "grpo_prompts": 2,
@@ -195,6 +196,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         "rollouts": 3,
         "sft_steps": args.sft_steps,
         "sft_batch": 16,
+        "sft_micro": 8,
         "sft_lr": 1e-4,
         "grpo_steps": args.grpo_steps,
         "grpo_prompts": 8,
@@ -554,10 +556,12 @@ def sft_job(job: dict[str, Any]) -> dict[str, Any]:
 
     s, times = job["settings"], {}
     store = Store(Path(job["store"]))
-    sft = {"max_steps": s["sft_steps"], "per_device_train_batch_size": s["sft_batch"], "learning_rate": s["sft_lr"]}
+    micro = s["sft_micro"]  # rows per forward pass: six processes' logits (49k vocabulary) must share the GPU
+    sft = {"max_steps": s["sft_steps"], "per_device_train_batch_size": micro, "learning_rate": s["sft_lr"]}
+    sft["gradient_accumulation_steps"] = s["sft_batch"] // micro
     sft |= {"lr_scheduler_type": "cosine", "warmup_steps": max(1, s["sft_steps"] // 20), "seed": job["seed"]}
     sft["max_length"] = None
-    sft |= {"logging_steps": 5, "gradient_checkpointing": False}  # a 135M model needs no activation recompute
+    sft |= {"logging_steps": 1, "gradient_checkpointing": False}  # a 135M model needs no activation recompute
     t0 = time.time()
     manifest = stage(store, "train.sft", {"model": job["student"], "sft": sft}, "sft", times)
     losses = [r["loss"] for r in sorted(store.rows("train_metrics", stage="sft"), key=lambda r: r["step"])]

@@ -95,6 +95,8 @@ def test_tool_learning_bench_runs_every_stage_and_its_arms_differ(tmp_path, monk
     rejected = [r["messages"] for r in rollouts if r["status"] == "completed" and r["traj_id"] not in accepted]
     assert not any(m in rejected for m in sources["b"])  # (b) never sees a rollout trajkit rejects
 
+    assert all(res["train"][f"{arm}-s0"]["steps"] == res["settings"]["sft_steps"] for arm in "ab")
+
     # (c) trains with the tools in the loop, from (b)'s model; every arm and the raw student are evaluated
     assert res["train"]["c-s0"]["steps"] == res["settings"]["grpo_steps"]
     grpo = Store(run / "grpo" / "c-s0").manifest("grpo-c-s0")
