@@ -35,15 +35,15 @@ tool's schema). The judge reads only the conversation's text: fully complete whe
 final answer appears in the last tool result, incomplete when it does not or the last
 call failed, very incomplete without a call or an answer; it cannot see argument
 types, nor whether a value saved in the middle came from the tools. What trajkit
-accepted of the 1,659 rollouts (accepted / rejected; rejected by the agent loop,
-the verifier, the judge, the rules, a row counting under each that applies):
+accepted of the 1,659 rollouts of the prepared run (2026-12-05; accepted / rejected, and
+what rejected them, a row counting under each that applies):
 
     correct          882 /   0
     ignores_result    81 /  49   (verifier 26, judge 29: a one-call task's answer contradicts its only result)
     missing_call       0 / 130   (verifier 87, judge 130, rules 130: no tool call)
-    redundant_calls  112 /   1   (nothing is built around them: the judge's conciseness has no default threshold)
-    wrong_arguments    9 / 122   (verifier 118; the 9 changed nothing, e.g. a value overwritten later)
-    wrong_tool         6 / 136   (verifier 130, judge 44)
+    redundant_calls  112 /   1   (judge 1; the conciseness the judge rates has no default threshold)
+    wrong_arguments    9 / 122   (verifier 118, judge 15, loop 1, rules 1; the 9 changed nothing, e.g. overwritten)
+    wrong_tool         6 / 136   (verifier 130, judge 44, rules 11)
     wrong_type         0 / 131   (the agent loop: the call breaks the tool's schema, the episode fails)
 
 **Arms**, three seeds each (0, 1, 2), every one a trajkit stage from SmolLM2-135M-Instruct
@@ -57,8 +57,8 @@ the verifier, the judge, the rules, a row counting under each that applies):
   weight 0.2); 20 steps of 8 prompts x 8 generations;
 * (d) the raw student.
 
-(a) and (b) train at equal optimizer steps and tokens: 120 steps of 16 rows (two micro-batches of 8), one pass
-over 1,920 rows each. An arm's rows are copies of the run's rollouts in a store of its
+(a) and (b) train at equal optimizer steps and tokens: 120 steps of 16 rows (two
+micro-batches of 8), one pass over 1,920 rows each. An arm's rows are copies of the run's rollouts in a store of its
 own (``RUN/arms/<arm>-s<seed>``, new ids, no verdict, unjudged: ``train.sft`` trains on
 a store's accepted rows, here all of them): (b) repeats its pool (1.76 epochs: whole
 passes, then a seeded sample); (a) draws 1,920 of its pool (1.26 epochs) and then swaps
