@@ -70,7 +70,11 @@ app.add_typer(synth_app, name="synth", help="Harvest MCP servers, synthesize tas
 app.add_typer(curate_app, name="curate", help="Import, verify, pass@k-tag, dedup, decontaminate, split, curriculum.")
 app.add_typer(train_app, name="train", help="SFT and GRPO with TRL on the curated data.")
 app.add_typer(eval_app, name="eval", help="pass@k, tool-call accuracy, diversity.")
-app.add_typer(model_app, name="model", help="Local models: build a tiny model, serve a stand-in model for dry runs.")
+app.add_typer(
+    model_app,
+    name="model",
+    help="Local models: build a tiny model, serve a stand-in model for dry runs, record any agent's calls.",
+)
 app.command("card")(cards_cli.card)
 app.command("push")(cards_cli.push)
 app.command("view")(view_cli.view)

@@ -22,9 +22,12 @@ SERVER_STATUS = ("ok", "failed")
 SERVER_STATES = ("stateless", "stateful")
 TRANSPORTS = ("stdio", "http")
 SYNTH_MODES = ("single_tool", "multi_tool", "multi_server")  # how synth tasks make a task (Toucan)
-TASK_MODES = (*SYNTH_MODES, "imported")
+TASK_MODES = (*SYNTH_MODES, "imported", "trace")  # trace: a recorded or imported trace's first user message
 VS_METHODS = ("direct", "vs_standard", "vs_cot", "vs_multi")
 TRAJ_STATUS = ("completed", "truncated", "failed", "aborted")
+# where a trajectory came from when not trajkit's own agent loop (null): another agent's calls recorded by
+# ``model serve --record``, or traces imported from a file (``curate traces``)
+TRAJ_SOURCES = ("recorded", "imported")
 VERDICTS = ("pass", "fail", "timeout", "memory", "error")
 DIFFICULTIES = ("unsolved", "hard", "medium", "easy", "trivial")
 SPLITS = ("train", "held_out")
@@ -49,6 +52,7 @@ REASON_CODES = (
     "target_reached",  # cancelled: the stage's target was reached
     "conversation_ended",  # the user simulator ended the conversation (no extension)
     "extension_failed",  # the user simulator gave no usable follow-up
+    "interrupted",  # the recording proxy stopped before the upstream answered the call
 )
 
 ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
@@ -58,6 +62,7 @@ ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
     ("tasks", "mode"): TASK_MODES,
     ("tasks", "vs_method"): VS_METHODS,
     ("trajectories", "status"): TRAJ_STATUS,
+    ("trajectories", "source"): TRAJ_SOURCES,
     ("trajectories", "verdict"): VERDICTS,
     ("trajectories", "reason_code"): REASON_CODES,
     ("samples", "verdict"): VERDICTS,
@@ -255,10 +260,11 @@ TRAJECTORIES = Table(
             pa.field("loss_mask", pa.list_(pa.int8())),
             pa.field("logprobs", pa.list_(pa.float32())),
             pa.field("policy_version", pa.int64()),
+            pa.field("source", pa.string()),  # recorded | imported; null: trajkit's agent loop
         ]
     ),
-    version=2,
-    added=("reason_code", "verdict"),
+    version=3,
+    added=("reason_code", "verdict", "source"),
     doc="Agent rollouts in the OpenAI chat format, with side columns and tokens.",
 )
 

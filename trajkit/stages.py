@@ -21,6 +21,7 @@ REGISTRY: dict[str, str] = {
     "synth.extend": "trajkit.synth.extend:EXTEND",
     "curate.import": "trajkit.curate.imports:IMPORT",
     "curate.verify": "trajkit.curate.verify:VERIFY",
+    "curate.traces": "trajkit.curate.traces:TRACES",
     "curate.passk": "trajkit.curate.passk:PASSK",
     "curate.dedup": "trajkit.curate.dedup:DEDUP",
     "curate.decontaminate": "trajkit.curate.decontaminate:DECONTAMINATE",

@@ -15,13 +15,19 @@ from trajkit.schema import content_id
 from trajkit.store import Store
 from trajkit.view import pages
 from trajkit.view.app import create_app
-from trajkit.view.db import QueryError, RunDB
+from trajkit.view.db import QueryError, RunDB, check_read
 
 HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 
 
 def _csrf(html: str) -> str:
     return re.search(r'name="csrf" value="([^"]+)"', html).group(1)
+
+
+def _box(client, query: str, path: str = "/sql"):
+    """The SQL box's form posted as the viewer's own page posts it (its token, its origin)."""
+    form = {"q": query, "csrf": _csrf(client.get("/sql").text)}
+    return client.post(path, data=form, headers={"origin": str(client.base_url)})
 
 
 def _sql(run: Path, query: str) -> list[dict]:
@@ -133,13 +139,13 @@ def _hostile_run(run: Path) -> tuple[str, str]:
 
 def test_model_and_tool_text_is_shown_as_text_never_markup(client, run_copy):
     tid, trid = _hostile_run(run_copy)
-    for url in (
-        f"/tasks/{tid}",
-        f"/trajectories/{trid}",
-        "/tasks",
-        f"/sql?q=SELECT * FROM trajectories WHERE traj_id = '{trid}'",
+    for r in (
+        client.get(f"/tasks/{tid}"),
+        client.get(f"/trajectories/{trid}"),
+        client.get("/tasks"),
+        _box(client, f"SELECT * FROM trajectories WHERE traj_id = '{trid}'"),
     ):
-        r = client.get(url)
+        url = r.request.url
         assert r.status_code == 200, url
         assert "<script>alert" not in r.text and "<img src=x" not in r.text, url
         assert "&lt;script&gt;alert(" in r.text, url
@@ -150,7 +156,7 @@ def test_model_and_tool_text_is_shown_as_text_never_markup(client, run_copy):
     assert "&#34;html&#34;: &#34;&lt;script&gt;" in html  # the tool's JSON pretty-printed, as text
 
 
-WRITES = [
+REFUSED = [  # by the parser's check (layer a), before anything runs
     "COPY (SELECT 1 AS a) TO '{run}/tasks/evil.parquet'",
     "COPY (SELECT 1 AS a) TO '{run}/x.csv'",
     "COPY (SELECT 1 AS a) TO '/tmp/trajkit-view-evil.csv'",
@@ -162,7 +168,16 @@ WRITES = [
     "SET enable_external_access = true",
     "PRAGMA enable_profiling",
     "CALL pragma_version()",
+    "UPDATE EXTENSIONS",  # a type the installed duckdb's Python enum cannot name
     "SELECT 1; COPY (SELECT 1) TO '{run}/y.csv'",
+    "EXPLAIN ANALYZE COPY (SELECT 1 AS a) TO '{run}/reviews/forged.parquet'",
+    "/* a comment */ explain analyse -- another\n COPY (SELECT 1) TO '{run}/x.csv';",
+    "EXPLAIN ANALYZE CREATE TABLE evil AS SELECT 1",
+    "EXPLAIN ANALYZE DROP VIEW tasks",
+    "EXPLAIN (FORMAT json) INSERT INTO tasks (task_id) VALUES ('x')",
+    "EXPLAIN ANALYZE SELECT " + "1 + " * 600 + "1",  # too long to look for its inner statement
+]
+FAIL_IN_DUCKDB = [  # SELECTs that pass the check and that DuckDB refuses: no file outside the run, no query()
     "SELECT * FROM query('COPY (SELECT 1) TO ''{run}/z.csv''')",
     "SELECT * FROM read_text('/etc/hostname')",
     "SELECT * FROM read_csv('/etc/passwd')",
@@ -172,18 +187,22 @@ WRITES = [
 ]
 
 
-@pytest.mark.parametrize("query", WRITES)
-def test_the_sql_box_refuses_writes_attaches_installs_and_reads_outside_the_run(client, run_copy, query):
+def test_the_sql_box_refuses_writes_attaches_installs_and_reads_outside_the_run(client, run_copy):
     (run_copy.parent / "outside.txt").write_text("secret")
     before = sorted(p.relative_to(run_copy) for p in run_copy.rglob("*"))
-    r = client.get("/sql", params={"q": query.format(run=run_copy)})
-    assert r.status_code == 400 and 'id="sql-error"' in r.text and "secret" not in r.text
-    assert client.get("/sql.csv", params={"q": query.format(run=run_copy)}).status_code == 400
+    db = client.app.state.viewer.db
+    for query in REFUSED + FAIL_IN_DUCKDB:
+        for path in ("/sql", "/sql.csv"):
+            r = _box(client, query.format(run=run_copy), path)
+            assert r.status_code == 400 and "secret" not in r.text, (query, path)
+        if query in REFUSED:
+            assert db.user_queries == 0, query  # refused by the parser's check: nothing ran
+    assert db.user_queries == 2 * len(FAIL_IN_DUCKDB)
     assert sorted(p.relative_to(run_copy) for p in run_copy.rglob("*")) == before
     assert not Path("/tmp/trajkit-view-evil.csv").exists()
 
 
-def test_the_connection_itself_is_locked_below_the_allowlist(run_copy):
+def test_the_pages_connection_is_locked_down(run_copy):
     db = RunDB(run_copy)
     for q in (
         "SET enable_external_access = true",
@@ -195,17 +214,43 @@ def test_the_connection_itself_is_locked_below_the_allowlist(run_copy):
     assert db.query("SELECT count(*) FROM read_text('" + str(run_copy) + "/card/README.md')").num_rows == 1
 
 
+def test_the_parser_check_finds_the_statement_an_explain_wraps(run_copy):
+    db = RunDB(run_copy)
+    for query in (
+        "EXPLAIN SELECT 1",
+        "EXPLAIN ANALYZE SELECT count(*) FROM tasks",
+        "explain analyse select 1 union select 2",
+        "EXPLAIN (FORMAT json) WITH t AS (SELECT 1) SELECT * FROM t",
+        "EXPLAIN ANALYZE DESCRIBE tasks",
+        "EXPLAIN (SELECT 1)",
+    ):
+        check_read(db.connection(), query)
+    assert "Total Time" in _box_text(db, "EXPLAIN ANALYZE SELECT count(*) FROM tasks")  # analyzed: it ran
+    for query, inner in (
+        ("EXPLAIN ANALYZE COPY (SELECT 1) TO 'x.csv'", "COPY"),
+        ("EXPLAIN ANALYZE INSERT INTO t SELECT 1", "INSERT"),
+        ("EXPLAIN ANALYZE CALL checkpoint()", "CALL"),
+        ("EXPLAIN ANALYZE UPDATE EXTENSIONS", "UNKNOWN"),
+    ):
+        with pytest.raises(QueryError, match=f"not of {inner}$"):
+            check_read(db.connection(), query)
+
+
+def _box_text(db: RunDB, query: str) -> str:
+    return " ".join(str(v) for row in db.read_only(query).to_pylist() for v in row.values())
+
+
 def test_the_sql_box_runs_read_statements_as_a_table_and_csv(client, run_copy):
     for q in (
         "SELECT task_id FROM tasks",
         "WITH t AS (SELECT task_id FROM tasks) SELECT * FROM t",
         "FROM tasks SELECT task_id",
     ):
-        html = client.get("/sql", params={"q": q}).text
+        html = _box(client, q).text
         assert f"{Store(run_copy).count('tasks')} rows" in html, q
-    assert '<td class="text">task_id</td>' in client.get("/sql", params={"q": "DESCRIBE tasks"}).text
-    assert '<td class="text">trajectories</td>' in client.get("/sql", params={"q": "SHOW TABLES"}).text
-    got = client.get("/sql.csv", params={"q": "SELECT task_id, target_tools FROM tasks ORDER BY 1"})
+    assert '<td class="text">task_id</td>' in _box(client, "DESCRIBE tasks").text
+    assert '<td class="text">trajectories</td>' in _box(client, "SHOW TABLES").text
+    got = _box(client, "SELECT task_id, target_tools FROM tasks ORDER BY 1", "/sql.csv")
     want = _sql(run_copy, "SELECT task_id FROM tasks ORDER BY 1")
     lines = got.text.splitlines()
     assert got.headers["content-type"].startswith("text/csv") and lines[0] == "task_id,target_tools"
@@ -318,14 +363,16 @@ def test_a_runaway_query_is_stopped(client, monkeypatch):
     from trajkit.view import db as db_module
 
     monkeypatch.setattr(db_module, "QUERY_TIMEOUT_S", 0.3)
-    r = client.get("/sql", params={"q": "SELECT count(*) FROM range(1000000000000) a, range(10) b"})
+    r = _box(client, "SELECT count(*) FROM range(1000000000000) a, range(10) b")
     assert r.status_code == 400 and "query stopped after" in r.text
 
 
 def test_an_empty_run_shows_every_page(tmp_path):
     with TestClient(create_app(RunDB(tmp_path), "alice"), base_url="http://127.0.0.1") as c:
-        for url in ("/", "/tasks", "/compare", "/sql?q=SELECT * FROM trajectories", "/sql.csv?q=SELECT 1"):
+        for url in ("/", "/tasks", "/compare", "/sql"):
             assert c.get(url).status_code == 200, url
+        assert _box(c, "SELECT * FROM trajectories").status_code == 200
+        assert _box(c, "SELECT 1", "/sql.csv").status_code == 200
         assert "0 matching" in c.get("/tasks").text and "no evaluation yet" in c.get("/compare").text
         assert c.get("/tasks/x").status_code == 404 and c.get("/trajectories/y").status_code == 404
 
@@ -343,3 +390,46 @@ def test_two_viewer_processes_write_reviews_under_their_own_shard_names(run_copy
     shards = Store(run_copy).shards("reviews")
     assert len(shards) == 2 and len({p.name.split("-")[1] for p in shards}) == 2  # review-r<pid>-000000
     assert sorted(r["reviewer"] for r in Store(run_copy).rows("reviews")) == ["alice", "bob"]
+
+
+def _every_route(app, run: Path) -> list[tuple[str, set[str]]]:
+    """Each of the app's routes as a path to a real task, trajectory and plot of the run, with its methods."""
+    values = {
+        "task_id": _sql(run, "SELECT task_id FROM tasks LIMIT 1")[0]["task_id"],
+        "traj_id": _sql(run, "SELECT traj_id FROM trajectories LIMIT 1")[0]["traj_id"],
+        "name": next((run / "card" / "plots").glob("*.png")).name,
+        "path": "/view.js",
+    }
+    return [
+        (app.url_path_for(r.name, **{k: values[k] for k in r.param_convertors}), getattr(r, "methods", {"GET"}))
+        for r in app.routes
+    ]
+
+
+def test_every_route_is_a_get_without_user_sql_or_a_post_behind_the_token(client, run_copy):
+    """Whatever a request says, only a POST carrying this start's token from the app's own origin runs
+    user SQL or writes; every route of the app, those added later included."""
+    app, viewer = client.app, client.app.state.viewer
+    csrf, here = _csrf(client.get("/sql").text), str(client.base_url)
+    tid = _sql(run_copy, "SELECT task_id FROM tasks LIMIT 1")[0]["task_id"]
+    sneaky = {"q": f"COPY (SELECT 1) TO '{run_copy}/x.csv'", "target_kind": "task", "target_id": tid}
+    sneaky["decision"] = "reject"
+    routes = _every_route(app, run_copy)
+    assert {"/sql", "/sql.csv", "/review", f"/tasks/{tid}"} <= {p for p, _ in routes}
+    for path, methods in routes:
+        assert methods <= {"GET", "HEAD"} or methods == {"POST"}, path  # a route is a page or an action
+        assert client.get(path, params={**sneaky, "csrf": csrf}).status_code in (200, 405), path
+        for form, headers in (
+            (sneaky, {"origin": here}),
+            ({**sneaky, "csrf": "guessed"}, {"origin": here}),
+            ({**sneaky, "csrf": csrf}, {"origin": "http://evil.example"}),  # the token leaked, another origin
+            ({**sneaky, "csrf": csrf}, {"referer": "http://127.0.0.1.evil.example/"}),
+            ({**sneaky, "csrf": csrf}, {}),
+        ):
+            assert client.post(path, data=form, headers=headers).status_code in (403, 405), (path, headers)
+    assert viewer.db.user_queries == 0 and viewer.writes == 0 and not Store(run_copy).shards("reviews")
+    assert not (run_copy / "x.csv").exists()
+    assert _box(client, "SELECT 1").status_code == 200 and viewer.db.user_queries == 1  # what they count
+    r = client.post("/review", data={**sneaky, "csrf": csrf}, headers={"origin": here}, follow_redirects=False)
+    assert r.status_code == 303
+    assert viewer.writes == 1 and len(Store(run_copy).rows("reviews")) == 1

@@ -3,7 +3,9 @@
 One walk through every page: the run, tasks filtered, a task's trajectories, a
 trajectory (folds and the token trace), a review submitted and then seen by
 ``trajkit sql``, the SQL box, the comparison. Screenshots go to
-``.cache/view-screenshots/`` (artifacts to look at, not assertions).
+``.cache/view-screenshots/`` (artifacts to look at, not assertions). Then what a
+hostile page or a hostile run can make the browser do: requests fired at every
+route from another origin, and links and images built from names that look like URLs.
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ from trajkit.view.db import RunDB
 SHOTS = Path(__file__).resolve().parents[2] / ".cache" / "view-screenshots"
 
 
-@pytest.fixture
-def browser_page():
+@pytest.fixture(scope="module")
+def browser():
     from playwright.sync_api import sync_playwright
 
     chromium = shutil.which("chromium")
@@ -34,10 +36,18 @@ def browser_page():
     args = ["--no-sandbox"] if os.geteuid() == 0 else []  # Chromium's sandbox cannot start as root
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=args)
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.set_default_timeout(30_000)  # a loaded 2-core machine
-        yield page
+        yield browser
         browser.close()
+
+
+@pytest.fixture
+def browser_page(browser):
+    """A page of its own browser context (no cookies or windows shared between tests)."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(30_000)  # a loaded 2-core machine
+    yield page
+    context.close()
 
 
 def _count(run: Path, query: str) -> int:
@@ -100,13 +110,17 @@ def test_click_through_every_page_filter_review_and_query(browser_page, run_copy
 
         page.click("nav >> text=SQL")
         page.fill("#sql-box", "SELECT split, count(*) AS n FROM tasks WHERE split IS NOT NULL GROUP BY 1 ORDER BY 1")
-        page.click("#sql-form button")
+        page.click("#run")
         rows = Store(run_copy).sql("SELECT split, count(*) FROM tasks WHERE split IS NOT NULL GROUP BY 1 ORDER BY 1")
         cells = page.locator("#result td").all_inner_texts()
         assert cells == [str(v) for r in rows.to_pylist() for v in r.values()]
         shot("sql")
+        with page.expect_download() as download:
+            page.click("#csv")  # the same query as CSV, posted with the same form
+        csv = Path(download.value.path()).read_text().splitlines()
+        assert csv[1:] == [",".join(str(v) for v in r.values()) for r in rows.to_pylist()]
         page.fill("#sql-box", f"COPY (SELECT 1) TO '{run_copy}/evil.csv'")
-        page.click("#sql-form button")
+        page.click("#run")
         assert "only read statements" in page.inner_text("#sql-error") and not (run_copy / "evil.csv").exists()
 
         tid, trid = _hostile_run(run_copy)  # model and tool text full of markup: shown, never run
@@ -126,3 +140,171 @@ def test_click_through_every_page_filter_review_and_query(browser_page, run_copy
         diffs = [float(r.split("\t")[-1]) for r in page.locator("#compare tr").all_inner_texts()[1:]]
         assert diffs and diffs[0] != 0 and [abs(d) for d in diffs] == sorted(map(abs, diffs), reverse=True)
         shot("compare")
+
+
+class Recorder:
+    """An ASGI wrapper noting each request the app receives (method, path as decoded)."""
+
+    def __init__(self, app):
+        self.app, self.seen = app, []
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            self.seen.append((scope["method"], scope["path"]))
+        await self.app(scope, receive, send)
+
+
+ATTACK = """<!doctype html><body><script>
+// from another origin: every route of the viewer as an image, a form posted with and without guessed
+// fields, a no-cors fetch (GET and POST), and top-level navigations (a new window, a form to _blank)
+const viewer = %s, paths = %s, fields = %s;
+let frames = 0;
+function post(url, data, target) {
+  const form = document.createElement("form");
+  form.method = "post"; form.action = url; form.target = target;
+  for (const [k, v] of Object.entries(data)) {
+    const input = document.createElement("input");
+    input.type = "hidden"; input.name = k; input.value = v; form.appendChild(input);
+  }
+  document.body.appendChild(form);
+  form.submit();
+}
+function frame() {
+  const f = document.createElement("iframe");
+  f.name = "f" + frames++; document.body.appendChild(f);
+  return f.name;
+}
+for (const path of paths) {
+  const url = viewer + path, get = url + "?" + new URLSearchParams(fields);
+  new Image().src = get;
+  post(url, fields, frame());
+  post(url, {}, frame());
+  fetch(get, {mode: "no-cors", credentials: "include"});
+  fetch(url, {mode: "no-cors", method: "POST", credentials: "include", body: new URLSearchParams(fields)});
+  window.open(get, "_blank");
+  post(url, fields, "_blank");
+}
+</script></body>"""
+ATTEMPTS = 7  # requests per path above
+
+
+def _serve_page(host: str, html: str):
+    """A one-page web server on another loopback origin, in a thread; returns (its URL, the server)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.end_headers()
+            self.wfile.write(html.encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer((host, 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://{host}:{server.server_address[1]}/", server
+
+
+def arrived(recorder: Recorder, paths: list[str]) -> dict[str, int]:
+    return {p: sum(1 for _, seen in recorder.seen if seen == p) for p in paths}
+
+
+def test_another_origin_cannot_make_the_viewer_run_sql_or_write(browser_page, run_copy):
+    import json
+    import time
+
+    from tests.view.test_app import _every_route
+    from tests.view.test_sqlbox import _files
+
+    app = create_app(RunDB(run_copy), "alice")
+    viewer = app.state.viewer
+    paths = sorted({path for path, _ in _every_route(app, run_copy)})
+    tid = Store(run_copy).sql("SELECT task_id FROM tasks LIMIT 1").column(0)[0].as_py()
+    fields = {"q": "SELECT count(*) FROM tasks", "csrf": "guessed"}  # a read: only the route can refuse it
+    fields.update(target_kind="task", target_id=tid, decision="reject", note="forged")
+    before = _files(run_copy)
+    recorder = Recorder(app)
+    with Served(recorder) as server:
+        page_url, attacker = _serve_page("127.0.0.2", ATTACK % tuple(map(json.dumps, (server.url, paths, fields))))
+        try:
+            browser_page.goto(page_url)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and min(arrived(recorder, paths).values()) < ATTEMPTS:
+                time.sleep(0.2)
+            time.sleep(0.5)  # anything still on its way
+        finally:
+            attacker.shutdown()
+    assert min(arrived(recorder, paths).values()) >= ATTEMPTS, arrived(recorder, paths)  # every attempt came
+    assert {m for m, _ in recorder.seen} == {"GET", "POST"}
+    assert viewer.db.user_queries == 0 and viewer.writes == 0
+    assert _files(run_copy) == before
+
+
+NAMES = {  # names from the run that look like URLs of other routes
+    "task": ["..\\sql?q=SELECT 1#%2F", ".."],
+    "trajectory": ["../sql?q=SELECT 2#%2F..\\", "~/..%2F#?x"],
+    "plot": ["..\\sql?q=SELECT 3#%2F.png"],
+}
+
+
+def _named_run(run: Path) -> None:
+    """Tasks, trajectories (one extending the other) and a card plot named as in ``NAMES``."""
+    tasks, (traj, parent), (plot,) = NAMES["task"], NAMES["trajectory"], NAMES["plot"]
+    store = Store(run)
+    store.write("tasks", "named", [{"task_id": t, "mode": "single_tool", "question": f"named {t}"} for t in tasks])
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "done"}]
+    rows = [
+        {"traj_id": parent, "task_id": tasks[0], "messages": msgs, "status": "completed"},
+        {"traj_id": traj, "task_id": tasks[0], "parent_id": parent, "messages": msgs, "status": "completed"},
+    ]
+    store.write("trajectories", "named", rows)
+    plots = run / "card" / "plots"
+    shutil.copy(next(plots.glob("*.png")), plots / plot)
+
+
+def test_names_from_the_run_stay_inside_their_routes(browser_page, run_copy):
+    from urllib.parse import unquote, urlsplit
+
+    from starlette.routing import Match
+
+    _named_run(run_copy)
+    app = create_app(RunDB(run_copy), "alice")
+    page, requests = browser_page, []
+    page.on("request", lambda r: requests.append((r.method, r.url)))
+
+    def route_of(method: str, url: str) -> tuple[str, tuple]:
+        """The route the viewer serves a request with, and its parameters (the path decoded once, as uvicorn does)."""
+        scope = {"type": "http", "method": method, "path": unquote(urlsplit(url).path), "root_path": ""}
+        for r in app.routes:
+            match, child = r.matches(scope)
+            if match == Match.FULL:
+                return r.name, tuple(child.get("path_params", {}).values())
+        return "none", ()
+
+    with Served(app) as server:
+        page.goto(server.url + "/")
+        page.wait_for_load_state("networkidle")
+        assert page.get_by_alt_text(NAMES["plot"][0], exact=True).evaluate("img => img.naturalWidth") > 0
+        for task in reversed(NAMES["task"]):  # the first, whose trajectories follow, last
+            page.goto(f"{server.url}/tasks?q=named")
+            page.locator("#tasks a.id").get_by_text(task, exact=True).click()
+            assert page.inner_text("h1 .id") == task
+        page.locator("#trajectories a.id").get_by_text(NAMES["trajectory"][0], exact=True).click()
+        assert page.inner_text("h1 .id") == NAMES["trajectory"][0]
+        page.locator("p a").get_by_text(NAMES["trajectory"][1], exact=True).click()  # the trajectory it extends
+        assert page.inner_text("h1 .id") == NAMES["trajectory"][1]
+        page.click("#task-link")
+        assert page.inner_text("h1 .id") == NAMES["task"][0]
+        page.click("button[value=accept]")  # the review's redirect is built from the name too
+        assert page.inner_text("h1 .id") == NAMES["task"][0] and page.inner_text("#review-state").startswith("accept")
+    reached = {url: route_of(method, url) for method, url in requests if urlsplit(url).path != "/favicon.ico"}
+    assert all(url.startswith(server.url + "/") for _, url in requests)
+    plots = {p.name for p in (run_copy / "card" / "plots").glob("*.png")}
+    for url, (route, params) in reached.items():  # each request went to the route it belongs to
+        assert route in {"run", "tasks", "task", "trajectory", "plot", "static", "review"}, url
+        assert route not in NAMES or params[0] in NAMES[route] or (route == "plot" and params[0] in plots), url
+    assert {(r, (name,)) for r, names in NAMES.items() for name in names} <= set(reached.values())
+    assert app.state.viewer.db.user_queries == 0

@@ -24,6 +24,12 @@ stage_command(
 )
 stage_command(
     app,
+    "curate.traces",
+    "Turn the run's recording (`trajkit model serve --record`), or a trace file, into tasks and trajectories.",
+    aliases={"path": ["-p"]},
+)
+stage_command(
+    app,
     "curate.passk",
     "Sample k completions per task, verify each in the sandbox, and tag pass@k difficulty.",
     aliases={"ks": ["--at"], "sources": ["--source"]},

@@ -55,16 +55,48 @@ def serve(
     model: Annotated[
         str, typer.Option(help="Model name the server reports at /v1/models (--script; a replay lists the recorded).")
     ] = "scripted",
+    record: Annotated[
+        bool, typer.Option("--record", help="Pass every call on to --upstream and record it into --run.")
+    ] = False,
+    upstream: Annotated[
+        str | None, typer.Option(help="--record: the OpenAI-compatible endpoint calls go to, e.g. http://gpu:8000/v1.")
+    ] = None,
+    run: Annotated[Path | None, typer.Option("--run", "-r", help="--record: the run directory to record into.")] = None,
+    token_ids: Annotated[
+        str,
+        typer.Option(help="--record: ask the upstream for token ids and logprobs (auto: when it is vLLM; on; off)."),
+    ] = "auto",
+    fsync: Annotated[
+        str,
+        typer.Option(help="--record: flush the call log to disk after each record (always), each second, or never."),
+    ] = "interval",
+    upstream_key_env: Annotated[
+        str | None,
+        typer.Option(help="--record: send the upstream the key in this variable instead of the agent's own."),
+    ] = None,
 ) -> None:
     """Serve a stand-in OpenAI-compatible model (chat completions with tools) on loopback until Ctrl-C: answers
-    from a Python function (--script), or a recorded run's calls replayed (--replay) to dry-run a pipeline."""
+    from a Python function (--script), or a recorded run's calls replayed (--replay) to dry-run a pipeline; or
+    record what any agent does: --record --upstream URL --run DIR passes every call on and records it (then
+    `trajkit curate traces --run DIR`)."""
     import threading
 
     from trajkit.errors import UserError
 
-    if (script is None) == (replay is None):
-        raise UserError("model serve takes one of --script pkg.module:fn or --replay RUN_DIR")
-    if replay is not None:
+    if (script is not None) + (replay is not None) + record != 1:
+        raise UserError("model serve takes one of --script pkg.module:fn, --replay RUN_DIR or --record")
+    if record != (upstream is not None) or record != (run is not None):
+        raise UserError("--record goes with --upstream URL and --run DIR (and they with it)")
+    if record:
+        from trajkit.models.record import RecordingProxy
+
+        server = RecordingProxy(
+            upstream, run, port=port, fsync=fsync, token_ids=token_ids, upstream_key_env=upstream_key_env
+        )
+        from trajkit.redact import clean_endpoint
+
+        what = f"a recording proxy in front of {clean_endpoint(upstream)} (into {run})"
+    elif replay is not None:
         from trajkit.models.replay import ReplayServer, open_cache
 
         server = ReplayServer(open_cache(replay), port=port)
@@ -81,10 +113,10 @@ def serve(
         server.start()
     except OSError as e:
         raise UserError(f"cannot listen on 127.0.0.1:{port}: {e.strerror}") from None
-    for note in server.notes() if replay is not None else []:
-        typer.echo(note, err=True)
-    typer.echo(f"serving {what} at {server.base_url} (--backend openai --base-url {server.base_url}); Ctrl-C stops")
-    try:
+    try:  # Ctrl-C as soon as the address is out stops cleanly too
+        for note in server.notes() if script is None else []:
+            typer.echo(note, err=True)
+        typer.echo(f"serving {what} at {server.base_url} (--backend openai --base-url {server.base_url}); Ctrl-C stops")
         threading.Event().wait()
     except KeyboardInterrupt:
         pass

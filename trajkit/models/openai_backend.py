@@ -264,7 +264,7 @@ class OpenAIBackend(Backend):
             raise Malformed("'usage' is not an object")
         prompt_tokens = int(usage.get("prompt_tokens") or 0)
         total_completion = int(usage.get("completion_tokens") or 0)
-        prompt_ids = _token_ids(data.get("prompt_token_ids"), "prompt_token_ids")
+        prompt_ids = token_ids_of(data.get("prompt_token_ids"), "prompt_token_ids")
         out = []
         for i, choice in enumerate(choices):
             msg = choice.get("message") or {}
@@ -281,8 +281,8 @@ class OpenAIBackend(Backend):
             calls, errors = parse_openai_tool_calls(msg.get("tool_calls"), tools)
             content, text_calls, text_errors = parse_tool_calls(content, tools)
             calls, errors = calls + text_calls, errors + text_errors
-            logprobs = _logprobs(choice.get("logprobs"), i)
-            token_ids = _token_ids(choice.get("token_ids"), f"choice {i}: token_ids")
+            logprobs = sampled_logprobs(choice.get("logprobs"), i)
+            token_ids = token_ids_of(choice.get("token_ids"), f"choice {i}: token_ids")
             count = len(token_ids) if token_ids else len(logprobs) if logprobs else None
             if count is None:  # only a total for all choices: share it out
                 count = total_completion // len(choices) + (i < total_completion % len(choices))
@@ -324,9 +324,9 @@ class Malformed(ValueError):
     """A response that is not the shape the chat completions API promises."""
 
 
-def _logprobs(block: Any, choice: int) -> list[float] | None:
-    """The logprobs of the sampled tokens, None when the server sent none; a token entry without a
-    numeric logprob is malformed (never read as a default)."""
+def sampled_logprobs(block: Any, choice: int) -> list[float] | None:
+    """A choice's ``logprobs`` block as the logprobs of the sampled tokens, None when the server sent none; a
+    token entry without a numeric logprob is malformed (never read as a default)."""
     if block is None:
         return None
     if not isinstance(block, dict) or not isinstance(block.get("content") or [], list):
@@ -342,7 +342,8 @@ def _logprobs(block: Any, choice: int) -> list[float] | None:
     return out
 
 
-def _token_ids(value: Any, what: str) -> list[int] | None:
+def token_ids_of(value: Any, what: str) -> list[int] | None:
+    """vLLM's ``token_ids`` / ``prompt_token_ids``: a list of integers, or None; anything else is malformed."""
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):

@@ -16,7 +16,10 @@ of that name, which the key counts as the spec's (or, failing that, as
 ``extra_body``'s); a request carrying tool results' media as a user message
 (``tool_media: user_message``) is keyed with that option. A request that was never recorded is refused with 404 and
 says why: the client records it as a failed call, as it would any endpoint's
-error. ``/v1/models`` lists the recorded models.
+error. ``/v1/models`` lists the recorded models. Another agent's calls recorded by
+``model serve --record`` replay too: ``curate traces`` puts them into the run's
+call cache under the key ``request_call`` makes of each request, with each
+answer as it was returned (a stream is answered as a stream).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from trajkit.errors import UserError
-from trajkit.models.base import Completion, ModelSpec, SamplingParams
+from trajkit.models.base import Completion, Message, ModelSpec, SamplingParams
 from trajkit.models.cache import CallCache, call_key, model_identity
 from trajkit.models.chat import canonical
 from trajkit.models.scripted_server import Refused, ScriptedServer
@@ -103,23 +106,13 @@ class ReplayServer(ScriptedServer):
         return self._known[model]
 
     def _complete(self, body: dict[str, Any], index: int) -> dict[str, Any]:
-        model = str(body.get("model") or "")
-        params = SamplingParams(
-            n=int(body.get("n") or 1),
-            temperature=body.get("temperature", 1.0),
-            top_p=body.get("top_p", 1.0),
-            max_tokens=body.get("max_tokens", 256),
-            stop=tuple(body["stop"]) if body.get("stop") else None,
-            seed=body.get("seed"),
-        )
-        messages = canonical(body.get("messages") or [])
-        extra = {k: v for k, v in body.items() if k not in _STANDARD}
-        logprobs = bool(body.get("logprobs"))
-        specs = [ModelSpec(model=model, backend="openai", logprobs=logprobs, extra_body=extra)]
+        model, messages, params, spec = request_call(body)
+        specs = [spec]
+        extra = spec.extra_body
         if isinstance(extra.get("chat_template_kwargs"), dict):  # the spec's chat_template_kwargs, as sent
             rest = {k: v for k, v in extra.items() if k != "chat_template_kwargs"}
             kwargs = extra["chat_template_kwargs"]
-            specs.insert(0, specs[0].model_copy(update={"extra_body": rest, "chat_template_kwargs": kwargs}))
+            specs.insert(0, spec.model_copy(update={"extra_body": rest, "chat_template_kwargs": kwargs}))
         if any(m.get("role") == "user" and isinstance(m.get("content"), list) for m in messages):
             specs += [s.model_copy(update={"tool_media": "user_message"}) for s in specs]  # tool results' media
         for identity in self._identities(model):
@@ -140,6 +133,24 @@ class ReplayServer(ScriptedServer):
         )
 
 
+def request_call(body: dict[str, Any]) -> tuple[str, list[Message], SamplingParams, ModelSpec]:
+    """What a chat completion request asks for, as the call cache keys a call (``call_key``): the model name,
+    the canonical messages, the sampling parameters and a spec holding the other request fields. A replay looks
+    requests up by it; ``curate traces`` keys a recorded call by it, so the recording replays."""
+    model = str(body.get("model") or "")
+    params = SamplingParams(
+        n=int(body.get("n") or 1),
+        temperature=body.get("temperature", 1.0),
+        top_p=body.get("top_p", 1.0),
+        max_tokens=body.get("max_tokens", 256),
+        stop=tuple(body["stop"]) if body.get("stop") else None,
+        seed=body.get("seed"),
+    )
+    extra = {k: v for k, v in body.items() if k not in _STANDARD}
+    spec = ModelSpec(model=model, backend="openai", logprobs=bool(body.get("logprobs")), extra_body=extra)
+    return model, canonical(body.get("messages") or []), params, spec
+
+
 def _response(completions: list[Completion], model: str, index: int) -> dict[str, Any]:
     """Recorded completions as a chat completion response (what the openai backend parses them back from)."""
     choices, prompt_ids = [], None
@@ -154,7 +165,7 @@ def _response(completions: list[Completion], model: str, index: int) -> dict[str
                 calls.append(json.loads(error.raw))  # a structured call (its JSON entry)
             except ValueError:
                 text += error.raw  # a <tool_call> block of the text
-        message: dict[str, Any] = {"role": "assistant", "content": text}
+        message: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}  # as the API
         if c.reasoning is not None:
             message["reasoning_content"] = c.reasoning
         if calls:

@@ -4,7 +4,8 @@ For tests, benchmarks and the demo: the ``openai`` backend talks to it over
 real HTTP, exactly as to ``vllm serve``. ``script(messages, tools, body)``
 returns the assistant message (a string, or ``{"content", "tool_calls",
 "reasoning_content"}``, optionally with ``logprobs``, ``token_ids`` and
-``prompt_token_ids`` that the response then carries, as vLLM's does); ``faults``
+``prompt_token_ids`` that the response then carries, as vLLM's does; a ``stream: true`` request gets the
+answer as server-sent events, ``trajkit.models.sse``); ``faults``
 injects 500s, 429s with ``Retry-After``, stalls and malformed 200 bodies by
 request index (or through a function of the index, e.g. ``faults_at_rate``).
 Every request is recorded (path, headers, body) so tests
@@ -84,7 +85,10 @@ class Refused(Exception):
 
 
 class ScriptedServer:
-    """An OpenAI-compatible chat server on 127.0.0.1; a context manager, sync or async."""
+    """An OpenAI-compatible chat server on 127.0.0.1; a context manager, sync or async. A ``stream: true``
+    request is answered with server-sent events."""
+
+    owned_by = "trajkit"  # what /v1/models says owns the model (vLLM says "vllm")
 
     def __init__(
         self,
@@ -251,7 +255,7 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.owner
         owner._record("GET", self.path, dict(self.headers), None)
         if self.path.rstrip("/").endswith("/models"):
-            data = [{"id": m, "object": "model", "owned_by": "trajkit"} for m in owner.served_models()]
+            data = [{"id": m, "object": "model", "owned_by": owner.owned_by} for m in owner.served_models()]
             self._send(200, {"object": "list", "data": data})
         else:
             self._send(404, {"error": {"message": f"no route {self.path}"}})
@@ -300,4 +304,22 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as e:  # noqa: BLE001 - a broken script is the server's 500, as with a real server
             self._send(500, {"error": {"message": f"script failed: {type(e).__name__}: {e}"}})
             return
-        self._send(200, payload)
+        if body.get("stream") is True:
+            self._send_stream(payload, bool((body.get("stream_options") or {}).get("include_usage")))
+        else:
+            self._send(200, payload)
+
+    def _send_stream(self, payload: dict[str, Any], include_usage: bool) -> None:
+        """The answer as server-sent events, one chunk of the body per event (``trajkit.models.sse``)."""
+        from trajkit.models import sse
+
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for event in sse.encode(sse.stream_chunks(payload, include_usage)):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True

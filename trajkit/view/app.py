@@ -1,11 +1,15 @@
 """The viewer's web app (Starlette): server-rendered pages, autoescaped templates, one write (reviews).
 
-Security: templates escape everything (model and tool text is data, never markup)
-and a Content-Security-Policy allows only the app's own script and styles; the
-SQL box runs read statements only on a locked-down connection (see ``db.py``);
-review forms carry a per-start CSRF token and must come from the app's own
-origin; bound to loopback, requests must name a loopback host (no DNS
-rebinding); bound elsewhere, every request needs the token printed at start.
+Security, by construction of the route table (``ROUTES``): a ``Page`` is a GET that runs only
+the server's own queries with parameters, whatever its URL says; an ``Action`` (running the
+user's SQL, writing a review) is a POST that must carry this start's CSRF token and come from
+the app's own origin, checked before its handler sees the form. Every link and image a page
+builds goes through ``url``, which percent-encodes each path segment (a name from the run with
+``/``, ``\\``, ``?``, ``#``, ``%`` or ``..`` stays inside its route). The SQL box's queries pass
+DuckDB's parser and run where nothing can be written (``db.py``, ``sqlbox.py``). Templates
+escape everything (model and tool text is data, never markup) and a Content-Security-Policy
+allows only the app's own script and styles. Bound to loopback, requests must name a loopback
+host (no DNS rebinding); bound elsewhere, every request needs the token printed at start.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import json
 import secrets
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -22,6 +27,8 @@ from urllib.parse import quote, urlencode, urlsplit
 from jinja2 import Environment, FileSystemLoader
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.convertors import Convertor, register_url_convertor
+from starlette.datastructures import FormData
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -45,6 +52,29 @@ CSP = (
 )
 
 
+class NameConvertor(Convertor):
+    """A name from the run (an id, a file name) as one path segment, whatever its characters.
+
+    ``to_string`` percent-encodes all of it (``/`` too), so the browser sees one segment; a name
+    that would still be resolved away (``.``, ``..``, empty) or that starts with ``~`` gets a ``~``
+    in front, which ``convert`` takes off. The server matches the decoded path, where a name's
+    ``/`` is a ``/``: the segment may hold any character."""
+
+    regex = ".+"
+
+    def convert(self, value: str) -> str:
+        return value.removeprefix("~")
+
+    def to_string(self, value: Any) -> str:
+        value = str(value)
+        if value in ("", ".", "..") or value.startswith("~"):
+            value = "~" + value
+        return quote(value, safe="")
+
+
+register_url_convertor("name", NameConvertor())
+
+
 def templates() -> Environment:
     env = Environment(
         loader=FileSystemLoader(HERE / "templates"), autoescape=True, trim_blocks=True, lstrip_blocks=True
@@ -62,29 +92,27 @@ def _num(value: Any, digits: int = 3) -> str:
 
 
 class Viewer:
-    """The app's state: the run's views, the reviewer's name, the CSRF and access tokens."""
+    """The app's state: the run's views, the reviewer's name, the CSRF and access tokens, and how many
+    reviews it wrote (``writes``; the SQL box's queries are counted by ``RunDB.user_queries``)."""
 
     def __init__(self, db: RunDB, reviewer: str, token: str | None):
         self.db, self.reviewer, self.token = db, reviewer, token
         self.csrf = secrets.token_urlsafe(32)
         self.env = templates()
+        self.writes = 0
 
     def render(self, request: Request, name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
         html = self.env.get_template(name).render(
-            request=request, run=self.db.store.root.name, reviewer=self.reviewer, csrf=self.csrf, **ctx
+            request=request,
+            url=request.app.url_path_for,
+            run=self.db.store.root.name,
+            reviewer=self.reviewer,
+            csrf=self.csrf,
+            **ctx,
         )
         return HTMLResponse(html, status_code=status)
 
-    def pinned(self, handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
-        """A page whose queries all use the views as they were when it started (``RunDB.pinned``)."""
-
-        def page(request: Request) -> Response:
-            with self.db.pinned():
-                return handler(request)
-
-        return page
-
-    # ------------------------------------------------------------ pages
+    # ------------------------------------------------------------ pages (GET)
     def run_page(self, request: Request) -> Response:
         return self.render(request, "run.jinja", page="run", **pages.run_page(self.db))
 
@@ -111,14 +139,30 @@ class Viewer:
         data = pages.compare_page(self.db, request.query_params.get("a"), request.query_params.get("b"))
         return self.render(request, "compare.jinja", page="compare", **data)
 
-    def sql(self, request: Request) -> Response:
-        query = request.query_params.get("q", "").strip()
-        result, error = None, None
-        if query:
-            try:
-                result = self.db.read_only(query)
-            except QueryError as e:
-                error = str(e)
+    def sql_form(self, request: Request) -> Response:
+        return self.sql_page(request, "", None, None)
+
+    def plot(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        plots = self.db.store.root / "card" / "plots"
+        if name not in {p.name for p in plots.glob("*.png")}:  # only the card's own plots, by name
+            return PlainTextResponse("not found\n", status_code=404)
+        return FileResponse(plots / name, media_type="image/png")
+
+    def not_found(self, request: Request, what: str) -> Response:
+        return self.render(request, "error.jinja", status=404, page="", message=f"no such {what}")
+
+    # ------------------------------------------------------------ actions (POST, token and origin checked)
+    def sql_run(self, request: Request, form: FormData) -> Response:
+        query = str(form.get("q", "")).strip()
+        if not query:
+            return self.sql_page(request, "", None, None)
+        try:
+            return self.sql_page(request, query, self.db.read_only(query), None)
+        except QueryError as e:
+            return self.sql_page(request, query, None, str(e))
+
+    def sql_page(self, request: Request, query: str, result: Any, error: str | None) -> Response:
         shown = result.slice(0, SQL_ROWS_SHOWN).to_pylist() if result is not None else []
         return self.render(
             request,
@@ -133,11 +177,11 @@ class Viewer:
             status=400 if error else 200,
         )
 
-    def sql_csv(self, request: Request) -> Response:
+    def sql_csv(self, request: Request, form: FormData) -> Response:
         from trajkit.tabular import write_table
 
         try:
-            result = self.db.read_only(request.query_params.get("q", ""))
+            result = self.db.read_only(str(form.get("q", "")))
         except QueryError as e:
             return PlainTextResponse(f"error: {e}\n", status_code=400)
         buf = io.StringIO()
@@ -145,32 +189,79 @@ class Viewer:
         headers = {"Content-Disposition": 'attachment; filename="query.csv"'}
         return Response(buf.getvalue(), media_type="text/csv; charset=utf-8", headers=headers)
 
-    def plot(self, request: Request) -> Response:
-        name = request.path_params["name"]
-        plots = self.db.store.root / "card" / "plots"
-        if name not in {p.name for p in plots.glob("*.png")}:  # only the card's own plots, by name
-            return PlainTextResponse("not found\n", status_code=404)
-        return FileResponse(plots / name, media_type="image/png")
-
-    # ------------------------------------------------------------ the one write
-    async def review(self, request: Request) -> Response:
-        form = await request.form()
-        if not secrets.compare_digest(str(form.get("csrf", "")), self.csrf) or not _same_origin(request):
-            return PlainTextResponse("refused: the form did not come from this viewer (reload the page)\n", 403)
+    def review(self, request: Request, form: FormData) -> Response:
+        """The one write: a review appended through ``add_review``."""
         kind, target = str(form.get("target_kind", "")), str(form.get("target_id", ""))
         decision, note = str(form.get("decision", "")), str(form.get("note", "")).strip()
         if kind not in S.REVIEW_TARGETS or decision not in S.REVIEW_DECISIONS:
             return PlainTextResponse("bad review: target_kind or decision\n", status_code=400)
-        if not await run_in_threadpool(pages.exists, self.db, kind, target):
+        if not pages.exists(self.db, kind, target):
             return PlainTextResponse(f"bad review: no {kind} {target!r}\n", status_code=400)
-        await run_in_threadpool(
-            add_review, self.db.store, target, kind, decision, note[:4000] or None, self.reviewer, check_target=False
-        )
-        where = f"/tasks/{quote(target)}" if kind == "task" else f"/trajectories/{quote(target)}"
-        return RedirectResponse(where, status_code=303)
+        add_review(self.db.store, target, kind, decision, note[:4000] or None, self.reviewer, check_target=False)
+        self.writes += 1
+        route, key = ("task", "task_id") if kind == "task" else ("trajectory", "traj_id")
+        return RedirectResponse(request.app.url_path_for(route, **{key: target}), status_code=303)
 
-    def not_found(self, request: Request, what: str) -> Response:
-        return self.render(request, "error.jinja", status=404, page="", message=f"no such {what}")
+    # ------------------------------------------------------------ the two kinds of route
+    def page(self, show: Callable[[Viewer, Request], Response]) -> Callable[[Request], Response]:
+        """A page's endpoint: its queries all use the views as they were when it started (``RunDB.pinned``)."""
+
+        def endpoint(request: Request) -> Response:
+            with self.db.pinned():
+                return show(self, request)
+
+        return endpoint
+
+    def action(self, act: Callable[[Viewer, Request, FormData], Response]) -> Callable[[Request], Any]:
+        """An action's endpoint: the form must carry this start's CSRF token and come from the app's own
+        origin, or the action is refused before it sees it."""
+
+        async def endpoint(request: Request) -> Response:
+            form = await request.form()
+            if not secrets.compare_digest(str(form.get("csrf", "")), self.csrf) or not _same_origin(request):
+                return PlainTextResponse("refused: the form did not come from this viewer (reload the page)\n", 403)
+
+            def run() -> Response:
+                with self.db.pinned():
+                    return act(self, request, form)
+
+            return await run_in_threadpool(run)
+
+        return endpoint
+
+
+@dataclass(frozen=True)
+class Page:
+    """A GET (and HEAD): shows the run through the server's own queries with parameters; runs no user
+    SQL and writes nothing, so any link to it, from anywhere, is harmless."""
+
+    path: str
+    name: str
+    show: Callable[[Viewer, Request], Response]
+
+
+@dataclass(frozen=True)
+class Action:
+    """A POST from one of this viewer's own pages (CSRF token and origin checked first): runs the user's
+    SQL or writes. Only an Action may do either."""
+
+    path: str
+    name: str
+    act: Callable[[Viewer, Request, FormData], Response]
+
+
+ROUTES: tuple[Page | Action, ...] = (
+    Page("/", "run", Viewer.run_page),
+    Page("/tasks", "tasks", Viewer.tasks),
+    Page("/tasks/{task_id:name}", "task", Viewer.task),
+    Page("/trajectories/{traj_id:name}", "trajectory", Viewer.trajectory),
+    Page("/compare", "compare", Viewer.compare),
+    Page("/sql", "sql", Viewer.sql_form),
+    Action("/sql", "sql_run", Viewer.sql_run),
+    Action("/sql.csv", "sql_csv", Viewer.sql_csv),
+    Page("/plots/{name:name}", "plot", Viewer.plot),
+    Action("/review", "review", Viewer.review),
+)
 
 
 def _cell(value: Any, width: int = 200) -> str:
@@ -215,21 +306,19 @@ class Guard(BaseHTTPMiddleware):
 
 
 def create_app(db: RunDB, reviewer: str, token: str | None = None, loopback: bool = True) -> Starlette:
-    """The app; ``token`` is required on every request when given; ``loopback`` checks the Host header."""
+    """The app; ``token`` is required on every request when given; ``loopback`` checks the Host header.
+    ``app.state.viewer`` is the Viewer (its counters)."""
     v = Viewer(db, reviewer, token)
-    routes = [
-        Route("/", v.pinned(v.run_page)),
-        Route("/tasks", v.pinned(v.tasks)),
-        Route("/tasks/{task_id}", v.pinned(v.task)),
-        Route("/trajectories/{traj_id}", v.pinned(v.trajectory)),
-        Route("/compare", v.pinned(v.compare)),
-        Route("/sql", v.pinned(v.sql)),
-        Route("/sql.csv", v.pinned(v.sql_csv)),
-        Route("/plots/{name}", v.plot),
-        Route("/review", v.review, methods=["POST"]),
-        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    routes: list[Route | Mount] = [
+        Route(r.path, v.page(r.show), methods=["GET"], name=r.name)
+        if isinstance(r, Page)
+        else Route(r.path, v.action(r.act), methods=["POST"], name=r.name)
+        for r in ROUTES
     ]
+    routes.append(Mount("/static", StaticFiles(directory=HERE / "static"), name="static"))
     middleware = [Middleware(Guard, viewer=v)]
     if loopback:
         middleware.insert(0, Middleware(TrustedHostMiddleware, allowed_hosts=LOOPBACK_HOSTS))
-    return Starlette(routes=routes, middleware=middleware)
+    app = Starlette(routes=routes, middleware=middleware)
+    app.state.viewer = v
+    return app

@@ -1,9 +1,13 @@
-"""The viewer's DuckDB: the store's views on a locked-down connection, rebuilt when shards change.
+"""The viewer's DuckDB: the store's views for the pages, rebuilt when shards change; the SQL box's two layers.
 
-Locked down: file access only inside the run directory, no extension installs or
-loads, configuration locked; on top of that, ``read_only`` accepts one statement
-of an allowlisted kind (``SELECT``, ``WITH``, ``DESCRIBE``, ``SHOW``, ``SUMMARIZE``,
-``FROM``, ``VALUES``, ``EXPLAIN``), so nothing can be written, attached or installed.
+The pages run only the server's own queries, with parameters, on a connection whose
+file access is limited to the run, with extension installs and loads off and its
+configuration locked. A user's query (the SQL box) passes two independent layers:
+(a) ``check_read``: DuckDB's parser must make one SELECT of it (DESCRIBE, SHOW,
+SUMMARIZE, WITH, FROM and VALUES parse as SELECT), or an EXPLAIN (ANALYZE included) of
+one; (b) it runs in a process that cannot write (``sqlbox``), on a read-only copy of the
+views kept in a DuckDB file outside the run, so nothing under the run, no setting and
+no view or table can change even when (a) lets a statement through.
 Shards are read, never locked: a stage may write the run while it is viewed; when
 the set of shards changes (new shards, a ``--fresh`` rerun deleting some) the views
 are recreated, and a query that met a vanished file is run once more on fresh views.
@@ -15,10 +19,14 @@ so a lookup by key (``keyed``) reads one row group of it, whatever the order of 
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
+import shutil
+import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,9 +37,10 @@ import pyarrow as pa
 from trajkit import schema as S
 from trajkit.errors import UserError
 from trajkit.store import Store, absent_columns, existing_run
+from trajkit.view.sqlbox import BOX, Unavailable
 
-READ_TYPES = ("SELECT", "EXPLAIN")  # DESCRIBE, SHOW, SUMMARIZE, WITH, FROM and VALUES parse as SELECT
 QUERY_TIMEOUT_S = 30.0
+EXPLAIN_TOKENS = 1000  # the longest EXPLAIN whose inner statement is looked for (each token costs two parses)
 
 
 class QueryError(ValueError):
@@ -93,12 +102,17 @@ class RunDB:
     def __init__(self, run: str | Path, memory_limit: str = "4GB"):
         self.store = Store(Path(run).resolve())
         self.memory_limit = memory_limit
+        self.user_queries = 0  # the SQL box's queries that passed the parser's check and were run
         self._lock = threading.Lock()
         self._con = None
         self._signature: dict[str, tuple[str, ...]] = {}
         self._cached: dict[str, set[str]] = {}  # name -> the tables its rows come from
         self._memos: dict[str, Any] = {}
         self._local = threading.local()
+        self._views_lock = threading.Lock()
+        self._views: tuple[str, dict[str, tuple[str, ...]]] | None = None  # the SQL box's views file, its signature
+        self._views_dir: str | None = None
+        self._views_made = itertools.count()
 
     def signature(self) -> dict[str, tuple[str, ...]]:
         """Each table's shard files and the stages' manifests present now: a change means the views are stale."""
@@ -110,6 +124,20 @@ class RunDB:
             sig[table] = tuple(n for n in names if n.endswith(".parquet") and not n.startswith(".tmp-"))
         sig[MANIFESTS] = tuple(sorted(str(p.relative_to(root)) for p in root.glob("_stages/*/_manifest*.json")))
         return sig
+
+    def _with_views(self, con) -> dict[str, tuple[str, ...]]:
+        """(Re)create the views on ``con`` over the shards present; the signature they were made from
+        (listed again when a shard vanished while they were made)."""
+        tries = 3
+        while True:
+            sig = self.signature()
+            try:
+                self.store.create_views(con)
+                return sig
+            except UserError:
+                tries -= 1
+                if not tries:
+                    raise
 
     @contextmanager
     def pinned(self) -> Iterator[None]:
@@ -128,22 +156,12 @@ class RunDB:
         if not force and self._con is not None and getattr(self._local, "pinned", False):
             return self._con
         with self._lock:
-            for attempt in range(3):
-                sig = self.signature()
-                if not force and self._con is not None and sig == self._signature:
-                    break
-                try:
-                    if self._con is None:
-                        self._con = self._connect()
-                    else:
-                        self.store.create_views(self._con)
-                except UserError:  # a shard vanished while the views were built: list them again
-                    if attempt == 2:
-                        raise
-                    continue
+            if force or self._con is None or self.signature() != self._signature:
+                if self._con is None:
+                    self._con = self._connect()
+                sig = self._with_views(self._con)
                 self._drop_stale(sig, everything=force)
                 self._signature = sig
-                break
             return self._con
 
     def _drop_stale(self, sig: dict[str, tuple[str, ...]], everything: bool) -> None:
@@ -160,7 +178,9 @@ class RunDB:
         self._memos = {}
 
     def _connect(self):
-        con = self.store.duckdb()
+        import duckdb
+
+        con = duckdb.connect()
         root = str(self.store.root).replace("'", "''")
         for stmt in (
             f"SET allowed_directories = ['{root}/']",
@@ -255,29 +275,108 @@ class RunDB:
 
     def row_at(self, filename: str, row: int, columns: tuple[str, ...]) -> dict[str, Any]:
         """Some columns of one row of one shard, by its position (DuckDB skips the shard's other row groups)."""
-        path = "'" + filename.replace("'", "''") + "'"
         return self.rows(
-            f"SELECT {', '.join(columns)} FROM read_parquet([{path}], file_row_number = true) WHERE file_row_number = ?",
-            [row],
+            f"SELECT {', '.join(columns)} FROM read_parquet(?::VARCHAR[], file_row_number = true) "
+            "WHERE file_row_number = ?",
+            [[filename], row],
         )[0]
 
     def rows(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
         return self.query(sql, params).to_pylist()
 
     def read_only(self, sql: str) -> pa.Table:
-        """A user's query: exactly one statement of a read kind, or QueryError."""
+        """A user's query (the SQL box): one read statement by DuckDB's parser (``check_read``), run in a
+        process that cannot write, on the views file (``sqlbox``); its result, or QueryError."""
+        check_read(self.connection(), sql)
+        self.user_queries += 1
+        views, sig = self._views_file()
+        table, error, io = self._in_box(views, sql)
+        if error is not None and io and self.signature() != sig:  # a shard vanished meanwhile: once more
+            table, error, io = self._in_box(self._views_file()[0], sql)
+        if error is not None:
+            raise QueryError(error)
+        return table
+
+    def _in_box(self, views: str, sql: str) -> tuple[pa.Table | None, str | None, bool]:
+        try:
+            return BOX.run(views, str(self.store.root), sql, QUERY_TIMEOUT_S, self.memory_limit)
+        except Unavailable as e:
+            raise QueryError(str(e)) from None
+
+    def _views_file(self) -> tuple[str, dict[str, tuple[str, ...]]]:
+        """A DuckDB file holding the run's views as they are now, outside the run (the SQL box opens it
+        read-only), written again when the shards changed; and the signature it was made from."""
         import duckdb
 
+        with self._views_lock:
+            if self._views is None or self.signature() != self._views[1]:
+                if self._views_dir is None:
+                    self._views_dir = tempfile.mkdtemp(prefix="trajkit-view-")
+                    weakref.finalize(self, shutil.rmtree, self._views_dir, True)
+                path = os.path.join(self._views_dir, f"views-{next(self._views_made)}.duckdb")
+                con = duckdb.connect(path)
+                try:
+                    sig = self._with_views(con)
+                finally:
+                    con.close()
+                if self._views is not None:
+                    os.unlink(self._views[0])  # a child that opened it keeps reading it
+                self._views = (path, sig)
+            return self._views
+
+
+def statement_types(con, sql: str) -> list[str]:
+    """The type of each statement DuckDB's parser makes of ``sql`` (``UNKNOWN`` for a type the installed
+    duckdb's Python enum cannot name: ``UPDATE EXTENSIONS`` in 2.0); duckdb.Error when it does not parse."""
+    out = []
+    for statement in con.extract_statements(sql):
         try:
-            statements = self.connection().extract_statements(sql)
-        except duckdb.Error as e:
-            raise QueryError(str(e).splitlines()[0]) from None
-        if len(statements) != 1:
-            raise QueryError(f"one statement at a time, got {len(statements)}")
-        kind = statements[0].type.name
-        if kind not in READ_TYPES:
-            raise QueryError(f"only read statements (SELECT, WITH, DESCRIBE, SHOW, ...) run here, not {kind}")
-        return self.query(sql)
+            out.append(statement.type.name)
+        except ValueError:
+            out.append("UNKNOWN")
+    return out
+
+
+def check_read(con, sql: str) -> None:
+    """Layer (a) of the SQL box: DuckDB's parser makes exactly one statement of ``sql``, a SELECT or an
+    EXPLAIN (ANALYZE included) of a SELECT; QueryError otherwise."""
+    import duckdb
+
+    try:
+        kinds = statement_types(con, sql)
+    except duckdb.Error as e:
+        raise QueryError(str(e).splitlines()[0]) from None
+    if len(kinds) != 1:
+        raise QueryError(f"one statement at a time, got {len(kinds)}")
+    if kinds[0] == "EXPLAIN":
+        if len(duckdb.tokenize(sql)) > EXPLAIN_TOKENS:
+            raise QueryError(f"EXPLAIN runs here for statements of up to {EXPLAIN_TOKENS} tokens: run the query itself")
+        inner = explained(con, sql)
+        if inner != {"SELECT"}:
+            refused = ", ".join(sorted(inner - {"SELECT"})) or "a statement the parser cannot find"
+            raise QueryError(f"EXPLAIN runs here only of a read statement (SELECT, WITH, ...), not of {refused}")
+    elif kinds[0] != "SELECT":
+        raise QueryError(f"only read statements (SELECT, WITH, DESCRIBE, SHOW, ...) run here, not {kinds[0]}")
+
+
+def explained(con, sql: str) -> set[str]:
+    """The types DuckDB's parser gives the statement that an EXPLAIN (one statement, ``sql``) wraps.
+
+    Each split of the text at a token start where the head followed by ``SELECT 1`` parses as one
+    EXPLAIN and the rest parses as one statement gives the rest's type. The EXPLAIN's own head and
+    its inner statement are such a split (the head's options do not depend on what it explains), so
+    the real inner type is among the results; any other split found only adds types."""
+    import duckdb
+
+    kinds = set()
+    for start, _ in duckdb.tokenize(sql)[1:]:
+        try:
+            rest = statement_types(con, sql[start:])
+            if len(rest) == 1 and statement_types(con, sql[:start] + " SELECT 1") == ["EXPLAIN"]:
+                kinds.add(rest[0])
+        except duckdb.Error:
+            continue
+    return kinds
 
 
 def open_run(run: str | Path) -> RunDB:
