@@ -1,6 +1,6 @@
 """Does trajkit's tool data make an agent better? Toucan's claim at small scale, on one H200 (issue 37).
 
-    python bench/tool_learning.py --prepare --run RUN             # here, CPU: the data (3 min on 2 loaded cores)
+    python bench/tool_learning.py --prepare --run RUN             # here, CPU: the data (3-5 min on 2 loaded cores)
     python bench/tool_learning.py --gpu --run RUN --student DIR --phases sft       # H200: (a), (b), (d)
     python bench/tool_learning.py --gpu --run RUN --student DIR --phases sft,grpo  # next call: (c), and what is left
     python bench/tool_learning.py --report DIR [DIR ...]          # table.txt and tool_learning.png from results.json
@@ -13,11 +13,11 @@ sampling) with the teacher below as the generator model, served on loopback by
 ``trajkit.models.scripted_server``; ``curate.dedup`` (exact duplicates dropped;
 near duplicates, word Jaccard >= 0.5, only clustered: a template's tasks, the same
 words with other numbers, form one cluster); ``curate.split`` (30% of the clusters
-held out, so whole templates: 13 of the 38 templates, 283 held-out tasks, 148 of them
+held out, so whole templates: 13 of the 38 templates, 280 held-out tasks, 146 of them
 on a server/tool combination no training task uses); ``curate.decontaminate`` of the
 held-out tasks (in a store of their own) against every training question, 8-word
-n-grams, a hit rejected in the run (0 of 283); ``synth.rollouts`` of the teacher, 3
-per train task (1,659); ``synth.judge`` (the scripted judge); ``synth.filter`` with
+n-grams, a hit rejected in the run (0 of 280); ``synth.rollouts`` of the teacher, 3
+per train task (1,677); ``synth.judge`` (the scripted judge); ``synth.filter`` with
 its default thresholds; the teacher's correct reference solution of every held-out
 task (``eval tools`` replays them). The world, teacher and judge are
 ``bench/tool_world.py``.
@@ -35,22 +35,24 @@ tool's schema). The judge reads only the conversation's text: fully complete whe
 final answer appears in the last tool result, incomplete when it does not or the last
 call failed, very incomplete without a call or an answer; it cannot see argument
 types, nor whether a value saved in the middle came from the tools. What trajkit
-accepted of the 1,659 rollouts of the prepared run (2026-12-05; accepted / rejected, and
-what rejected them, a row counting under each that applies):
+accepted of the 1,677 rollouts of the prepared run (2026-12-05, trajkit's answer
+matching: the ``Answer:`` line, ``number`` within 1e-6, ``exact`` as a value; accepted /
+rejected, and what rejected them, a row counting under each that applies):
 
-    correct          882 /   0
-    ignores_result    81 /  49   (verifier 26, judge 29: a one-call task's answer contradicts its only result)
-    missing_call       0 / 130   (verifier 87, judge 130, rules 130: no tool call)
-    redundant_calls  112 /   1   (judge 1; the conciseness the judge rates has no default threshold)
-    wrong_arguments    9 / 122   (verifier 118, judge 15, loop 1, rules 1; the 9 changed nothing, e.g. overwritten)
-    wrong_tool         6 / 136   (verifier 130, judge 44, rules 11)
-    wrong_type         0 / 131   (the agent loop: the call breaks the tool's schema, the episode fails)
+    correct          888 /   0
+    ignores_result    77 /  49   (verifier 24, judge 33: a one-call task's answer contradicts its only result)
+    missing_call       0 / 130   (verifier 79, judge 130, rules 130: no tool call)
+    redundant_calls  123 /   1   (judge 1; the conciseness the judge rates has no default threshold)
+    wrong_arguments    8 / 127   (verifier 126, judge 11, loop 2, rules 2; the 8 changed nothing the checks
+                                  see: a value no probe reads, a failed call redone right, sqrt(x + 1) within 1e-6)
+    wrong_tool         4 / 139   (verifier 132, judge 51, rules 15; the 4: dump for list_keys, the same keys)
+    wrong_type         0 / 131   (loop 131, verifier 130, rules 131: the call breaks the tool's schema, the episode fails)
 
 **Arms**, three seeds each (0, 1, 2), every one a trajkit stage from SmolLM2-135M-Instruct
 (Q4_1 dequantized, ``trajkit model gguf``):
 
-* (a) ``train.sft`` on every completed rollout (1,527: no judge, no filter);
-* (b) ``train.sft`` on what trajkit accepts (``trajkit.accepted``: 1,090);
+* (a) ``train.sft`` on every completed rollout (1,544: no judge, no filter);
+* (b) ``train.sft`` on what trajkit accepts (``trajkit.accepted``: 1,100);
 * (c) (b)'s model of the same seed, then ``train.grpo`` (a curriculum file of one stage)
   on the train tasks with their MCP servers in the loop (TRL's ``environment_factory``),
   rewards the task's verifier (``correctness``) and schema-valid calls (``tool_calls``,
@@ -60,8 +62,8 @@ what rejected them, a row counting under each that applies):
 (a) and (b) train at equal optimizer steps and tokens: 120 steps of 16 rows (two
 micro-batches of 8), one pass over 1,920 rows each. An arm's rows are copies of the run's rollouts in a store of its
 own (``RUN/arms/<arm>-s<seed>``, new ids, no verdict, unjudged: ``train.sft`` trains on
-a store's accepted rows, here all of them): (b) repeats its pool (1.76 epochs: whole
-passes, then a seeded sample); (a) draws 1,920 of its pool (1.26 epochs) and then swaps
+a store's accepted rows, here all of them): (b) repeats its pool (1.75 epochs: whole
+passes, then a seeded sample); (a) draws 1,920 of its pool (1.24 epochs) and then swaps
 rows for rows of the same injected label until its tokens (as ``train.sft`` renders
 them) are within 0.1% of (b)'s, so the label mix is the pool's. The seed draws the
 rows and TRL's order. Epochs, rows, tokens and trained tokens are in the table.
@@ -70,7 +72,7 @@ rows and TRL's order. Epochs, rows, tokens and trained tokens are in the table.
 ``eval.passk`` on the first 200 held-out tasks by id, n = 8 samples each (temperature
 0.7, seed 1): pass@1 with a 95% bootstrap interval over tasks (the seed means per
 task), split into tasks of an unseen combination and of a seen one;
-``eval.tools`` replaying the held-out reference trajectories (750 turns): tool-call
+``eval.tools`` replaying the held-out reference trajectories (742 turns): tool-call
 accuracy on the turns that call, and the share of well-formed calls (a name the turn
 offers, arguments valid against its schema) among every call the model wrote;
 ``eval.tools`` on BFCL v4's non-live AST categories, the first 100 entries each of
@@ -89,8 +91,8 @@ gpu-bundle``: 23.3 MiB for 28 wheels, 36.4 MiB as wheels: trl, datasets, pydanti
 duckdb, the MCP SDK and what it imports, gguf, bfcl-eval), in two halves, and the
 prepared run ``bench/out/tool-run`` (0.9 MiB):
 
-1. carry ``.relay/a``, ``.whl/a`` (60.9 MiB with the working tree): park both in /tmp/relay;
-2. carry ``.relay/b``, ``.whl/b``, ``bench/out/tool-run`` (61.3 MiB): join and check the GGUF
+1. carry ``.relay/a``, ``.whl/a`` (61.2 MiB with the working tree): park both in /tmp/relay;
+2. carry ``.relay/b``, ``.whl/b``, ``bench/out/tool-run`` (61.6 MiB): join and check the GGUF
    (exit 3: the machine was given back, do 1 and 2 again), unpack the wheels and put them and
    the checkout on the interpreter's own path (a ``.pth`` file: MCP servers are processes of
    their own and do not inherit PYTHONPATH), ``trajkit model gguf`` it, copy the run to
@@ -110,8 +112,8 @@ Time per phase, estimated (not yet run on the GPU) from what the CPU run counted
 the one H200 figure for this model (an AdamW step on 16 x 512 tokens in 0.27 s,
 unoptimized; decode assumed at ~15 ms a step for a batch of up to 256): call 1 ~1.5 min
 (the machine's start); call 2 ~6 min: unpack and convert ~40 s, arm rows ~15 s, SFT
-(120 steps of 16 x 1,010 tokens, ~0.53 s a step alone, six at once) 2-3 min, evaluation
-(per model ~4,200 generations for 1,600 episodes, 750 replayed turns, 400 BFCL entries,
+(120 steps of 16 x 1,066 tokens, ~0.53 s a step alone, six at once) 2-3 min, evaluation
+(per model ~4,200 generations for 1,600 episodes, 742 replayed turns, 400 BFCL entries,
 ~50 s alone; seven at once) 1.5-2 min; call 3 ~5.5 min: GRPO (20 steps of 64 multi-turn
 completions, ~6.5 s a step alone, three at once) ~3.5 min, evaluation ~1.5 min. About 13
 minutes in all. A fourth call would add seeds or steps: (c) with 40 GRPO steps, or n = 16.
@@ -140,10 +142,9 @@ from trajkit.config import StageConfig
 from trajkit.runner import StageContext, StageSpec
 from trajkit.schema import content_id
 
-SYSTEM = (
-    "You are a helpful assistant with tools. Use the tools to get every value you report, and end your reply "
-    "with a final line `Answer: <value>`."
-)
+# the stage's system prompt; the agent loop, train.grpo's data and eval add trajkit's ANSWER_FORMAT after it (the
+# one `Answer: ...` line the verifier reads)
+SYSTEM = "You are a helpful assistant with tools. Use the tools to get every value you report."
 SERVERS = ("calculator", "kv", "units")
 ARMS = ("d", "a", "b", "c")
 ARM_NAMES = {
@@ -161,13 +162,15 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     """The run's sizes: the H200 ones, or a tiny CPU version (the test)."""
     if args.tiny:
         return {
-            "requests": 3,
-            "k": 3,
+            "servers": ("calculator",),  # a server's start is most of a small stage's cost, paid per stage
+            "modes": ["single_tool", "multi_tool"],
+            "requests": 2,
+            "k": 2,
             "rollout_concurrency": 4,
             "held_out": 0.3,
             "split_seed": "tiny",
             "rollouts": 2,
-            "sft_steps": 2,
+            "sft_steps": 1,
             "sft_batch": 2,
             "sft_micro": 2,
             "sft_lr": 1e-3,
@@ -176,18 +179,20 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
             "grpo_gens": 2,
             "grpo_lr": 1e-5,
             "max_completion": 8,
-            "eval_tasks": 3,
-            "eval_n": 2,
-            "eval_max_tokens": 16,
-            "tools_limit": 3,
+            "eval_tasks": 2,
+            "eval_n": 1,
+            "eval_max_tokens": 8,
+            "tools_limit": 1,
             "bfcl_limit": 1,
-            "bfcl_max_tokens": 16,
+            "bfcl_max_tokens": 8,
             "eval_dtype": "auto",
             "batch": 16,
             "concurrency": 8,
             "parallel": 1,
         }
     return {
+        "servers": SERVERS,
+        "modes": ["single_tool", "multi_tool", "multi_server"],
         "requests": args.requests,
         "k": 5,
         "rollout_concurrency": 16,
@@ -408,7 +413,7 @@ def prepare(run: Path, s: dict[str, Any], times: dict[str, float]) -> dict[str, 
     from trajkit.store import Store
 
     store = Store(run / "data", create=True)
-    servers = {n: {"command": "python", "args": ["-m", f"trajkit.envs.servers.{n}"]} for n in SERVERS}
+    servers = {n: {"command": "python", "args": ["-m", f"trajkit.envs.servers.{n}"]} for n in s["servers"]}
     (run / "servers.json").write_text(json.dumps({"mcpServers": servers}, indent=1))
     stage(store, "synth.harvest", {"servers": str(run / "servers.json")}, "harvest", times)
     with ScriptedServer(world.Teacher(), model="teacher") as server:
@@ -417,8 +422,13 @@ def prepare(run: Path, s: dict[str, Any], times: dict[str, float]) -> dict[str, 
             spec = {"model": name, "backend": "openai", "base_url": server.base_url, "api_key_env": None}
             return spec | {"cache": False, "max_concurrency": 64}
 
-        tasks = {"model": model("teacher"), "modes": ["single_tool", "multi_tool", "multi_server"]}
-        tasks |= {"requests_per_mode": s["requests"], "k": s["k"], "method": "vs_standard", "servers": list(SERVERS)}
+        tasks = {"model": model("teacher"), "modes": s["modes"]}
+        tasks |= {
+            "requests_per_mode": s["requests"],
+            "k": s["k"],
+            "method": "vs_standard",
+            "servers": list(s["servers"]),
+        }
         tasks |= {"sampling": "uniform", "max_tokens": 4096, "seed": 0, "concurrency": 16}
         stage(store, "synth.tasks", tasks, "tasks", times)
         # near duplicates only clustered, never dropped: a template's tasks (same words, other numbers) form

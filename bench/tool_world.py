@@ -4,11 +4,12 @@
 (``trajkit.envs.servers``: calculator, kv, units): one tool, several tools of
 one server, and two servers together. A template is a question with parameters,
 the reference solution (turns of tool calls, each computed from the parameters
-and the tool results so far) and what is checked: the final answer (the last
-tool result, ``number`` match) and/or the kv server's end state (``exact``
-probes). Expected values come from running the solution on the servers' own
-tool functions (kv's store is a dict here), so they are what the real servers
-return. Every question parses back to one template and its parameters
+and the tool results so far) and what is checked by trajkit's answer matching
+(``trajkit.verify.matching``): the final ``Answer:`` line (the last tool
+result's number, ``number``; or the value read back, ``exact``) and/or the kv
+server's end state (probes, compared as values). Expected values come from
+running the solution on the servers' own tool functions (kv's store is a dict
+here), so they are what the real servers return. Every question parses back to one template and its parameters
 (``parse``): that is how the teacher, like a model, knows what it is asked.
 
 **The teacher** (``Teacher``, served over HTTP by
@@ -19,7 +20,8 @@ reference solution, except that each episode gets one injected label, drawn
 from a hash of the question and the episode's seed with the shares of
 ``LABELS`` (the bench's docstring states them):
 
-* ``correct`` -- the reference solution, answered from the last tool result;
+* ``correct`` -- the reference solution, then a sentence and the ``Answer:`` line
+  (the one the agent's system prompt asks for), from the last tool result;
 * ``wrong_tool`` -- one call goes to a confusable tool (subtract for add,
   list_units for convert, get for set, ...); the rest follows from its result;
 * ``wrong_arguments`` -- one argument is off (a number, a swapped unit, a
@@ -59,7 +61,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trajkit.demo.fixture import TASK_RATINGS, _block, _xml
+from trajkit.demo.fixture import TASK_RATINGS, data_block, ratings_xml
 from trajkit.envs.servers import calculator, units
 
 Call = tuple[str, dict[str, Any]]
@@ -130,7 +132,9 @@ class Template:
     draw: Callable[[random.Random], dict[str, Any]]
     steps: tuple[Step, ...]  # one turn each; a step may make several calls at once
     reply: str  # the final sentence: {x} is the last tool result, other fields are parameters
-    numeric: bool = True  # the answer is checked: the last tool result (number match)
+    # how the answer is checked: "number" (the last tool result's last number), "exact" (the ``saved`` value),
+    # None (not at all: the kv end state is what counts)
+    match: str | None = "number"
     probes: tuple[Call, ...] = ()  # end-state checks on kv ("$name" arguments are parameters)
     saved: str | None = None  # what a state task's answer line repeats: a parameter, or "x" (the last result)
     words: tuple[str, ...] = ()  # parameters that are words, not numbers
@@ -183,8 +187,12 @@ class Template:
         return {
             "question": self.text(p),
             "target_tools": list(self.tools),
-            "answer": read_number(results[-1]) if self.numeric else None,
-            "answer_match": "number" if self.numeric else None,
+            "answer": read_number(results[-1])
+            if self.match == "number"
+            else fmt(p[self.saved])
+            if self.match
+            else None,
+            "answer_match": self.match,
             "state": state,
         }
 
@@ -441,7 +449,7 @@ TEMPLATES: tuple[Template, ...] = (
         lambda r: {"key": r.choice(KEYS), "code": r.randint(1000, 9999)},
         (step("set", key="$key", value=text_of("code")),),
         "Saved {code} under {key}.",
-        numeric=False,
+        match=None,
         probes=(("get", {"key": "$key"}),),
         saved="code",
         words=("key",),
@@ -453,7 +461,7 @@ TEMPLATES: tuple[Template, ...] = (
         lambda r: {"color": r.choice(COLORS), "key": r.choice(("theme", "accent", "banner", "badge"))},
         (step("set", key="$key", value="$color"), step("get", key="$key")),
         "The key {key} holds {color}.",
-        numeric=False,
+        match="exact",
         probes=(("get", {"key": "$key"}),),
         saved="color",
         words=("color", "key"),
@@ -472,7 +480,7 @@ TEMPLATES: tuple[Template, ...] = (
             step("list_keys"),
         ),
         "Both ports are saved.",
-        numeric=False,
+        match=None,
         probes=(("list_keys", {}),),
         words=("k1", "k2"),
     ),
@@ -483,7 +491,7 @@ TEMPLATES: tuple[Template, ...] = (
         lambda r: {"note": r.choice(NOTES)},
         (step("set", key="todo", value="$note"), step("delete", key="todo")),
         "The note was saved and removed.",
-        numeric=False,
+        match=None,
         probes=(("list_keys", {}),),
         texts=("note",),
     ),
@@ -497,7 +505,7 @@ TEMPLATES: tuple[Template, ...] = (
         },
         (together(step("set", key="fruit", value="$fruit"), step("set", key="veg", value="$veg")), step("dump")),
         "The store holds {fruit} and {veg}.",
-        numeric=False,
+        match=None,
         probes=(("dump", {}),),
         words=("fruit", "veg"),
     ),
@@ -508,7 +516,7 @@ TEMPLATES: tuple[Template, ...] = (
         lambda r: {"key": r.choice(("volume", "limit", "quota", "level")), **ints(r, a=(1, 99), b=(100, 999))},
         (step("set", key="$key", value=text_of("a")), step("set", key="$key", value=text_of("b"))),
         "{key} is now {b}.",
-        numeric=False,
+        match=None,
         probes=(("get", {"key": "$key"}),),
         saved="b",
         words=("key",),
@@ -521,7 +529,7 @@ TEMPLATES: tuple[Template, ...] = (
         lambda r: {**ints(r, a=(3, 99), b=(3, 99)), "key": r.choice(("total", "product", "result", "count"))},
         (step("multiply", a="$a", b="$b"), step("set", key="$key", value=last_text)),
         "Saved {x} under {key}.",
-        numeric=False,
+        match=None,
         probes=(("get", {"key": "$key"}),),
         saved="x",
         words=("key",),
@@ -546,7 +554,7 @@ TEMPLATES: tuple[Template, ...] = (
             step("set", key="$key", value=last_text),
         ),
         "Stored {x} under {key}.",
-        numeric=False,
+        match=None,
         probes=(("get", {"key": "$key"}),),
         saved="x",
         words=("key",),
@@ -590,7 +598,7 @@ TEMPLATES: tuple[Template, ...] = (
         lambda r: {"v": r.randint(1, 40), "key": r.choice(("flour", "sugar", "rice"))},
         (step("convert", value="$v", from_unit="kg", to_unit="g"), step("set", key="$key", value=last_text)),
         "Stored {x} under {key}.",
-        numeric=False,
+        match=None,
         probes=(("get", {"key": "$key"}),),
         saved="x",
         words=("key",),
@@ -761,7 +769,7 @@ def final_answer(t: Template, p: dict[str, Any], plan: Plan, seen: list[str]) ->
         x = read_number(seen[-1]) if seen else None
         x = x if x is not None else next(iter(re.findall(NUMBER, t.text(p))), "0")  # a guess: a number it saw
     params = {k: fmt(v) for k, v in p.items()}
-    value = x if t.numeric or t.saved == "x" else params[t.saved] if t.saved else "done"
+    value = x if t.match == "number" or t.saved == "x" else params[t.saved] if t.saved else "done"
     return f"{t.reply.format(x=x, **params)}\nAnswer: {value}"
 
 
@@ -781,9 +789,9 @@ class Teacher:
         if text.startswith("## Task\nWrite a"):
             return generator(text, body.get("seed"))
         if "Assess the quality of a **tool-use question**" in text:
-            return _xml(TASK_RATINGS)  # every world task is a clear, realistic, checkable request
+            return ratings_xml(TASK_RATINGS)  # every world task is a clear, realistic, checkable request
         if "Assess the **response quality**" in text:
-            return trajectory_judgment(_block(text, "Conversation"))
+            return trajectory_judgment(data_block(text, "Conversation"))
         return UNKNOWN
 
 
@@ -848,4 +856,4 @@ def trajectory_judgment(conversation: str) -> str:
         completeness = ("fully complete", "The request was carried out and answered from the tool results.")
     repeated = len(calls) != len(set(calls))
     conciseness = ("redundant", "A call was repeated.") if repeated else ("very concise", "No unnecessary steps.")
-    return _xml({"completeness": completeness, "conciseness": conciseness})
+    return ratings_xml({"completeness": completeness, "conciseness": conciseness})

@@ -13,9 +13,10 @@ from trajkit.store import Store
 
 
 def test_world_questions_parse_back_and_the_teacher_solves_them():
-    """Every template's questions parse back to it; the reference solution passes the task's own checks when
-    run on the real tool functions; each injected label departs from it as its docstring says."""
-    from trajkit.verify.answers import matches
+    """Every template's questions parse back to it; the reference solution passes the task's own checks (its
+    ``Answer:`` line by trajkit's answer matching, ``number`` or ``exact``, and the end state) when run on the real
+    tool functions; each injected label departs from it as its docstring says."""
+    from trajkit.verify.matching import answer_matches, state_matches
 
     outcomes: dict[str, list[bool]] = {}
     for t in world.TEMPLATES:
@@ -31,8 +32,11 @@ def test_world_questions_parse_back_and_the_teacher_solves_them():
                 while (calls := world.next_turn(t, found[1], plan, seen)) is not None:
                     seen += [world.run_tool(tool, args, kv) for tool, args in calls]
                 answer = world.final_answer(t, found[1], plan, seen)
-                ok = task["answer"] is None or matches(answer, task["answer"], "number")[0]
-                ok &= all(world.run_tool(s["tool"], s["arguments"], dict(kv)) == s["expected"] for s in task["state"])
+                ok = task["answer"] is None or answer_matches(answer, task["answer"], task["answer_match"])[0]
+                ok &= all(
+                    state_matches(world.run_tool(s["tool"], s["arguments"], dict(kv)), s["expected"], "exact")[0]
+                    for s in task["state"]
+                )
                 outcomes.setdefault(plan.label, []).append(ok)
                 assert answer.splitlines()[-1].startswith("Answer: ")
                 if plan.label == "missing_call":
@@ -41,6 +45,7 @@ def test_world_questions_parse_back_and_the_teacher_solves_them():
     for label in ("wrong_tool", "wrong_arguments", "missing_call"):
         assert sum(outcomes[label]) < len(outcomes[label]) / 2, label  # mostly wrong (some slips change nothing)
     assert set(outcomes) == {name for name, _ in world.LABELS}
+    assert {t.match for t in world.TEMPLATES} == {"number", "exact", None}  # both answer rules, and state only
 
 
 def test_arm_rows_match_tokens_and_keep_the_label_mix():
@@ -66,10 +71,17 @@ def test_tool_learning_bench_runs_every_stage_and_its_arms_differ(tmp_path, monk
     res = json.loads((out / "results.json").read_text())
     data, main = res["data"], Store(run / "data")
 
+    # every phase ran through trajkit's stages, each in its store: the data, the arms' rows and SFT, GRPO, eval
+    data_stages = ("harvest", "tasks", "dedup", "split", "contaminated", "rollouts", "judge", "filter", "reference")
+    assert all(main.manifest(name) is not None for name in data_stages)
+    assert all(Store(run / "arms" / f"{arm}-s0").manifest(n) for arm in "ab" for n in ("rows", "sft"))
+    assert all(
+        Store(run / "eval" / m).manifest(n) for m in ("d", "a-s0", "b-s0", "c-s0") for n in ("passk", "tools", "bfcl")
+    )
+
     # the split is by template: no template (or its combination) on both sides, every held-out task checked
     assert data["templates_on_both_sides"] == [] and data["tasks"]["held_out"] > 0
     assert data["check"]["held_out"] == data["tasks"]["held_out"] and data["check"]["ngram"] == 8
-    assert main.manifest("contaminated") is not None
     held = {r["task_id"] for r in main.rows("splits") if r["split"] == "held_out"}
     rollouts = main.rows("trajectories", stage="rollouts")
     assert rollouts and not any(r["task_id"] in held for r in rollouts)
@@ -106,6 +118,7 @@ def test_tool_learning_bench_runs_every_stage_and_its_arms_differ(tmp_path, monk
         assert 0 <= r["pass1"] <= 1 and r["bfcl_entries"] == 4 * res["settings"]["bfcl_limit"] and r["tool_turns"]
     text = capsys.readouterr().out
     assert "goal (b) > (a), the curation pays" in text and "accepted by trajkit x injected label" in text
+    assert all(name in text for name in bench.ARM_NAMES.values()) and "not run" not in text
     assert (out / "tool_learning.png").read_bytes()[:4] == b"\x89PNG"
 
     # --report merges results files (one per GPU call): a second call's jobs join the first's
