@@ -1114,9 +1114,7 @@ def gpu_commands() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--prepare", action="store_true", help="the data run, on CPU (and the arms' rows with --student)"
-    )
+    parser.add_argument("--prepare", action="store_true", help="the data run, on CPU")
     parser.add_argument("--gpu", action="store_true", help="--phases on the GPU, from a prepared --run")
     parser.add_argument("--tiny", action="store_true", help="everything on CPU at tiny sizes (the test)")
     parser.add_argument("--report", type=Path, nargs="+", help="the table and PNG again from these results.json")
