@@ -181,12 +181,12 @@ def test_model_option_derives_the_pipeline_without_the_warmup(tmp_path):
 
 
 def test_fixture_reads_the_quoted_data_blocks_of_judge_prompts():
-    from trajkit.demo.fixture import _block
+    from trajkit.demo.fixture import data_block
     from trajkit.prompts import quote_data
 
     question, conversation = "How many?", "[user]\nHow many?"
     prompt = f"## Question\n{quote_data(question)}\n\n## Conversation\n{quote_data(conversation)}\n"
-    assert (_block(prompt, "Question"), _block(prompt, "Conversation")) == (question, conversation)
+    assert (data_block(prompt, "Question"), data_block(prompt, "Conversation")) == (question, conversation)
 
 
 def test_warmup_config_covers_the_fixture_code(tmp_path, monkeypatch):

@@ -63,11 +63,11 @@ def reply(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) ->
     if text.startswith("## Task\nWrite a"):
         return generator(text)
     if "Assess the quality of a **tool-use question**" in text:
-        return task_judgment(_block(text, "Question"))
+        return task_judgment(data_block(text, "Question"))
     if "Assess the **response quality**" in text:
-        return trajectory_judgment(_block(text, "Question"), _block(text, "Conversation"))
+        return trajectory_judgment(data_block(text, "Question"), data_block(text, "Conversation"))
     if "You are simulating the **user**" in text:
-        return follow_up(_block(text, "Conversation"))
+        return follow_up(data_block(text, "Conversation"))
     m = _CODE_ENTRY.search(text)
     if m:
         return code(m[1])
@@ -144,7 +144,8 @@ UNKNOWN_TASK_RATINGS = {
 }
 
 
-def _xml(ratings: dict[str, tuple[str, str]]) -> str:
+def ratings_xml(ratings: dict[str, tuple[str, str]]) -> str:
+    """Ratings ({dimension: (label, reasoning)}) in the XML the judge prompts ask for (``synth.ratings`` reads it)."""
     parts = [f"<{d}><reasoning>{why}</reasoning><rating>{label}</rating></{d}>" for d, (label, why) in ratings.items()]
     return "<response>\n" + "\n".join(parts) + "\n</response>"
 
@@ -152,14 +153,14 @@ def _xml(ratings: dict[str, tuple[str, str]]) -> str:
 def task_judgment(question: str) -> str:
     found = exchanges().get(question.strip())
     if found is None:
-        return _xml(UNKNOWN_TASK_RATINGS)
+        return ratings_xml(UNKNOWN_TASK_RATINGS)
     task = found[0]
     ratings = dict(TASK_RATINGS)
     if len(task.tools) > 1:
         ratings["tool_selection_difficulty"] = ("medium", "Several tools are used in order.")
     if len(task.servers) > 1:
         ratings["tool_selection_difficulty"] = ("hard", "Tools of two servers must be combined.")
-    return _xml(ratings)
+    return ratings_xml(ratings)
 
 
 def trajectory_judgment(question: str, conversation: str) -> str:
@@ -178,7 +179,7 @@ def trajectory_judgment(question: str, conversation: str) -> str:
         completeness = ("fully complete", "The request was carried out and answered.")
     planned = sum(len(turn) for turn in found[1].turns) if found else 0
     conciseness = ("very concise", "No unnecessary steps.") if calls <= planned else ("redundant", "Extra tool calls.")
-    return _xml({"completeness": completeness, "conciseness": conciseness})
+    return ratings_xml({"completeness": completeness, "conciseness": conciseness})
 
 
 def follow_up(conversation: str) -> str:
@@ -191,7 +192,7 @@ def follow_up(conversation: str) -> str:
     return f"<follow_up>{nxt.question}</follow_up>"
 
 
-def _block(prompt: str, heading: str) -> str:
+def data_block(prompt: str, heading: str) -> str:
     """The data block (``prompts.quote_data``) under ``## heading`` of a judge or simulator prompt."""
     m = re.search(rf"## {heading}[^\n]*\n<<<(DATA-[0-9a-f]+) [^\n]*\n(.*?)\n\1>>>", prompt, re.DOTALL)
     return m[2] if m else ""
