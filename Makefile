@@ -39,17 +39,19 @@ chromium:
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -q && apt-get install -y -q chromium; } \
 		|| { echo "install Debian's chromium package (apt-get install chromium) for tests/view"; exit 1; }
 
+BESIDE = tests/test_demo.py tests/bench/test_tool_learning.py
+
 test: setup chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	# the demo test (one end-to-end run, the suite's longest by far) runs in a second pytest beside the rest:
-	# much of the rest waits on subprocesses, servers and sandboxes, so the two share the 2 cores well
-	@demo=$$(mktemp -d); \
-	( $(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 --basetemp=$$demo/tmp tests/test_demo.py \
-		> $$demo/log 2>&1; echo $$? > $$demo/rc ) & \
-	$(BIN)/python -m pytest -q --durations=30 --ignore=tests/test_demo.py tests; rest=$$?; \
-	wait; echo "== tests/test_demo.py (run beside the rest)"; cat $$demo/log; \
-	test $$rest = 0 && test "$$(cat $$demo/rc)" = 0
+	# the two end-to-end tests (the demo, the tool-learning bench at tiny sizes: the suite's longest, mostly
+	# stages waiting on servers and subprocesses) run in a second pytest beside the rest, sharing the 2 cores
+	@beside=$$(mktemp -d); \
+	( $(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 --basetemp=$$beside/tmp $(BESIDE) \
+		> $$beside/log 2>&1; echo $$? > $$beside/rc ) & \
+	$(BIN)/python -m pytest -q --durations=30 $(addprefix --ignore=,$(BESIDE)) tests; rest=$$?; \
+	wait; echo "== $(BESIDE) (run beside the rest)"; cat $$beside/log; \
+	test $$rest = 0 && test "$$(cat $$beside/rc)" = 0
 
 bench: setup
 	@for b in bench/*.py; do grep -q '__main__' $$b || continue; echo "== $$b"; $(BIN)/python $$b || exit 1; done
