@@ -1,0 +1,360 @@
+"""The trajectory list: filters from the query string, sorting, the counts of each filter's values, and the
+order the review flow walks (the row after or before another, the next unreviewed one, progress).
+
+Every query is the server's own, with the filter values as parameters; a value the run does not have
+matches nothing. The rows come from one in-memory copy of the trajectories' light columns with their
+judge score, reject reasons and writing stage (``list_table``); review states from the in-memory
+reviews (``db.LATEST``), so a decision rebuilds nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trajkit import schema as S
+from trajkit.view.db import LATEST, RunDB
+
+PAGE_SIZE = 50
+SORTS = {
+    "task": "task_id",
+    "trajectory": "traj_id",
+    "model": "model",
+    "status": "status",
+    "verdict": "verdict",
+    "turns": "num_turns",
+    "tool_calls": "num_tool_calls",
+    "seconds": "total_s",
+    "tokens": "tokens",
+    "completeness": "completeness",
+    "stage": "stage",
+}
+REVIEW_STATES = ("accept", "reject", "labelled", "reviewed", "none")
+# filters on the list table's ENUM columns (a list of them for tools and reject reasons)
+ENUM_COLUMNS = {
+    "status": "status",
+    "verdict": "verdict",
+    "reason_code": "reason_code",
+    "model": "model",
+    "stage": "stage",
+    "tool": "tools",
+    "reject": "rejects",
+}
+NULLABLE = ("verdict", "reason_code", "reject")  # their value "none" asks for rows without one
+FILTERS = (  # name, what the page calls it
+    ("status", "status"),
+    ("verdict", "verdict"),
+    ("reason_code", "reason code"),
+    ("reject", "reject reason"),
+    ("review", "review"),
+    ("label", "label"),
+    ("reviewer", "reviewer"),
+    ("tool", "tool"),
+    ("model", "model"),
+    ("stage", "stage"),
+    ("extension", "extension"),
+    ("task", "task"),
+)
+NONE = "none"  # the value of a filter that asks for rows without one (verdict, reason code, reject reason)
+REVIEWED = "(decision IS NOT NULL OR coalesce(len(labels), 0) > 0)"  # a review in force that says something
+STAGE_OF_FILE = r"regexp_extract(filename, '([^/]+)-r[0-9]+-[0-9]{6}(-[0-9]{6})?\.parquet$', 1)"
+
+
+def list_table(db: RunDB) -> str:
+    """The in-memory copy of every trajectory's light columns the list, the flow and the pages read; the
+    columns filters compare and group are ENUMs (a few times faster on a million rows than text)."""
+    return db.cached("trajectories", lambda: _list_sql(db), key="traj_id")
+
+
+def _list_sql(db: RunDB) -> str:
+    shards = db.shards_of("trajectories")
+
+    def found(sql: str) -> list[str]:
+        return [r["v"] for r in db.rows(f"SELECT DISTINCT v FROM ({sql}) WHERE v IS NOT NULL ORDER BY 1")]
+
+    models = found(f"SELECT model AS v FROM {shards}")
+    tools = found(f"SELECT unnest(tools_called) AS v FROM {shards}")
+    stages = found(f"SELECT {STAGE_OF_FILE} AS v FROM {shards}")
+    reasons = found("SELECT reason AS v FROM rejected WHERE table_name = 'trajectories'")
+    return (
+        f"SELECT t.traj_id, t.task_id, t.parent_id, t.rollout_index, TRY_CAST(t.model AS {_enum(models)}) AS model, "
+        f"TRY_CAST(t.status AS {_enum(S.TRAJ_STATUS)}) AS status, t.reason, "
+        f"TRY_CAST(t.reason_code AS {_enum(S.REASON_CODES)}) AS reason_code, "
+        f"TRY_CAST(t.verdict AS {_enum(S.VERDICTS)}) AS verdict, t.num_turns, t.num_tool_calls, "
+        f"TRY_CAST(list_distinct(t.tools_called) AS {_enum(tools)}[]) AS tools, t.total_s, "
+        "t.prompt_tokens + t.completion_tokens AS tokens, left(t.final_answer, 300) AS final_answer, "
+        f"TRY_CAST({STAGE_OF_FILE} AS {_enum(stages)}) AS stage, q.completeness, r.reject_reason, "
+        f"TRY_CAST(string_split(r.reject_reason, '; ') AS {_enum(reasons)}[]) AS rejects, t.filename, t.file_row_number "
+        f"FROM {shards} t "
+        "LEFT JOIN (SELECT traj_id, completeness FROM trajectory_quality) q ON q.traj_id = t.traj_id "
+        "LEFT JOIN (SELECT row_id, string_agg(DISTINCT reason, '; ' ORDER BY reason) AS reject_reason "
+        "FROM rejected WHERE table_name = 'trajectories' GROUP BY 1) r ON r.row_id = t.traj_id"
+    )
+
+
+def _enum(values: Any) -> str:
+    """The ENUM type of these values (VARCHAR when there are none)."""
+    if not values:
+        return "VARCHAR"
+    return "ENUM(" + ", ".join("'" + str(v).replace("'", "''") + "'" for v in values) + ")"
+
+
+def _in_reviews(condition: str) -> str:
+    return f"traj_id IN (SELECT target_id FROM \"{LATEST}\" WHERE target_kind = 'trajectory' AND {condition})"
+
+
+@dataclass
+class TrajQuery:
+    """The list's filters, sort and page, from the query string (unknown names are ignored)."""
+
+    filters: dict[str, str] = field(default_factory=dict)
+    sort: str = "task"
+    desc: bool = False
+    page: int = 1
+
+    @classmethod
+    def parse(cls, params: Any) -> TrajQuery:
+        filters = {k: params[k] for k, _ in FILTERS if params.get(k)}
+        sort = params.get("sort") if params.get("sort") in SORTS else "task"
+        try:
+            page = max(1, int(params.get("page", "1")))
+        except ValueError:
+            page = 1
+        return cls(filters, sort, params.get("dir") == "desc", page)
+
+    def params(self, **changes: Any) -> dict[str, Any]:
+        """The query string of this list (page left out), with ``changes``; for links and forms."""
+        out: dict[str, Any] = {**self.filters, "sort": self.sort, "dir": "desc" if self.desc else "asc"}
+        return {k: v for k, v in {**out, **changes}.items() if v not in (None, "")}
+
+    def where(self, choices: dict[str, list[str]]) -> tuple[str, list[Any]]:
+        """The SQL condition over the list table, and its parameters; a value of an ENUM column that is
+        not among ``choices`` (what the run holds) matches nothing."""
+        clauses, params = [], []
+
+        def add(clause: str, *values: Any) -> None:
+            clauses.append(clause)
+            params.extend(values)
+
+        f = self.filters
+        for name, column in ENUM_COLUMNS.items():
+            value = f.get(name)
+            if value is None:
+                continue
+            if value == NONE and name in NULLABLE:
+                add(f"{column} IS NULL")
+            elif value not in choices.get(name, ()):
+                add("false")
+            elif name in ("tool", "reject"):
+                add(f"list_contains({column}, ?)", value)
+            else:
+                add(f"{column} = ?", value)
+        if "task" in f:
+            add("task_id = ?", f["task"])
+        review = f.get("review")
+        if review in ("accept", "reject"):
+            add(_in_reviews("decision = ?"), review)
+        elif review == "labelled":
+            add(_in_reviews("coalesce(len(labels), 0) > 0"))
+        elif review == "reviewed":
+            add(_in_reviews(REVIEWED))
+        elif review == NONE:
+            add(f"NOT {_in_reviews(REVIEWED)}")
+        if "label" in f:
+            add(_in_reviews("list_contains(labels, ?)"), f["label"])
+        if "reviewer" in f:
+            add(_in_reviews(f"reviewer = ? AND {REVIEWED}"), f["reviewer"])
+        if f.get("extension") in ("yes", "no"):
+            add(f"parent_id IS {'NOT ' if f['extension'] == 'yes' else ''}NULL")
+        return (" AND ".join(clauses) or "true"), params
+
+    def order(self, reverse: bool = False) -> str:
+        desc = self.desc != reverse
+        return f"{SORTS[self.sort]} {'DESC' if desc else 'ASC'} NULLS {'FIRST' if reverse else 'LAST'}, " + (
+            f"traj_id {'DESC' if reverse else 'ASC'}"
+        )
+
+    def beyond(self, row: dict[str, Any], before: bool) -> tuple[str, list[Any]]:
+        """The condition of the rows after ``row`` in this order (before it with ``before``): the sort
+        column (nulls last), then the id."""
+        col, value, tid = SORTS[self.sort], row[SORTS[self.sort]], row["traj_id"]
+        later = "<" if self.desc else ">"
+        earlier = ">" if self.desc else "<"
+        if value is None:
+            if before:
+                return f"({col} IS NOT NULL OR traj_id < ?)", [tid]
+            return f"({col} IS NULL AND traj_id > ?)", [tid]
+        if before:
+            return f"({col} IS NOT NULL AND ({col} {earlier} ? OR ({col} = ? AND traj_id < ?)))", [value, value, tid]
+        return f"({col} IS NULL OR {col} {later} ? OR ({col} = ? AND traj_id > ?))", [value, value, tid]
+
+
+def condition(db: RunDB, q: TrajQuery) -> tuple[str, list[Any]]:
+    """``q``'s SQL condition and parameters against what the run holds."""
+    return q.where(choices(db))
+
+
+def list_page(db: RunDB, q: TrajQuery) -> dict[str, Any]:
+    """One page of the matching trajectories (the page clamped to the last), their review states, the
+    counts of each filter's values among the matching rows, and the choices of every filter."""
+    table = list_table(db)
+    where, params = condition(db, q)
+    counts = _counts(db, table, where, params)
+    total = sum(counts["status"].values())
+    pages = max(1, -(-total // PAGE_SIZE))
+    q.page = min(q.page, pages)
+    ids = db.rows(  # the ids alone are sorted (narrow rows), then their columns looked up
+        f'SELECT traj_id FROM "{table}" WHERE {where} ORDER BY {q.order()} LIMIT ? OFFSET ?',
+        [*params, PAGE_SIZE, (q.page - 1) * PAGE_SIZE],
+    )
+    order = {r["traj_id"]: i for i, r in enumerate(ids)}
+    rows = db.keyed(table, "traj_id", list(order), "* EXCLUDE (_h, filename, file_row_number, rejects)")
+    rows.sort(key=lambda r: order[r["traj_id"]])
+    states = review_states(db, "trajectory", [r["traj_id"] for r in rows])
+    for r in rows:
+        r["review"] = states.get(r["traj_id"])
+    reviewed = total - counts["review"].get(NONE, 0)
+    return {
+        "rows": rows,
+        "total": total,
+        "pages": pages,
+        "counts": counts,
+        "choices": choices(db),
+        "reviewed": reviewed,
+    }
+
+
+def _counts(db: RunDB, table: str, where: str, params: list[Any]) -> dict[str, dict[str, int]]:
+    """Among the matching rows, how many have each value of each filter (a row with several tools, reject
+    reasons or labels counts once for each): one scan grouped by every filter's value at once (a few
+    thousand groups, summed each way here), and one scan for each list column."""
+    keys = {
+        "status": "status",
+        "verdict": "verdict",
+        "reason_code": "reason_code",
+        "model": "model",
+        "stage": "stage",
+        "extension": "parent_id IS NOT NULL",
+        "rejected": "rejects IS NOT NULL",
+        "decision": "rv.decision",
+        "reviewer": "rv.reviewer",
+        "reviewed": "rv.target_id IS NOT NULL",
+    }
+    groups = db.rows(
+        f'SELECT {", ".join(f"{e} AS {k}" for k, e in keys.items())}, count(*) AS n FROM "{table}" '
+        f"LEFT JOIN (SELECT target_id, decision, reviewer FROM \"{LATEST}\" WHERE target_kind = 'trajectory' "
+        f"AND {REVIEWED}) rv ON rv.target_id = traj_id WHERE {where} GROUP BY ALL",
+        params,
+    )
+    out: dict[str, dict[str, int]] = {k: {} for k, _ in FILTERS}
+    for g in groups:
+        g["extension"] = "yes" if g["extension"] else "no"
+        g["review"] = (g["decision"] or "labelled") if g["reviewed"] else NONE
+        for name in NULLABLE[:2]:
+            g[name] = g[name] or NONE
+        for name in ("status", "verdict", "reason_code", "model", "stage", "extension", "review", "reviewer"):
+            if g[name] is not None:
+                out[name][g[name]] = out[name].get(g[name], 0) + g["n"]
+        if not g["rejected"]:
+            out["reject"][NONE] = out["reject"].get(NONE, 0) + g["n"]
+    lists = [
+        ("tool", f'SELECT unnest(tools) AS v FROM "{table}" WHERE {where}'),
+        ("reject", f'SELECT unnest(rejects) AS v FROM "{table}" WHERE rejects IS NOT NULL AND {where}'),
+    ]
+    if db.labels() and out["review"].keys() - {NONE}:
+        labelled = f'SELECT traj_id FROM "{table}" WHERE {where}'
+        lists.append(("label", f'SELECT unnest(labels) AS v FROM "{LATEST}" WHERE target_id IN ({labelled})'))
+    for name, sql in lists:
+        found = db.rows(f"SELECT v, count(*) AS n FROM ({sql}) WHERE v IS NOT NULL GROUP BY 1", params)
+        out[name].update({r["v"]: r["n"] for r in found})
+    return out
+
+
+def choices(db: RunDB) -> dict[str, list[str]]:
+    """The values each filter offers: the enums, and what the run holds (the labels its labels.yaml names)."""
+    fixed = {
+        "status": list(S.TRAJ_STATUS),
+        "verdict": [*S.VERDICTS, NONE],
+        "reason_code": [*S.REASON_CODES, NONE],
+        "review": list(REVIEW_STATES),
+        "extension": ["yes", "no"],
+        "label": [label.name for label in db.labels()],
+    }
+    return {**fixed, **db.memo("list_choices", lambda: _found(db))}
+
+
+def _found(db: RunDB) -> dict[str, list[str]]:
+    """Each ENUM column's values (its type's), and the reviewers of trajectories."""
+    table = list_table(db)
+    out = {}
+    for name, column in ENUM_COLUMNS.items():
+        if name in ("model", "stage", "tool", "reject"):
+            first = f"{column}[1]" if name in ("tool", "reject") else column
+            rows = db.rows(
+                f'SELECT enum_range({first})::VARCHAR[] AS v FROM "{table}" WHERE {first} IS NOT NULL LIMIT 1'
+            )
+            out[name] = rows[0]["v"] if rows else []
+    out["reject"] = [*out["reject"], NONE]
+    reviewers = db.rows(f"SELECT DISTINCT reviewer FROM \"{LATEST}\" WHERE target_kind = 'trajectory' ORDER BY 1")
+    out["reviewer"] = [r["reviewer"] for r in reviewers]
+    return out
+
+
+def review_states(db: RunDB, kind: str, ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The review in force of each of these rows that has one that says something (decision or labels)."""
+    rows = db.rows(
+        f'SELECT target_id, decision, labels, note, reviewer, reviewed_at, batch_id FROM "{LATEST}" '
+        f"WHERE target_kind = ? AND target_id IN (SELECT unnest(?::VARCHAR[])) AND {REVIEWED}",
+        [kind, ids],
+    )
+    return {r["target_id"]: r for r in rows}
+
+
+# ---------------------------------------------------------------- the review flow's walk
+def row_of(db: RunDB, traj_id: str) -> dict[str, Any] | None:
+    """A trajectory's row of the list table (its place in any order), or None."""
+    found = db.keyed(list_table(db), "traj_id", [traj_id], "* EXCLUDE (_h)")
+    return found[0] if found else None
+
+
+def step(db: RunDB, q: TrajQuery, at: dict[str, Any] | None, go: str) -> str | None:
+    """The id of the matching row to show: ``go`` is ``next`` or ``prev`` (the row after or before ``at``,
+    reviewed or not) or ``todo`` (the first unreviewed row after ``at``, from the start when there is none
+    after it or no ``at``). None: no such row."""
+    table = list_table(db)
+    where, params = condition(db, q)
+    if go == "todo":
+        where += f" AND NOT {_in_reviews(REVIEWED)}"
+        if at is not None:
+            after, more = q.beyond(at, before=False)
+            found = _first(db, table, f"{where} AND {after}", [*params, *more], q.order())
+            if found is not None:
+                return found
+        return _first(db, table, where, params, q.order())
+    if at is None:
+        return _first(db, table, where, params, q.order())
+    beyond, more = q.beyond(at, before=go == "prev")
+    return _first(db, table, f"{where} AND {beyond}", [*params, *more], q.order(reverse=go == "prev"))
+
+
+def _first(db: RunDB, table: str, where: str, params: list[Any], order: str) -> str | None:
+    rows = db.rows(f'SELECT traj_id FROM "{table}" WHERE {where} ORDER BY {order} LIMIT 1', params)
+    return rows[0]["traj_id"] if rows else None
+
+
+def progress(db: RunDB, q: TrajQuery) -> dict[str, int]:
+    """How many rows match, and how many of them have a review in force."""
+    where, params = condition(db, q)
+    row = db.rows(
+        f"SELECT count(*) AS total, count(*) FILTER (WHERE {_in_reviews(REVIEWED)}) AS reviewed "
+        f'FROM "{list_table(db)}" WHERE {where}',
+        params,
+    )[0]
+    return {"total": row["total"], "reviewed": row["reviewed"]}
+
+
+def matching_ids(db: RunDB, q: TrajQuery) -> list[str]:
+    """Every matching trajectory's id, in the list's order (a bulk decision's targets)."""
+    where, params = condition(db, q)
+    table = db.query(f'SELECT traj_id FROM "{list_table(db)}" WHERE {where} ORDER BY {q.order()}', params)
+    return table.column("traj_id").to_pylist()
