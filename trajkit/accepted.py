@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -266,11 +267,15 @@ def add_reviews(
     return batch
 
 
-def undo_batch(store: Store, batch_id: str, reviewer: str | None = None) -> tuple[str | None, int, int]:
+def undo_batch(
+    store: Store, batch_id: str, reviewer: str | None = None, con: Any = None
+) -> tuple[str | None, int, int]:
     """Put each row of a batch back as it was before it, by appending a batch of reviews (the table stays
     append-only); a row reviewed again since the batch keeps that later review. Returns the new batch's
-    id (None when nothing was restored), the rows restored and the rows left as they are."""
-    con = store.duckdb()
+    id (None when nothing was restored), the rows restored and the rows left as they are. ``con``: a
+    DuckDB connection whose ``reviews`` view holds the run's reviews (default: the run's views)."""
+    own = con is None
+    con = store.duckdb() if own else con
     try:
         rows = con.sql(
             "WITH b AS (SELECT target_kind, target_id, reviewed_at AS b_at, review_id AS b_id FROM reviews "
@@ -282,7 +287,8 @@ def undo_batch(store: Store, batch_id: str, reviewer: str | None = None) -> tupl
             params=[batch_id],
         ).to_arrow_table()
     finally:
-        con.close()
+        if own:
+            con.close()
     if not rows.num_rows:
         raise UserError(f"no review batch {batch_id!r} in {store.root}")
     restore = [r for r in rows.to_pylist() if r["current"]]

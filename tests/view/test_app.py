@@ -309,7 +309,8 @@ def test_a_review_rebuilds_no_in_memory_copy_and_no_view(run_copy, monkeypatch):
     trid = _sql(run_copy, f"SELECT traj_id FROM trajectories WHERE {accepted_where('trajectories')} LIMIT 1")
     db = RunDB(run_copy)
     assert pages.trajectory_page(db, trid[0]["traj_id"])["accepted"]
-    cached = {"trajectories", "trajectory_quality", "samples", "rejected", "accepted_trajectories"}
+    cached = {"trajectories", "trajectories_by_task", "trajectory_quality", "samples", "rejected"}
+    cached.add("accepted_trajectories")
     assert set(db._cached) == cached
     made = []
     monkeypatch.setattr(db, "_with_views", lambda con: made.append(con))

@@ -188,7 +188,8 @@ class Viewer:
         """The review flow on a filtered list: the row ``at``, or the first unreviewed one."""
         q = listing.TrajQuery.parse(request.query_params)
         at = request.query_params.get("at")
-        target = at if at and listing.row_of(self.db, at) else listing.step(self.db, q, None, "todo")
+        here = listing.row_of(self.db, at) if at else None
+        target, progress = listing.walk(self.db, q, here, "todo")
         return self.render(
             request,
             "flow.jinja",
@@ -198,7 +199,7 @@ class Viewer:
             keys=flow.keymap(self.db),
             keys_json=json.dumps(flow.keymap(self.db)),
             guidelines=flow.guidelines(self.db),
-            **flow.flow_row(self.db, q, target),
+            **flow.flow_row(self.db, at if here else target, progress),
         )
 
     def flow_step(self, request: Request) -> Response:
@@ -208,11 +209,14 @@ class Viewer:
         if go not in ("next", "prev", "todo"):
             return PlainTextResponse("go must be next, prev or todo\n", status_code=400)
         here = listing.row_of(self.db, at) if at else None
-        target = listing.step(self.db, q, here, go) or (at if go != "todo" and here else None)
-        return self.fragment(request, q, target)
+        target, progress = listing.walk(self.db, q, here, go)
+        if target is None and go != "todo" and here:  # past either end: stay
+            target = at
+        return self.fragment(request, q, target, progress)
 
-    def fragment(self, request: Request, q: listing.TrajQuery, target: str | None) -> Response:
-        return self.render(request, "flow_row.jinja", q=q, params=q.params(), **flow.flow_row(self.db, q, target))
+    def fragment(self, request: Request, q: listing.TrajQuery, target: str | None, progress: dict) -> Response:
+        data = flow.flow_row(self.db, target, progress)
+        return self.render(request, "flow_row.jinja", q=q, params=q.params(), **data)
 
     def bulk_confirm(self, request: Request) -> Response:
         """What a bulk decision on this list would do, and the form that does it (a GET writes nothing)."""
@@ -325,9 +329,9 @@ class Viewer:
         flow.decide(self.db, traj_id, action, note, self.reviewer)
         self.writes += 1
         self.db.reload()
-        target = listing.step(self.db, q, here, "todo")
+        target, progress = listing.walk(self.db, q, here, "todo")
         if form.get("fragment"):
-            return self.fragment(request, q, target)
+            return self.fragment(request, q, target, progress)
         url = request.app.url_path_for("flow") + "?" + urlencode(q.params(at=target))
         return RedirectResponse(url, status_code=303)
 
@@ -352,10 +356,13 @@ class Viewer:
     def undo(self, request: Request, form: FormData) -> Response:
         """Undo a batch (``accepted.undo_batch``): one more batch restoring each row's state before it."""
         q = listing.TrajQuery.parse(request.query_params)
+        cur = self.db.connection().cursor()  # its reviews view: the in-memory reviews
         try:
-            batch, _, _ = undo_batch(self.db.store, str(form.get("batch", "")), self.reviewer)
+            batch, _, _ = undo_batch(self.db.store, str(form.get("batch", "")), self.reviewer, cur)
         except UserError as e:
             return PlainTextResponse(f"bad undo: {e}\n", status_code=400)
+        finally:
+            cur.close()
         self.writes += 1
         url = request.app.url_path_for("trajectories") + "?" + urlencode(q.params(batch=batch))
         return RedirectResponse(url, status_code=303)

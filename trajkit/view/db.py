@@ -292,22 +292,25 @@ class RunDB:
             WATCHDOG.done(cur)
             cur.close()
 
-    def cached(self, name: str, select: Callable[[], str], key: str | None = None) -> str:
+    def cached(
+        self, name: str, select: Callable[[], str], key: str | None = None, reads: set[str] | None = None
+    ) -> str:
         """The name of an in-memory table holding the rows of the query ``select()`` writes, built
         once and again after a table it reads changes (once more on fresh views if a shard vanished
         meanwhile). The tables it reads are those its text names, as views or in shard paths.
 
         Pages look rows up by key in these instead of scanning every shard through the views;
         the heavy columns are then read from one shard. With ``key``, the rows are stored in
-        the order of the key's hash (column ``_h``), which ``keyed`` lookups prune on."""
+        the order of the key's hash (column ``_h``), which ``keyed`` lookups prune on. ``reads``
+        names the tables it reads when its text does not (a copy made from another copy)."""
         import duckdb
 
         try:
-            return self._build(name, select, key, fresh=False)
+            return self._build(name, select, key, reads, fresh=False)
         except duckdb.IOException:
-            return self._build(name, select, key, fresh=True)
+            return self._build(name, select, key, reads, fresh=True)
 
-    def _build(self, name: str, select: Callable[[], str], key: str | None, fresh: bool) -> str:
+    def _build(self, name: str, select: Callable[[], str], key: str | None, reads: set[str] | None, fresh: bool) -> str:
         table = f"_cached_{name}"
         con = self.connection(force=fresh)
         if name in self._cached:
@@ -317,7 +320,7 @@ class RunDB:
             if name not in self._cached:
                 query = f'SELECT hash("{key}") AS _h, * FROM ({sql}) ORDER BY _h' if key else sql
                 con.execute(f'CREATE OR REPLACE TABLE "{table}" AS {query}')
-                self._cached[name] = _sources(sql)
+                self._cached[name] = reads or _sources(sql)
         return table
 
     def keyed(self, table: str, key: str, ids: list[str], columns: str = "* EXCLUDE (_h)", where: str = "") -> list:

@@ -16,9 +16,10 @@ from trajkit.accepted import FLOW_KEYS, ReviewState, add_review, add_reviews
 from trajkit.view import listing
 from trajkit.view.db import LATEST, RunDB
 from trajkit.view.listing import TrajQuery
-from trajkit.view.pages import TRAJECTORY_SHARD_COLUMNS, message_view
+from trajkit.view.pages import message_view
 
 GUIDELINES_FILE = "guidelines.md"
+FLOW_SHARD_COLUMNS = ("messages", "prompt_tokens", "completion_tokens")  # what a flow row reads from its shard
 GUIDELINES_BYTES = 200_000
 NOTE_CHARS = 4000
 
@@ -33,14 +34,14 @@ def actions(db: RunDB) -> set[str]:
     return {"accept", "reject", *(f"label:{label.name}" for label in db.labels())}
 
 
-def flow_row(db: RunDB, q: TrajQuery, traj_id: str | None) -> dict[str, Any]:
+def flow_row(db: RunDB, traj_id: str | None, progress: dict[str, int]) -> dict[str, Any]:
     """What the flow shows for one row of the list (None: nothing left to review): the row, its
-    conversation, its review in force, and the progress of the filtered list."""
-    out: dict[str, Any] = {"row": None, "progress": listing.progress(db, q), "labels": db.labels()}
+    conversation, its review in force, and the ``progress`` of the filtered list."""
+    out: dict[str, Any] = {"row": None, "progress": progress, "labels": db.labels()}
     row = listing.row_of(db, traj_id) if traj_id else None
     if row is None:
         return out
-    data = db.row_at(row.pop("filename"), row.pop("file_row_number"), TRAJECTORY_SHARD_COLUMNS)
+    data = db.row_at(row.pop("filename"), row.pop("file_row_number"), FLOW_SHARD_COLUMNS)
     review = listing.review_states(db, "trajectory", [row["traj_id"]]).get(row["traj_id"])
     out.update(
         row=row,

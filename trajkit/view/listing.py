@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trajkit import schema as S
+from trajkit.store import SHARD_RE
 from trajkit.view.db import LATEST, RunDB
 
 PAGE_SIZE = 50
-SORTS = {
-    "task": "task_id",
+SORTS = {  # what the list sorts by; ties (and "task") in the order of task, then trajectory id (``pos``)
+    "task": "pos",
     "trajectory": "traj_id",
     "model": "model",
     "status": "status",
@@ -41,6 +42,7 @@ ENUM_COLUMNS = {
     "reject": "rejects",
 }
 NULLABLE = ("verdict", "reason_code", "reject")  # their value "none" asks for rows without one
+FACETS = ("status", "verdict", "reason_code", "model", "stage")  # the ENUM columns a row's ``facet`` holds
 FILTERS = (  # name, what the page calls it
     ("status", "status"),
     ("verdict", "verdict"),
@@ -57,7 +59,6 @@ FILTERS = (  # name, what the page calls it
 )
 NONE = "none"  # the value of a filter that asks for rows without one (verdict, reason code, reject reason)
 REVIEWED = "(decision IS NOT NULL OR coalesce(len(labels), 0) > 0)"  # a review in force that says something
-STAGE_OF_FILE = r"regexp_extract(filename, '([^/]+)-r[0-9]+-[0-9]{6}(-[0-9]{6})?\.parquet$', 1)"
 
 
 def list_table(db: RunDB) -> str:
@@ -66,7 +67,25 @@ def list_table(db: RunDB) -> str:
     return db.cached("trajectories", lambda: _list_sql(db), key="traj_id")
 
 
+def by_task(db: RunDB, task_id: str) -> list[dict[str, Any]]:
+    """The trajectories of a task (id, parent, model, rollout, status), in the list's order, from a copy
+    of the list table kept in the order of the task's hash (a lookup reads one row group of it)."""
+    table = list_table(db)
+    index = db.cached(
+        "trajectories_by_task",
+        lambda: f'SELECT task_id, traj_id, parent_id, model, rollout_index, status, pos FROM "{table}"',
+        key="task_id",
+        reads={"trajectories", "trajectory_quality", "rejected"},
+    )
+    rows = db.keyed(
+        index, "task_id", [task_id], "traj_id, parent_id, model::VARCHAR AS model, rollout_index, status, pos"
+    )
+    return sorted(rows, key=lambda r: r["pos"])
+
+
 def _list_sql(db: RunDB) -> str:
+    """The list table's query: the light columns, the stage that wrote each shard (by its file name), the
+    judge's completeness, the reject reasons, and ``pos``, the row's place in the order of task and id."""
     shards = db.shards_of("trajectories")
 
     def found(sql: str) -> list[str]:
@@ -74,29 +93,38 @@ def _list_sql(db: RunDB) -> str:
 
     models = found(f"SELECT model AS v FROM {shards}")
     tools = found(f"SELECT unnest(tools_called) AS v FROM {shards}")
-    stages = found(f"SELECT {STAGE_OF_FILE} AS v FROM {shards}")
     reasons = found("SELECT reason AS v FROM rejected WHERE table_name = 'trajectories'")
+    files = {str(p): (m["stage"] if (m := SHARD_RE.match(p.name)) else None) for p in db.store.shards("trajectories")}
+    stages = sorted({v for v in files.values() if v})
+    by_file = ", ".join(f"({_lit(f)}, {_lit(st) if st else 'NULL'})" for f, st in files.items()) or "(NULL, NULL)"
+    sizes = {"status": len(S.TRAJ_STATUS), "verdict": len(S.VERDICTS), "reason_code": len(S.REASON_CODES)}
+    sizes.update(model=len(models), stage=len(stages))
     return (
+        f"SELECT *, row_number() OVER (ORDER BY task_id, traj_id)::INTEGER AS pos, {_facet(sizes)} AS facet FROM ("
         f"SELECT t.traj_id, t.task_id, t.parent_id, t.rollout_index, TRY_CAST(t.model AS {_enum(models)}) AS model, "
         f"TRY_CAST(t.status AS {_enum(S.TRAJ_STATUS)}) AS status, t.reason, "
         f"TRY_CAST(t.reason_code AS {_enum(S.REASON_CODES)}) AS reason_code, "
         f"TRY_CAST(t.verdict AS {_enum(S.VERDICTS)}) AS verdict, t.num_turns, t.num_tool_calls, "
         f"TRY_CAST(list_distinct(t.tools_called) AS {_enum(tools)}[]) AS tools, t.total_s, "
         "t.prompt_tokens + t.completion_tokens AS tokens, left(t.final_answer, 300) AS final_answer, "
-        f"TRY_CAST({STAGE_OF_FILE} AS {_enum(stages)}) AS stage, q.completeness, r.reject_reason, "
+        f"TRY_CAST(f.stage AS {_enum(stages)}) AS stage, q.completeness, r.reject_reason, "
         f"TRY_CAST(string_split(r.reject_reason, '; ') AS {_enum(reasons)}[]) AS rejects, t.filename, t.file_row_number "
-        f"FROM {shards} t "
+        f"FROM {shards} t LEFT JOIN (VALUES {by_file}) f(file, stage) ON f.file = t.filename "
         "LEFT JOIN (SELECT traj_id, completeness FROM trajectory_quality) q ON q.traj_id = t.traj_id "
         "LEFT JOIN (SELECT row_id, string_agg(DISTINCT reason, '; ' ORDER BY reason) AS reject_reason "
-        "FROM rejected WHERE table_name = 'trajectories' GROUP BY 1) r ON r.row_id = t.traj_id"
+        "FROM rejected WHERE table_name = 'trajectories' GROUP BY 1) r ON r.row_id = t.traj_id)"
     )
+
+
+def _lit(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
 
 
 def _enum(values: Any) -> str:
     """The ENUM type of these values (VARCHAR when there are none)."""
     if not values:
         return "VARCHAR"
-    return "ENUM(" + ", ".join("'" + str(v).replace("'", "''") + "'" for v in values) + ")"
+    return "ENUM(" + ", ".join(_lit(str(v)) for v in values) + ")"
 
 
 def _in_reviews(condition: str) -> str:
@@ -154,8 +182,8 @@ class TrajQuery:
         review = f.get("review")
         if review in ("accept", "reject"):
             add(_in_reviews("decision = ?"), review)
-        elif review == "labelled":
-            add(_in_reviews("coalesce(len(labels), 0) > 0"))
+        elif review == "labelled":  # labels and no decision
+            add(_in_reviews("decision IS NULL AND coalesce(len(labels), 0) > 0"))
         elif review == "reviewed":
             add(_in_reviews(REVIEWED))
         elif review == NONE:
@@ -171,22 +199,22 @@ class TrajQuery:
     def order(self, reverse: bool = False) -> str:
         desc = self.desc != reverse
         return f"{SORTS[self.sort]} {'DESC' if desc else 'ASC'} NULLS {'FIRST' if reverse else 'LAST'}, " + (
-            f"traj_id {'DESC' if reverse else 'ASC'}"
+            f"pos {'DESC' if reverse else 'ASC'}"
         )
 
     def beyond(self, row: dict[str, Any], before: bool) -> tuple[str, list[Any]]:
         """The condition of the rows after ``row`` in this order (before it with ``before``): the sort
-        column (nulls last), then the id."""
-        col, value, tid = SORTS[self.sort], row[SORTS[self.sort]], row["traj_id"]
+        column (nulls last), then ``pos``."""
+        col, value, pos = SORTS[self.sort], row[SORTS[self.sort]], row["pos"]
         later = "<" if self.desc else ">"
         earlier = ">" if self.desc else "<"
         if value is None:
             if before:
-                return f"({col} IS NOT NULL OR traj_id < ?)", [tid]
-            return f"({col} IS NULL AND traj_id > ?)", [tid]
+                return f"({col} IS NOT NULL OR pos < ?)", [pos]
+            return f"({col} IS NULL AND pos > ?)", [pos]
         if before:
-            return f"({col} IS NOT NULL AND ({col} {earlier} ? OR ({col} = ? AND traj_id < ?)))", [value, value, tid]
-        return f"({col} IS NULL OR {col} {later} ? OR ({col} = ? AND traj_id > ?))", [value, value, tid]
+            return f"({col} IS NOT NULL AND ({col} {earlier} ? OR ({col} = ? AND pos < ?)))", [value, value, pos]
+        return f"({col} IS NULL OR {col} {later} ? OR ({col} = ? AND pos > ?))", [value, value, pos]
 
 
 def condition(db: RunDB, q: TrajQuery) -> tuple[str, list[Any]]:
@@ -226,47 +254,65 @@ def list_page(db: RunDB, q: TrajQuery) -> dict[str, Any]:
 
 def _counts(db: RunDB, table: str, where: str, params: list[Any]) -> dict[str, dict[str, int]]:
     """Among the matching rows, how many have each value of each filter (a row with several tools, reject
-    reasons or labels counts once for each): one scan grouped by every filter's value at once (a few
-    thousand groups, summed each way here), and one scan for each list column."""
-    keys = {
-        "status": "status",
-        "verdict": "verdict",
-        "reason_code": "reason_code",
-        "model": "model",
-        "stage": "stage",
-        "extension": "parent_id IS NOT NULL",
-        "rejected": "rejects IS NOT NULL",
-        "decision": "rv.decision",
-        "reviewer": "rv.reviewer",
-        "reviewed": "rv.target_id IS NOT NULL",
-    }
-    groups = db.rows(
-        f'SELECT {", ".join(f"{e} AS {k}" for k, e in keys.items())}, count(*) AS n FROM "{table}" '
+    reasons or labels counts once for each): one scan grouped by the rows' ``facet`` (every ENUM filter's
+    value in one integer; a few thousand groups, summed each way here) and, when the run has trajectory
+    reviews, their review state; then one scan for each list column."""
+    reviews = bool(db.rows(f"SELECT 1 FROM \"{LATEST}\" WHERE target_kind = 'trajectory' AND {REVIEWED} LIMIT 1"))
+    join = (
         f"LEFT JOIN (SELECT target_id, decision, reviewer FROM \"{LATEST}\" WHERE target_kind = 'trajectory' "
-        f"AND {REVIEWED}) rv ON rv.target_id = traj_id WHERE {where} GROUP BY ALL",
+        f"AND {REVIEWED}) rv ON rv.target_id = traj_id"
+    )
+    review = ", rv.decision, rv.reviewer, rv.target_id IS NOT NULL AS reviewed" if reviews else ""
+    groups = db.rows(
+        f'SELECT facet{review}, count(*) AS n FROM "{table}" {join if reviews else ""} WHERE {where} GROUP BY ALL',
         params,
     )
+    found = choices(db)
+    values = {"status": S.TRAJ_STATUS, "verdict": S.VERDICTS, "reason_code": S.REASON_CODES}
+    values.update(model=found["model"], stage=found["stage"])  # each ENUM's values, in its order
     out: dict[str, dict[str, int]] = {k: {} for k, _ in FILTERS}
     for g in groups:
-        g["extension"] = "yes" if g["extension"] else "no"
-        g["review"] = (g["decision"] or "labelled") if g["reviewed"] else NONE
-        for name in NULLABLE[:2]:
-            g[name] = g[name] or NONE
+        g.update(_decode(g["facet"], values))
+        g["review"] = (g["decision"] or "labelled") if g.get("reviewed") else NONE
         for name in ("status", "verdict", "reason_code", "model", "stage", "extension", "review", "reviewer"):
-            if g[name] is not None:
+            if g.get(name) is not None:
                 out[name][g[name]] = out[name].get(g[name], 0) + g["n"]
         if not g["rejected"]:
             out["reject"][NONE] = out["reject"].get(NONE, 0) + g["n"]
+    out["review"]["reviewed"] = sum(n for state, n in out["review"].items() if state != NONE)
     lists = [
         ("tool", f'SELECT unnest(tools) AS v FROM "{table}" WHERE {where}'),
         ("reject", f'SELECT unnest(rejects) AS v FROM "{table}" WHERE rejects IS NOT NULL AND {where}'),
     ]
-    if db.labels() and out["review"].keys() - {NONE}:
+    if reviews and db.labels():
         labelled = f'SELECT traj_id FROM "{table}" WHERE {where}'
-        lists.append(("label", f'SELECT unnest(labels) AS v FROM "{LATEST}" WHERE target_id IN ({labelled})'))
+        kind = "target_kind = 'trajectory'"
+        lists.append(
+            ("label", f'SELECT unnest(labels) AS v FROM "{LATEST}" WHERE {kind} AND target_id IN ({labelled})')
+        )
     for name, sql in lists:
         found = db.rows(f"SELECT v, count(*) AS n FROM ({sql}) WHERE v IS NOT NULL GROUP BY 1", params)
         out[name].update({r["v"]: r["n"] for r in found})
+    return out
+
+
+def _facet(sizes: dict[str, int]) -> str:
+    """SQL for a row's ``facet``: the code of each of its ``FACETS`` values (0 for null, an ENUM's index + 1
+    otherwise), then whether it extends another and whether a stage rejected it, in one mixed-radix integer."""
+    code = "((parent_id IS NOT NULL)::BIGINT * 2 + (rejects IS NOT NULL)::BIGINT)"
+    for name in reversed(FACETS):
+        digit = f"coalesce(enum_code({name})::BIGINT + 1, 0)" if sizes[name] else "0"
+        code = f"({digit} + {sizes[name] + 1} * {code})"
+    return code
+
+
+def _decode(code: int, values: dict[str, Any]) -> dict[str, Any]:
+    """A ``facet`` back to each filter's value (``none`` for a null verdict or reason code)."""
+    out: dict[str, Any] = {}
+    for name in FACETS:
+        code, digit = divmod(code, len(values[name]) + 1)
+        out[name] = values[name][digit - 1] if digit else (NONE if name in NULLABLE else None)
+    out["extension"], out["rejected"] = ("yes" if code // 2 else "no"), bool(code % 2)
     return out
 
 
@@ -317,24 +363,23 @@ def row_of(db: RunDB, traj_id: str) -> dict[str, Any] | None:
     return found[0] if found else None
 
 
-def step(db: RunDB, q: TrajQuery, at: dict[str, Any] | None, go: str) -> str | None:
-    """The id of the matching row to show: ``go`` is ``next`` or ``prev`` (the row after or before ``at``,
-    reviewed or not) or ``todo`` (the first unreviewed row after ``at``, from the start when there is none
-    after it or no ``at``). None: no such row."""
+def walk(db: RunDB, q: TrajQuery, at: dict[str, Any] | None, go: str) -> tuple[str | None, dict[str, int]]:
+    """The id of the matching row the flow shows next, and the list's progress (rows matching, and
+    reviewed of them). ``go``: ``next`` or ``prev`` (the row after or before ``at``, reviewed or not; the
+    first row without ``at``), ``todo`` (the first unreviewed row after ``at``, from the top when there
+    is none after it or no ``at``). The id is None when there is no such row."""
     table = list_table(db)
     where, params = condition(db, q)
     if go == "todo":
         where += f" AND NOT {_in_reviews(REVIEWED)}"
-        if at is not None:
-            after, more = q.beyond(at, before=False)
-            found = _first(db, table, f"{where} AND {after}", [*params, *more], q.order())
-            if found is not None:
-                return found
-        return _first(db, table, where, params, q.order())
-    if at is None:
-        return _first(db, table, where, params, q.order())
-    beyond, more = q.beyond(at, before=go == "prev")
-    return _first(db, table, f"{where} AND {beyond}", [*params, *more], q.order(reverse=go == "prev"))
+    order = q.order(reverse=go == "prev")
+    target = None
+    if at is not None:
+        beyond, more = q.beyond(at, before=go == "prev")
+        target = _first(db, table, f"{where} AND {beyond}", [*params, *more], order)
+    if at is None or (target is None and go == "todo"):
+        target = _first(db, table, where, params, order)
+    return target, progress(db, q)
 
 
 def _first(db: RunDB, table: str, where: str, params: list[Any], order: str) -> str | None:
@@ -351,10 +396,3 @@ def progress(db: RunDB, q: TrajQuery) -> dict[str, int]:
         params,
     )[0]
     return {"total": row["total"], "reviewed": row["reviewed"]}
-
-
-def matching_ids(db: RunDB, q: TrajQuery) -> list[str]:
-    """Every matching trajectory's id, in the list's order (a bulk decision's targets)."""
-    where, params = condition(db, q)
-    table = db.query(f'SELECT traj_id FROM "{list_table(db)}" WHERE {where} ORDER BY {q.order()}', params)
-    return table.column("traj_id").to_pylist()

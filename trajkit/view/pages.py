@@ -12,7 +12,7 @@ from typing import Any
 from trajkit.accepted import accepted_where, reviews_where
 from trajkit.view.db import LATEST, RunDB
 from trajkit.view.diff import diff_rows
-from trajkit.view.listing import list_table, review_states
+from trajkit.view.listing import by_task, list_table, review_states
 from trajkit.view.timeline import timeline
 
 PAGE_SIZE = 50
@@ -198,9 +198,8 @@ def task_page(db: RunDB, task_id: str) -> dict[str, Any] | None:
         task["raw_output"] = db.rows("SELECT raw_output FROM tasks WHERE task_id = ?", [task_id])[0]["raw_output"]
     verifier = task.get("verifier") or {}
     light = light_tables(db)
-    trajectories = db.rows(
-        f'SELECT * EXCLUDE (_h, filename, file_row_number) FROM "{light["trajectories"]}" WHERE task_id = ?', [task_id]
-    )
+    ids = [r["traj_id"] for r in by_task(db, task_id)]
+    trajectories = db.keyed(light["trajectories"], "traj_id", ids, "* EXCLUDE (_h, filename, file_row_number, rejects)")
     notes = annotations(db, light, [t["traj_id"] for t in trajectories])
     samples = db.rows(
         f'SELECT * EXCLUDE (_h) FROM "{light["samples"]}" WHERE task_id = ? ORDER BY model, sample_index', [task_id]
@@ -241,15 +240,13 @@ def accepted_in(db: RunDB, table: str, ids: list[str]) -> set[str]:
     cached = db.cached(
         f"accepted_{table}", lambda: f"SELECT {key} FROM {table} WHERE {accepted_where(table, reviews=False)}", key=key
     )
+    staged = {r[key] for r in db.keyed(cached, key, ids, key)}
+    if not staged:
+        return set()
     light = tasks_table(db) if table == "tasks" else list_table(db)
     excluded = [label.name for label in db.labels() if label.excludes]
     human = reviews_where(table, excluded, f'"{LATEST}"')
-    found = db.rows(
-        f'SELECT {key} FROM "{light}" WHERE {key} IN (SELECT {key} FROM "{cached}" WHERE _h IN '
-        f"(SELECT hash(unnest(?::VARCHAR[]))) AND {key} IN (SELECT unnest(?::VARCHAR[]))) AND {human}",
-        [ids, ids],
-    )
-    return {r[key] for r in found}
+    return {r[key] for r in db.keyed(light, key, sorted(staged), key, human)}
 
 
 def light_tables(db: RunDB) -> dict[str, str]:
@@ -289,11 +286,7 @@ def trajectory_page(db: RunDB, traj_id: str) -> dict[str, Any] | None:
     t.update(db.row_at(t.pop("filename"), t.pop("file_row_number"), TRAJECTORY_SHARD_COLUMNS))
     t.update(annotations(db, light, [traj_id])[traj_id])
     samples = db.keyed(light["samples"], "traj_id", [traj_id], "verdict, score, details")
-    siblings = db.rows(
-        f'SELECT traj_id, parent_id, model, rollout_index, status FROM "{light["trajectories"]}" '
-        "WHERE task_id = ? ORDER BY model, rollout_index, traj_id",
-        [t["task_id"]],
-    )
+    siblings = by_task(db, t["task_id"])
     return {
         "t": t,
         "accepted": bool(accepted_in(db, "trajectories", [traj_id])),
