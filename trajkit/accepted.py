@@ -271,18 +271,22 @@ def undo_batch(
     store: Store, batch_id: str, reviewer: str | None = None, con: Any = None
 ) -> tuple[str | None, int, int]:
     """Put each row of a batch back as it was before it, by appending a batch of reviews (the table stays
-    append-only); a row reviewed again since the batch keeps that later review. Returns the new batch's
-    id (None when nothing was restored), the rows restored and the rows left as they are. ``con``: a
-    DuckDB connection whose ``reviews`` view holds the run's reviews (default: the run's views)."""
+    append-only). A row whose state has changed since (reviewed again to another decision, labels or
+    note) keeps it; one whose later reviews left it as the batch did (a later batch undone) is restored,
+    so batches undo one after another. Returns the new batch's id (None when nothing was restored), the
+    rows restored and the rows left as they are. ``con``: a DuckDB connection whose ``reviews`` view holds
+    the run's reviews (default: the run's views)."""
     own = con is None
     con = store.duckdb() if own else con
     try:
         rows = con.sql(
-            "WITH b AS (SELECT target_kind, target_id, reviewed_at AS b_at, review_id AS b_id FROM reviews "
-            "WHERE batch_id = ?), h AS (SELECT * FROM reviews JOIN b USING (target_kind, target_id)), "
+            "WITH b AS (SELECT target_kind, target_id, reviewed_at AS b_at, review_id AS b_id, decision AS b_decision, "
+            "labels AS b_labels, note AS b_note FROM reviews WHERE batch_id = ?), "
+            "h AS (SELECT * FROM reviews JOIN b USING (target_kind, target_id)), "
             f"cur AS (SELECT * FROM h QUALIFY {_LATEST}), prev AS (SELECT * FROM h "
             f"WHERE reviewed_at < b_at OR (reviewed_at = b_at AND review_id < b_id) QUALIFY {_LATEST}) "
-            "SELECT target_id, target_kind, cur.review_id = cur.b_id AS current, prev.decision, prev.labels, "
+            "SELECT target_id, target_kind, cur.decision IS NOT DISTINCT FROM cur.b_decision AND cur.labels IS NOT "
+            "DISTINCT FROM cur.b_labels AND cur.note IS NOT DISTINCT FROM cur.b_note AS current, prev.decision, prev.labels, "
             "prev.note FROM cur LEFT JOIN prev USING (target_kind, target_id)",
             params=[batch_id],
         ).to_arrow_table()

@@ -422,9 +422,19 @@ def test_every_route_is_a_get_without_user_sql_or_a_post_behind_the_token(client
     csrf, here = _csrf(client.get("/sql").text), str(client.base_url)
     tid = _sql(run_copy, "SELECT task_id FROM tasks LIMIT 1")[0]["task_id"]
     sneaky = {"q": f"COPY (SELECT 1) TO '{run_copy}/x.csv'", "target_kind": "task", "target_id": tid}
-    sneaky["decision"] = "reject"
+    trid = _sql(run_copy, "SELECT traj_id FROM trajectories LIMIT 1")[0]["traj_id"]
+    batch = content_id("a batch")  # the forms of the flow, a bulk decision and an undo, as a page would post them
+    sneaky.update(
+        decision="reject",
+        traj_id=trid,
+        action="reject",
+        expected=_sql(run_copy, "SELECT count(*) AS n FROM trajectories")[0]["n"],
+        batch=batch,
+    )
     routes = _every_route(app, run_copy)
-    assert {"/sql", "/sql.csv", "/review", f"/tasks/{tid}"} <= {p for p, _ in routes}
+    assert {"/sql", "/sql.csv", "/review", f"/tasks/{tid}", "/flow/decide", "/bulk", "/bulk/undo"} <= {
+        p for p, _ in routes
+    }
     for path, methods in routes:
         assert methods <= {"GET", "HEAD"} or methods == {"POST"}, path  # a route is a page or an action
         assert client.get(path, params={**sneaky, "csrf": csrf}).status_code in (200, 400, 404, 405), path

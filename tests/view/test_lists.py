@@ -69,7 +69,7 @@ LATEST = (
 )
 
 
-def _truth(run: Path, condition: str, order: str = "task_id, traj_id") -> list[str]:
+def _truth(run: Path, condition: str, order: str = listing.TASK_ORDER) -> list[str]:
     shards = ", ".join(f"'{p}'" for p in Store(run).shards("trajectories"))
     rows = _sql(
         run,
@@ -108,9 +108,9 @@ def test_every_filter_value_shows_the_rows_the_views_hold_and_counts_them(client
 
 def test_the_list_sorts_and_clamps_its_page(client, run_copy, monkeypatch):
     monkeypatch.setattr(listing, "PAGE_SIZE", 10)
-    want = _truth(run_copy, "true", "total_s DESC NULLS LAST, task_id, traj_id")  # ties in task order
+    want = _truth(run_copy, "true", f"total_s DESC NULLS LAST, {listing.TASK_ORDER}")  # ties in task order
     assert listed(client, sort="seconds", dir="desc") == want
-    assert listed(client, sort="turns") == _truth(run_copy, "true", "num_turns NULLS LAST, task_id, traj_id")
+    assert listed(client, sort="turns") == _truth(run_copy, "true", f"num_turns NULLS LAST, {listing.TASK_ORDER}")
     last = -(-len(want) // 10)
     html = client.get("/trajectories", params={"page": 999}).text
     assert f"page {last} of {last}" in html and ID.findall(html) == listed(client)[(last - 1) * 10 :]

@@ -17,7 +17,9 @@ from trajkit.store import SHARD_RE
 from trajkit.view.db import LATEST, RunDB
 
 PAGE_SIZE = 50
-SORTS = {  # what the list sorts by; ties (and "task") in the order of task, then trajectory id (``pos``)
+# the list's first order: by task, each trajectory followed by the ones that extend it
+TASK_ORDER = "task_id, coalesce(parent_id, traj_id), parent_id IS NOT NULL, traj_id"
+SORTS = {  # what the list sorts by; ties (and "task") in TASK_ORDER (``pos``)
     "task": "pos",
     "trajectory": "traj_id",
     "model": "model",
@@ -85,7 +87,7 @@ def by_task(db: RunDB, task_id: str) -> list[dict[str, Any]]:
 
 def _list_sql(db: RunDB) -> str:
     """The list table's query: the light columns, the stage that wrote each shard (by its file name), the
-    judge's completeness, the reject reasons, and ``pos``, the row's place in the order of task and id."""
+    judge's completeness, the reject reasons, ``pos`` (its place in ``TASK_ORDER``) and ``facet``."""
     shards = db.shards_of("trajectories")
 
     def found(sql: str) -> list[str]:
@@ -100,7 +102,7 @@ def _list_sql(db: RunDB) -> str:
     sizes = {"status": len(S.TRAJ_STATUS), "verdict": len(S.VERDICTS), "reason_code": len(S.REASON_CODES)}
     sizes.update(model=len(models), stage=len(stages))
     return (
-        f"SELECT *, row_number() OVER (ORDER BY task_id, traj_id)::INTEGER AS pos, {_facet(sizes)} AS facet FROM ("
+        f"SELECT *, row_number() OVER (ORDER BY {TASK_ORDER})::INTEGER AS pos, {_facet(sizes)} AS facet FROM ("
         f"SELECT t.traj_id, t.task_id, t.parent_id, t.rollout_index, TRY_CAST(t.model AS {_enum(models)}) AS model, "
         f"TRY_CAST(t.status AS {_enum(S.TRAJ_STATUS)}) AS status, t.reason, "
         f"TRY_CAST(t.reason_code AS {_enum(S.REASON_CODES)}) AS reason_code, "
