@@ -236,3 +236,26 @@ def test_new_pages_show_model_text_as_text_and_print_no_none(client, run_copy):
     for url in (f"/tasks/{tid}", "/trajectories/h2"):  # rows with most values missing
         text = re.sub(r"<[^>]+>", " ", client.get(url).text)
         assert not re.search(r"\bNone\b", text), url  # a missing value prints as nothing
+
+
+def test_a_run_written_before_reviews_v2_and_trajectories_v4_opens_unchanged(client, run_copy):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from trajkit import schema as S
+
+    store = Store(run_copy)
+    first, second = _truth(run_copy, "true")[:2]
+    add_review(store, first, "trajectory", "accept", "fine", "ann")
+    add_review(store, second, "trajectory", "reject", None, "ann")
+    for table, old, version in (("reviews", ["labels", "batch_id"], b"1"), ("trajectories", ["calls"], b"3")):
+        for path in store.shards(table):  # as the versions before wrote them
+            data = pq.read_table(path).drop_columns(old)
+            if table == "reviews":  # decision was required
+                data = data.cast(pa.schema([f.with_nullable(f.name in ("note",)) for f in data.schema]))
+            pq.write_table(data.replace_schema_metadata({S.VERSION_KEY: version, S.TABLE_KEY: table.encode()}), path)
+    assert listed(client, review="accept") == [first] and listed(client, review="reject") == [second]
+    assert listed(client, review="labelled") == [] and listed(client, review="reviewed") == [first, second]
+    page = client.get(f"/trajectories/{first}").text
+    assert "no per-call timings in this row" in page and "accepted by ann" in re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page))
+    assert client.get("/flow").status_code == 200 and client.get("/tables/reviews").status_code == 200

@@ -9,8 +9,9 @@ reviews (``db.LATEST``), so a decision rebuilds nothing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Self
 
 from trajkit import schema as S
 from trajkit.store import SHARD_RE
@@ -134,23 +135,34 @@ def _in_reviews(condition: str) -> str:
 
 
 @dataclass
-class TrajQuery:
-    """The list's filters, sort and page, from the query string (unknown names are ignored)."""
+class ListQuery:
+    """A list page's filters, sort and page, from the query string (unknown names and sorts are ignored);
+    a subclass names its filters and sorts."""
 
+    FILTERS: ClassVar[tuple[str, ...]] = ()
+    SORTS: ClassVar[Mapping[str, str]] = {}
     filters: dict[str, str] = field(default_factory=dict)
     sort: str = "task"
     desc: bool = False
     page: int = 1
 
     @classmethod
-    def parse(cls, params: Any) -> TrajQuery:
-        filters = {k: params[k] for k, _ in FILTERS if params.get(k)}
-        sort = params.get("sort") if params.get("sort") in SORTS else "task"
+    def parse(cls, params: Mapping[str, str]) -> Self:
+        filters = {k: params[k] for k in cls.FILTERS if params.get(k)}
+        sort = params.get("sort", "task") if params.get("sort") in cls.SORTS else "task"
         try:
             page = max(1, int(params.get("page", "1")))
         except ValueError:
             page = 1
         return cls(filters, sort, params.get("dir") == "desc", page)
+
+
+@dataclass
+class TrajQuery(ListQuery):
+    """The trajectory list's query."""
+
+    FILTERS: ClassVar[tuple[str, ...]] = tuple(name for name, _ in FILTERS)
+    SORTS: ClassVar[Mapping[str, str]] = SORTS
 
     def params(self, **changes: Any) -> dict[str, Any]:
         """The query string of this list (page left out), with ``changes``; for links and forms."""

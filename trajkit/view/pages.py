@@ -4,15 +4,16 @@ columns), returned as plain dicts and lists, never markup."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from trajkit.accepted import accepted_where, reviews_where
 from trajkit.view.db import LATEST, RunDB
 from trajkit.view.diff import diff_rows
-from trajkit.view.listing import by_task, list_table, review_states
+from trajkit.view.listing import ListQuery, by_task, list_table, review_states
 from trajkit.view.timeline import timeline
 
 PAGE_SIZE = 50
@@ -69,23 +70,11 @@ def run_page(db: RunDB) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- tasks
 @dataclass
-class TaskQuery:
-    """The tasks page's filters, sort and page, from the query string (unknown values are ignored)."""
+class TaskQuery(ListQuery):
+    """The tasks page's query."""
 
-    filters: dict[str, str] = field(default_factory=dict)
-    sort: str = "task"
-    desc: bool = False
-    page: int = 1
-
-    @classmethod
-    def parse(cls, params: dict[str, str]) -> TaskQuery:
-        filters = {k: params[k] for k in TASK_FILTERS if params.get(k)}
-        sort = params.get("sort", "task") if params.get("sort") in TASK_SORTS else "task"
-        try:
-            page = max(1, int(params.get("page", "1")))
-        except ValueError:
-            page = 1
-        return cls(filters, sort, params.get("dir") == "desc", page)
+    FILTERS: ClassVar[tuple[str, ...]] = TASK_FILTERS
+    SORTS: ClassVar[Mapping[str, str]] = TASK_SORTS
 
     def by_review(self) -> bool:
         """Whether the tasks are filtered on their review (the latest review of each is joined as ``rv``)."""
