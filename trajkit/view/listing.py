@@ -44,7 +44,13 @@ ENUM_COLUMNS = {
     "tool": "tools",
     "reject": "rejects",
 }
-NULLABLE = ("verdict", "reason_code", "reject")  # their value "none" asks for rows without one
+# the list page's columns
+SHOWN = (
+    "traj_id, task_id, parent_id, model, status, reason_code, verdict, num_turns, num_tool_calls, total_s, tokens, "
+    "completeness, stage, reject_reason"
+)
+NULLABLE = ("verdict", "reason_code", "reject")
+TOOL_BITS = 64  # their value "none" asks for rows without one
 FACETS = ("status", "verdict", "reason_code", "model", "stage")  # the ENUM columns a row's ``facet`` holds
 FILTERS = (  # name, what the page calls it
     ("status", "status"),
@@ -103,7 +109,8 @@ def _list_sql(db: RunDB) -> str:
     sizes = {"status": len(S.TRAJ_STATUS), "verdict": len(S.VERDICTS), "reason_code": len(S.REASON_CODES)}
     sizes.update(model=len(models), stage=len(stages))
     return (
-        f"SELECT *, row_number() OVER (ORDER BY {TASK_ORDER})::INTEGER AS pos, {_facet(sizes)} AS facet FROM ("
+        f"SELECT *, row_number() OVER (ORDER BY {TASK_ORDER})::INTEGER AS pos, {_facet(sizes)} AS facet, "
+        f"{_tool_bits(len(tools))} AS tool_bits FROM ("
         f"SELECT t.traj_id, t.task_id, t.parent_id, t.rollout_index, TRY_CAST(t.model AS {_enum(models)}) AS model, "
         f"TRY_CAST(t.status AS {_enum(S.TRAJ_STATUS)}) AS status, t.reason, "
         f"TRY_CAST(t.reason_code AS {_enum(S.REASON_CODES)}) AS reason_code, "
@@ -187,6 +194,8 @@ class TrajQuery(ListQuery):
                 add(f"{column} IS NULL")
             elif value not in choices.get(name, ()):
                 add("false")
+            elif name == "tool" and len(choices["tool"]) <= TOOL_BITS:
+                add("(tool_bits & ?::UBIGINT) != 0", 1 << choices["tool"].index(value))
             elif name in ("tool", "reject"):
                 add(f"list_contains({column}, ?)", value)
             else:
@@ -211,10 +220,9 @@ class TrajQuery(ListQuery):
         return (" AND ".join(clauses) or "true"), params
 
     def order(self, reverse: bool = False) -> str:
-        desc = self.desc != reverse
-        return f"{SORTS[self.sort]} {'DESC' if desc else 'ASC'} NULLS {'FIRST' if reverse else 'LAST'}, " + (
-            f"pos {'DESC' if reverse else 'ASC'}"
-        )
+        col, desc = SORTS[self.sort], self.desc != reverse
+        first = f"{col} {'DESC' if desc else 'ASC'} NULLS {'FIRST' if reverse else 'LAST'}"
+        return first if col == "pos" else f"{first}, pos {'DESC' if reverse else 'ASC'}"
 
     def beyond(self, row: dict[str, Any], before: bool) -> tuple[str, list[Any]]:
         """The condition of the rows after ``row`` in this order (before it with ``before``): the sort
@@ -245,13 +253,13 @@ def list_page(db: RunDB, q: TrajQuery) -> dict[str, Any]:
     total = sum(counts["status"].values())
     pages = max(1, -(-total // PAGE_SIZE))
     q.page = min(q.page, pages)
-    ids = db.rows(  # the ids alone are sorted (narrow rows), then their columns looked up
-        f'SELECT traj_id FROM "{table}" WHERE {where} ORDER BY {q.order()} LIMIT ? OFFSET ?',
-        [*params, PAGE_SIZE, (q.page - 1) * PAGE_SIZE],
+    skip = (q.page - 1) * PAGE_SIZE
+    if where == "true" and SORTS[q.sort] == "pos":  # every row in task order: pos numbers them, no sort needed
+        where, params, skip = ("pos > ?" if not q.desc else "pos <= ?"), [skip if not q.desc else total - skip], 0
+    rows = db.rows(
+        f'SELECT {SHOWN} FROM "{table}" WHERE {where} ORDER BY {q.order()} LIMIT ? OFFSET ?',
+        [*params, PAGE_SIZE, skip],
     )
-    order = {r["traj_id"]: i for i, r in enumerate(ids)}
-    rows = db.keyed(table, "traj_id", list(order), "* EXCLUDE (_h, filename, file_row_number, rejects)")
-    rows.sort(key=lambda r: order[r["traj_id"]])
     states = review_states(db, "trajectory", [r["traj_id"] for r in rows])
     for r in rows:
         r["review"] = states.get(r["traj_id"])
@@ -308,6 +316,14 @@ def _counts(db: RunDB, table: str, where: str, params: list[Any]) -> dict[str, d
         found = db.rows(f"SELECT v, count(*) AS n FROM ({sql}) WHERE v IS NOT NULL GROUP BY 1", params)
         out[name].update({r["v"]: r["n"] for r in found})
     return out
+
+
+def _tool_bits(tools: int) -> str:
+    """SQL for a row's ``tool_bits``: a bit per tool it called (its ENUM code), when the run has at most 64
+    (a filter on one tool then tests a bit, a few times faster than looking in the list); else null."""
+    if not 0 < tools <= TOOL_BITS:
+        return "NULL::UBIGINT"
+    return "list_aggregate(list_transform(tools, lambda t: (1::UBIGINT << enum_code(t)::INTEGER)), 'bit_or')"
 
 
 def _facet(sizes: dict[str, int]) -> str:
