@@ -108,10 +108,8 @@ def _list_sql(db: RunDB) -> str:
     by_file = ", ".join(f"({_lit(f)}, {_lit(st) if st else 'NULL'})" for f, st in files.items()) or "(NULL, NULL)"
     sizes = {"status": len(S.TRAJ_STATUS), "verdict": len(S.VERDICTS), "reason_code": len(S.REASON_CODES)}
     sizes.update(model=len(models), stage=len(stages))
-    return (
-        f"SELECT *, row_number() OVER (ORDER BY {TASK_ORDER})::INTEGER AS pos, {_facet(sizes)} AS facet, "
-        f"{_tool_bits(len(tools))} AS tool_bits FROM ("
-        f"SELECT t.traj_id, t.task_id, t.parent_id, t.rollout_index, TRY_CAST(t.model AS {_enum(models)}) AS model, "
+    return (  # pos is numbered over the few columns it needs, then joined back (a window over whole rows is slower)
+        f"WITH light AS MATERIALIZED (SELECT t.traj_id, t.task_id, t.parent_id, t.rollout_index, TRY_CAST(t.model AS {_enum(models)}) AS model, "
         f"TRY_CAST(t.status AS {_enum(S.TRAJ_STATUS)}) AS status, t.reason, "
         f"TRY_CAST(t.reason_code AS {_enum(S.REASON_CODES)}) AS reason_code, "
         f"TRY_CAST(t.verdict AS {_enum(S.VERDICTS)}) AS verdict, t.num_turns, t.num_tool_calls, "
@@ -122,7 +120,10 @@ def _list_sql(db: RunDB) -> str:
         f"FROM {shards} t LEFT JOIN (VALUES {by_file}) f(file, stage) ON f.file = t.filename "
         "LEFT JOIN (SELECT traj_id, completeness FROM trajectory_quality) q ON q.traj_id = t.traj_id "
         "LEFT JOIN (SELECT row_id, string_agg(DISTINCT reason, '; ' ORDER BY reason) AS reject_reason "
-        "FROM rejected WHERE table_name = 'trajectories' GROUP BY 1) r ON r.row_id = t.traj_id)"
+        "FROM rejected WHERE table_name = 'trajectories' GROUP BY 1) r ON r.row_id = t.traj_id) "
+        f"SELECT light.*, n.pos, {_facet(sizes)} AS facet, {_tool_bits(len(tools))} AS tool_bits FROM light JOIN "
+        f"(SELECT filename, file_row_number, row_number() OVER (ORDER BY {TASK_ORDER})::INTEGER AS pos FROM light) n "
+        "USING (filename, file_row_number)"
     )
 
 
