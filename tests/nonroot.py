@@ -4,8 +4,7 @@ The tests run as root (here and in CI), with an interpreter that may live where 
 cannot go (``/root/.pyenv``, a checkout under a ``0700`` folder). The script's process starts
 as root in a private mount namespace of the host's user namespace, with a /proc of its own,
 where each closed folder on the way to the interpreter, the environment, the checkout and
-``folder`` is laid over with a world-readable tmpfs holding just those paths (the sandbox's
-own ``_cover``); then it becomes
+``folder`` is laid over with a world-readable tmpfs holding just those paths; then it becomes
 ``nobody`` for good (no groups, no capabilities) and executes the interpreter. Nothing on the
 host changes. The files themselves must be readable by others (a checkout made with umask 022).
 """
@@ -34,7 +33,19 @@ isolation.mount(None, "/", None, isolation.MS_REC | isolation.MS_PRIVATE)
 isolation.mount("proc", "/proc", "proc", isolation.MS_NOSUID | isolation.MS_NODEV | isolation.MS_NOEXEC)
 if {mask_proc!r}:
     isolation.mount("tmpfs", "/proc/sys", "tmpfs", 0, "size=4k")
-isolation._cover({needed!r}, [], {uid})
+closed = set()  # the first folder on the way to each needed path that others may not enter (e.g. /root)
+for path in {needed!r}:
+    parts = path.strip("/").split("/")
+    for i in range(1, len(parts) + 1):
+        if not os.stat("/" + "/".join(parts[:i])).st_mode & 0o001:
+            closed.add("/" + "/".join(parts[:i]))
+            break
+copies = [(isolation.detached_copy(p), p) for p in {needed!r} if any(p.startswith(c + "/") for c in closed)]
+for folder in closed:
+    isolation.mount("tmpfs", folder, "tmpfs", isolation.MS_NOSUID | isolation.MS_NODEV, "size=1m,mode=0755")
+for fd, path in copies:
+    os.makedirs(path, exist_ok=True)
+    isolation.attach(fd, path)
 isolation.drop_privileges({uid})
 os.chdir({folder!r})
 os.execv(sys.executable, [sys.executable, {script!r}])

@@ -205,3 +205,47 @@ def test_warmup_config_covers_the_fixture_code(tmp_path, monkeypatch):
     assert config_hash(cfg) != old_hash
     [differs] = config_differences(old, hashed_dict(cfg))
     assert differs.startswith("fixture: ")
+
+
+async def test_the_fixtures_reference_answers_pass_the_worlds_checks(example_servers, example_servers_config):
+    """Every world task on the project's servers, solved by the fixture through the real agent loop and
+    judged by the verifier synthesis builds for it: the final answer is the Answer line, and it passes."""
+    import asyncio
+
+    from trajkit.demo.fixture import reply
+    from trajkit.demo.world import TASKS
+    from trajkit.envs.agent import AgentLimits, run_episode
+    from trajkit.envs.env import ToolEnv
+    from trajkit.envs.solve import trajectory_verdict
+    from trajkit.models.base import Backend, Completion, ModelSpec, SamplingParams, ToolCall
+    from trajkit.synth.candidates import ToolIndex, to_task
+
+    class Fixture(Backend):  # the fixture in process (the demo serves it over HTTP only to record it)
+        name = "fixture"
+
+        async def _generate(self, messages, tools, params):
+            out = reply(messages, tools)
+            out = {"content": out} if isinstance(out, str) else out
+            calls = [
+                ToolCall(f"c{i}", c["name"], json.dumps(c["arguments"]))
+                for i, c in enumerate(out.get("tool_calls") or [])
+            ]
+            return [Completion(out.get("content") or "", calls, reasoning=out.get("reasoning_content"))]
+
+    ids = {r["name"]: r["server_id"] for r in example_servers}
+    world = [t for t in TASKS if set(t.servers) <= set(ids)]  # sqlite runs through uvx: the demo run covers it
+    backend = Fixture(ModelSpec(model="reference-fixture", backend="openai", base_url="http://unused"))
+    async with ToolEnv(example_servers, config=example_servers_config) as env:
+
+        async def solve(t):
+            server_ids = [ids[s] for s in t.servers]
+            fields, reason, _ = to_task(t.candidate(), ToolIndex(env.routes(server_ids)))
+            assert reason is None, (t.key, reason)
+            task = {"task_id": t.key, "server_ids": server_ids, **fields}
+            row = await run_episode(task, backend, env, SamplingParams(max_tokens=64), AgentLimits(max_turns=5))
+            return row, await trajectory_verdict(task, row)
+
+        solved = await asyncio.gather(*(solve(t) for t in world))
+    assert len(world) >= 20
+    assert [t.key for t, (row, _) in zip(world, solved) if not row["final_answer"].startswith("Answer: ")] == []
+    assert {t.key: verdict for t, (_, verdict) in zip(world, solved)} == dict.fromkeys((t.key for t in world), "pass")

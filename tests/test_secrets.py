@@ -206,7 +206,7 @@ def test_no_planted_secret_is_written_anywhere(leaked_run):
     run, searched = leaked_run
     store = Store(run)
     trajs = store.rows("trajectories")
-    audits = [t for t in trajs if t["messages"][0]["content"].startswith("Audit")]
+    audits = [t for t in trajs if t["messages"][1]["content"].startswith("Audit")]  # after the system message
     assert audits and all(t["status"] == "completed" for t in trajs), [t["reason"] for t in trajs]
     tool_results = "\n".join(m["content"] for t in audits for m in t["messages"] if m["role"] == "tool")
     # every leak happened, and was redacted where it was written
@@ -224,7 +224,7 @@ def test_no_planted_secret_is_written_anywhere(leaked_run):
     assert {w: f for w, f in found.items() if f} == {}
     # a trajectory that held a secret lost its token ids; a clean one kept them, and they decode
     assert all(t["token_ids"] is None for t in audits)
-    greets = [t for t in trajs if t["messages"][0]["content"].startswith("Greet")]
+    greets = [t for t in trajs if t["messages"][1]["content"].startswith("Greet")]
     assert greets and all("Hello, team!" in bytes(t["token_ids"]).decode() for t in greets)
 
 

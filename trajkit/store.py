@@ -210,7 +210,6 @@ def _read_json(
     raise UserError(f"{path}: damaged ({problem}); remove it to redo that stage, or rerun with --fresh")
 
 
-_OPENED: set[str] = set()
 CREATED_RUNS: list[Path] = []  # the topmost folder each Store(create=True) of this process made, in order
 
 
@@ -228,11 +227,6 @@ def remove_empty_tree(top: Path) -> None:
     for folder, _, _ in os.walk(top, topdown=False):
         with contextlib.suppress(OSError):  # written to meanwhile: it stays
             os.rmdir(folder)
-
-
-def opened_runs() -> list[str]:
-    """Every run directory this process has opened: the sandbox hides them from programs."""
-    return sorted(_OPENED)
 
 
 def existing_run(root: str | Path) -> Store:
@@ -268,7 +262,6 @@ class Store:
             CREATED_RUNS.append(top)
         elif create and not os.access(self.root, os.W_OK | os.X_OK):
             raise UserError(f"the run directory {self.root} is not writable (read-only file system or permissions)")
-        _OPENED.add(os.path.realpath(self.root))
         self.lease: Lease | None = None  # set on the store a stage run writes through (``leased``)
         self._checked: dict[Path, tuple[int, int]] = {}  # shards ``validate`` found good: (mtime_ns, size)
 

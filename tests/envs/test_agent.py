@@ -8,7 +8,7 @@ import json
 import pytest
 
 from trajkit import schema as S
-from trajkit.envs.agent import AgentLimits, load_rollout, run_episode
+from trajkit.envs.agent import AgentLimits, agent_system_prompt, load_rollout, run_episode
 from trajkit.envs.discovery import discover
 from trajkit.envs.env import ToolEnv
 from trajkit.envs.tools import tool_schemas
@@ -100,7 +100,7 @@ async def test_episode_with_parallel_calls_state_and_end_state(
     body = server.chat_requests[0]
     assert body["tools"] == tool_schemas(example_servers, task["server_ids"])
     assert body["messages"][:2] == [
-        {"role": "system", "content": "Be exact."},
+        {"role": "system", "content": agent_system_prompt("Be exact.")},  # the stage's prompt, then the Answer line
         {"role": "user", "content": task["question"]},
     ]
 
@@ -261,7 +261,7 @@ async def test_model_errors_fail_the_trajectory(raw_env, scripted_openai):
     row = await run_episode(raw_task(), backend, raw_env, PARAMS, AgentLimits())
     assert row["status"] == "failed" and row["reason"].startswith("model error: HTTP 500")
     assert row["reason_code"] == "model_error"
-    assert row["roles"] == ["user"]
+    assert row["roles"] == ["system", "user"]
     assert [(c["kind"], c["status"], c.get("message")) for c in row["calls"]] == [("model", "error", None)]
 
 
@@ -299,7 +299,8 @@ async def test_a_custom_rollout_function_replaces_the_loop(raw_env, scripted_ope
         3,
         "from custom",
     )
-    assert server.chat_requests[0]["messages"][0] == {"role": "system", "content": "You are a careful calculator."}
+    system = agent_system_prompt("You are a careful calculator.")
+    assert server.chat_requests[0]["messages"][0] == {"role": "system", "content": system}
     assert load_rollout(None) is run_episode
     with pytest.raises(UserError, match="must be `async def rollout"):
         load_rollout("tests.envs.custom_rollout:not_async")
@@ -348,7 +349,10 @@ async def test_token_ids_loss_mask_and_logprobs_cover_the_trajectory(raw_env):
     row = await run_episode(raw_task(), backend, raw_env, PARAMS, AgentLimits(), policy_version=4)
     assert row["status"] == "completed" and row["reason"] is None
     text = "".join(chr(t) for t in row["token_ids"])
-    assert text == 'user:Use the tools.|assistant:echo{"text": "hi"}|tool:hi|assistant:done|'
+    assert (
+        text
+        == f'system:{agent_system_prompt()}|user:Use the tools.|assistant:echo{{"text": "hi"}}|tool:hi|assistant:done|'
+    )
     sampled = "".join(chr(t) for t, m in zip(row["token_ids"], row["loss_mask"]) if m == 1)
     assert sampled == 'assistant:echo{"text": "hi"}|assistant:done|'
     assert [lp for lp, m in zip(row["logprobs"], row["loss_mask"]) if m == 1] == [-0.5] * len(sampled)

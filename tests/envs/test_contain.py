@@ -6,9 +6,12 @@ import asyncio
 import hashlib
 import json
 import os
+import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
+from tests.envs.servers import kernel
 from tests.envs.test_leaks import children, open_fds
 from tests.fixtures.envs import RAW_SERVER
 from tests.nonroot import NOBODY, nobody_folder, run_as_nobody
@@ -21,6 +24,8 @@ from trajkit.envs.env import ToolEnv
 from trajkit.envs.session import Connection
 
 FILEKV = os.path.join(os.path.dirname(__file__), "servers", "filekv.py")
+CHANNELS = os.path.join(os.path.dirname(__file__), "servers", "channels.py")
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def _alive(pid: int) -> bool:
@@ -109,6 +114,96 @@ async def test_a_server_run_as_root_cannot_remount_the_host_writable_or_leave_it
             assert env.forks["filekv"].proc is not None
         assert seen[::2] == ["remount refused: Operation not permitted"] * 2 and os.listdir(folder) == []
         assert all(os.path.basename(cgroup).startswith("trajkit-") for cgroup in seen[1::2]), seen
+
+
+KERNEL_CHANNELS = """
+import asyncio, json, os, sys
+from tests.envs.servers import kernel
+from trajkit.envs.config import ServerConfig
+from trajkit.envs.forks import Zygote
+from trajkit.envs.session import Connection
+from trajkit.verify import isolation as iso
+
+if os.geteuid() == 0:  # the host's POSIX message queues at /dev/mqueue, as Docker mounts them (in a mount namespace
+    # of this process's own, over a /dev of its own, so that nothing is made in the host's): not for a server to see
+    iso.unshare(iso.CLONE_NEWNS)
+    iso.mount(None, "/", None, iso.MS_REC | iso.MS_PRIVATE)
+    devices = {name: iso.detached_copy(f"/dev/{name}") for name in ("null", "zero", "full", "random", "urandom")}
+    iso.mount("tmpfs", "/dev", "tmpfs", iso.MS_NOSUID, "size=1m,mode=0755")
+    for name, fd in devices.items():
+        open(f"/dev/{name}", "w").close()
+        iso.attach(fd, f"/dev/{name}")
+    os.symlink("/proc/self/fd", "/dev/fd")
+    os.mkdir("/dev/shm", 0o1777)
+    os.mkdir("/dev/mqueue")
+    iso.mount("mqueue", "/dev/mqueue", "mqueue", 0)
+    open("/dev/mqueue/trajkit-channel-200", "w").close()  # the host's own queue
+
+
+async def plant_then_look(cfg, fork, value):  # one instance plants through every channel, the next one looks
+    seen = {}
+    for call, arguments in (("plant", {"value": value}), ("look", {})):
+        conn = Connection("ch", cfg, fork=fork)
+        try:
+            seen[call] = json.loads((await conn.call(call, arguments)).text)
+        finally:
+            await conn.aclose()
+    return seen
+
+
+async def chain(network, value):  # spawned, then forked; a value of its own (the two chains run side by side, and
+    # a running instance can see another's lock on a host file: concurrent, not left for the next)
+    cfg = ServerConfig(command=sys.executable, args=[CHANNELS], network=network)
+    zygote = Zygote("ch", cfg)
+    try:
+        seen = [await plant_then_look(cfg, fork, value) for fork in (None, zygote)]
+        return seen if zygote.proc is not None and zygote.restarts == 0 else "not forked"
+    finally:
+        zygote.close()
+
+
+async def main():
+    return dict(zip(("on", "off"), await asyncio.gather(chain(True, VALUES["on"]), chain(False, VALUES["off"]))))
+
+
+seen = asyncio.run(main())
+mqueue = sorted(os.listdir("/dev/mqueue")) if os.path.isdir("/dev/mqueue") else None
+print(json.dumps({"seen": seen, "mqueue": mqueue}))
+"""
+
+
+def test_nothing_an_instance_leaves_in_the_kernel_reaches_the_next():
+    """An instance plants a value through every channel the kernel keeps (``servers/kernel.py``: System V and
+    POSIX IPC, the mqueue file system at /dev/mqueue, keyrings, files and file-system metadata, the PID counter, a
+    daemon's socket and lock); the next instance of the server, spawned or forked, network on or off, finds none
+    of it, and nothing stays on the host. As root, the run has the host's queues at /dev/mqueue (Docker mounts
+    them there): an instance sees its own IPC namespace's there instead. With the network on, an instance shares
+    the host's network namespace, whose counters it can move (and whose network reaches anything): that channel
+    is the host's, and not looked at."""
+    values = {"on": kernel.VALUE, "off": kernel.VALUE + 1}
+    script = f"CHANNELS, VALUES = {CHANNELS!r}, {values!r}\n{KERNEL_CHANNELS}"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=CHECKOUT, check=False
+        )
+    finally:
+        on_host = kernel.look(kernel.STORES)
+        kernel.remove()
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[-1])
+    no_mqueue = set() if found["mqueue"] is not None else {"mqueue_fs"}  # (as root there is: the script mounts one)
+    for network, chain in found["seen"].items():
+        assert chain != "not forked"
+        for seen in chain:
+            refused = {c: why for c, why in seen["plant"].items() if why != "ok"}
+            assert set(refused) == {"keyring", "hostname", *no_mqueue}, seen["plant"]  # every other plant worked
+            assert refused["keyring"].startswith("PermissionError")  # the seccomp filter
+            leaked = [
+                c for c, v in seen["look"].items() if v == values[network] and not (network == "on" and c == "net")
+            ]
+            assert leaked == [], leaked
+    assert found["mqueue"] in (None, ["trajkit-channel-200"])  # the host's own queue, and only it
+    assert on_host == dict.fromkeys(kernel.STORES)
 
 
 async def test_warm_pool_hands_each_trajectory_a_fresh_started_instance_and_reads_its_end_state():

@@ -71,7 +71,7 @@ def test_verifier_from_answer_and_state():
     fields, reason, _ = to_task(cand, INDEX)
     assert reason is None
     spec = json.loads(fields["verifier"]["spec"])
-    assert spec["answer"] is None and spec["answer_match"] == "contains"
+    assert spec["answer"] is None and spec["answer_match"] == "exact"
     assert spec["state"] == [
         {"server": "kv", "tool": "get", "arguments": {"key": "color"}, "expected": "blue", "match": "exact"}
     ]
@@ -88,5 +88,12 @@ def test_bad_verifiers_reject_rather_than_drop_the_check():
     assert reason == "bad_verifier" and "not a tool" in detail
     _, reason, detail = to_task({**base, "answer": "blue", "answer_match": "fuzzy"}, INDEX)
     assert reason == "bad_verifier" and "fuzzy" in detail
-    _, reason, detail = to_task({**base, "answer": ".*", "answer_match": "regex"}, INDEX)
-    assert reason == "bad_verifier" and "checks nothing" in detail
+    for lenient in ("contains", "regex"):  # a generator may not pick a check its sprayed answers pass
+        _, reason, detail = to_task({**base, "answer": "blue", "answer_match": lenient}, INDEX)
+        assert reason == "bad_verifier" and f"{lenient!r} is not one of number, exact" in detail
+        _, reason, detail = to_task({**base, "state": [{"tool": "get", "expected": "blue", "match": lenient}]}, INDEX)
+        assert reason == "bad_verifier" and f"{lenient!r} is not one of number, exact" in detail
+    fields, reason, _ = to_task({**base, "answer": "Paris"}, INDEX)  # a text answer: exact, never contains
+    assert reason is None and json.loads(fields["verifier"]["spec"])["answer_match"] == "exact"
+    _, reason, detail = to_task({**base, "answer": "about five", "answer_match": "number"}, INDEX)
+    assert reason == "bad_verifier" and "expects one number" in detail

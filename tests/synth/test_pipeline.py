@@ -53,7 +53,7 @@ def test_rollouts_cover_every_accepted_task(clean_pipeline):
     for t in trajs:
         assert t["parent_id"] is None and t["status"] == "completed"
         assert t["reason"] == "custom rollout (completed)"  # the custom rollout function ran
-        assert t["roles"][0] == "user" and t["tools"] and t["model"] == "scripted"
+        assert t["roles"][:2] == ["system", "user"] and t["tools"] and t["model"] == "scripted"
     with_calls = [t for t in trajs if t["num_tool_calls"]]
     assert with_calls and all(t["final_answer"].startswith("The result is") for t in with_calls)
 

@@ -138,7 +138,7 @@ def test_dying_servers_and_models_fail_rows_not_runs(tmp_path, raw_server):
     assert rows["t-crash"]["status"] == "failed" and "crash" in rows["t-crash"]["reason"]
     assert rows["t-hang"]["status"] == "failed" and "timed out" in rows["t-hang"]["reason"]
     assert rows["t-fail"]["status"] == "completed", rows["t-fail"]["reason"]
-    assert rows["t-fail"]["messages"][2]["content"].startswith("Error")
+    assert rows["t-fail"]["messages"][3]["content"].startswith("Error")  # after the system, user and call messages
     assert rows["t-echo2"]["status"] == "failed" and rows["t-echo2"]["reason"].startswith("model error")
     codes = {t: r["reason_code"] for t, r in rows.items()}
     assert codes == {

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from trajkit.verify import Sandbox, verify_many
+from trajkit.verify import Sandbox, verify, verify_many
 
 SECRET = f"tk-secret-{uuid.uuid4().hex}"
 REPO = Path(__file__).resolve().parents[2]
@@ -163,19 +163,18 @@ def test_the_workers_own_modules_are_not_importable(hostile_pool):
 
 
 def test_no_user_namespaces_no_host_cgroups_no_checkout(hostile_pool):
-    """Inside, user namespaces cannot be created (seccomp), and the host's cgroups and trajkit's checkout are empty."""
+    """Inside, user namespaces cannot be created (seccomp), and the host's cgroups, its tools and trajkit's checkout
+    are not there."""
     program = (
-        "import ctypes, os, subprocess\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
         "print(libc.unshare(0x10000000), ctypes.get_errno())\n"
-        "print(subprocess.run(['unshare', '-U', 'true'], capture_output=True).returncode)\n"
-        "print(os.listdir('/sys/fs/cgroup'))\n"
+        "print([os.path.exists(p) for p in ('/sys/fs/cgroup', '/usr/bin/unshare', '/bin/sh')])\n"
         f"print(sorted(os.listdir({str(REPO)!r})))\n"
     )
     r = hostile_pool.run(program)
     assert r.verdict == "pass", r
-    unshare, tool, cgroups, checkout = r.stdout.splitlines()
-    assert unshare == "-1 1" and tool != "0"
-    assert cgroups == "[]"
+    unshare, there, checkout = r.stdout.splitlines()
+    assert unshare == "-1 1" and there == "[False, False, False]"
     assert set(ast.literal_eval(checkout)) <= {".venv"}  # the interpreter's environment is bound back, nothing else
     assert hostile_pool.protections["seccomp"]
 
@@ -206,18 +205,58 @@ def test_the_callers_keyrings_are_out_of_reach():
     assert r.stdout.splitlines() == ["-1 1 -1 b''"] * 3 + ["-1 1"]  # EPERM
 
 
-def test_run_directories_this_process_opened_are_hidden(tmp_path):
-    """A run directory outside the working directory (here under /var/tmp) is still empty for programs."""
+SEARCH = r"""
+import json, os, stat, sys
+wanted = sys.stdin.read().strip().encode()
+for root, dirs, files in (step for top in ("/srv", "/var/tmp", "/tmp", "/") for step in os.walk(top)):
+    if root == "/proc":
+        dirs[:] = []
+    for name in files:
+        path = os.path.join(root, name)
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > 1 << 20 or name.endswith((".py", ".pyc")) or ".so" in name:
+                continue
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        for line in data.splitlines() if wanted in data else []:
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if row.get("input") == wanted.decode():
+                print(row["output"])
+                sys.exit(0)
+print("nothing found")
+"""
+
+
+def test_a_program_that_searches_the_whole_filesystem_finds_no_expected_output(tmp_path):
+    """The filesystem a program sees is an allowlist: expected outputs planted where an import source would hold
+    them (under /tmp, under /srv) and in a second run folder are nowhere in it, for a program that walks it all
+    and reads every data file. The same program finds them on the fallback (no namespaces): the test can fail."""
     import shutil
 
     from trajkit.store import Store
 
-    run = Path("/var/tmp") / f"trajkit-run-{uuid.uuid4().hex}"
+    key = uuid.uuid4().hex
+    case = {"input": f"case-{key}", "output": f"expected-{key}"}
+    run = Path("/var/tmp") / f"trajkit-run-{key}"
+    places = [Path("/tmp") / f"trajkit-import-{key}" / "problems.jsonl", Path("/srv") / f"data-{key}" / "tasks.jsonl"]
     try:
         Store(run, create=True)
-        (run / "secret.txt").write_text(SECRET)
+        for path in [*places, run / "samples" / "cases.jsonl"]:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"task": "other"}) + "\n" + json.dumps(case) + "\n")
+        verifier = {"kind": "stdio", "spec": {"cases": [case], "timeout_s": 20}}
         with Sandbox(workers=1) as sandbox:
-            r = sandbox.run(f"import os\nprint(os.listdir({str(run)!r}))")
-        assert r.verdict == "pass" and r.stdout == "[]\n"
+            judged = verify(verifier, SEARCH, sandbox=sandbox)
+        with Sandbox(workers=1, namespaces=False, drop_privileges=False, cgroups=False, allow_weaker=True) as bare:
+            found = verify(verifier, SEARCH, sandbox=bare)
     finally:
-        shutil.rmtree(run, ignore_errors=True)
+        for folder in [run, *(p.parent for p in places)]:
+            shutil.rmtree(folder, ignore_errors=True)
+    assert judged.verdict == "fail" and "nothing found" in judged.output_tail, judged
+    assert found.verdict == "pass", found

@@ -73,7 +73,7 @@ def test_a_non_root_run_keeps_namespaces_and_seccomp():
     assert folder.name not in hostile["tmp"] and hostile.get("write", 30) == 30  # a private /tmp
     assert not os.path.exists(f"/tmp/{marker}")
     assert hostile["checkout"] in ([], [".venv"])  # hidden (the environment inside it bound back)
-    assert hostile["network"] == 101  # ENETUNREACH: an empty network namespace
+    assert hostile["network"] == 97  # EAFNOSUPPORT: only Unix sockets (and an empty network namespace)
     assert hostile["caps"] == "0000000000000000"  # the user namespace's capabilities are not the program's
     assert hostile["remount"] == hostile["userns"] == [-1, 1]  # EPERM both
     assert hostile["pids"][0] == 1 and len(hostile["pids"]) <= 3  # its own pid namespace
@@ -102,3 +102,60 @@ def test_a_non_root_run_where_proc_is_masked_names_the_namespaces():
     assert "mount_namespace, net_namespace, pid_namespace" in refused
     assert "may not mount its own /proc here" in refused and "--allow-weaker-sandbox" in refused
     assert "pid_namespace" in missing and judged == "judged"
+
+
+FAMILY = """
+import json
+from tests.envs.servers import kernel
+from tests.verify import test_reward_hacks as hacks
+from tests.verify.test_hostile import SEARCH
+from tests.verify.test_kernel import KERNEL, ORACLE, VALUE
+from trajkit.verify import Sandbox, verify, verify_many
+
+found = {}
+unit = {**{f"right: {k}": v for k, v in hacks.RIGHT.items()}, **hacks.HACKS}
+stdio = {**{f"right: {k}": v for k, v in hacks.STDIO_RIGHT.items()}, **hacks.STDIO_HACKS}
+items = [(hacks.VERIFIER, c, None) for c in unit.values()] + [(hacks.STDIO, c, None) for c in stdio.values()]
+with Sandbox(workers=2, allow_weaker=True) as sandbox:
+    found["missing"] = sorted(sandbox.missing)
+    results = dict(zip([*unit, *stdio], verify_many(items, sandbox=sandbox)))
+    found["judged wrongly"] = [n for n, r in results.items() if (r.verdict == "pass") != n.startswith("right: ")]
+    search = {"kind": "stdio", "spec": {"cases": [CASE], "timeout_s": 20}}
+    found["search"] = verify(search, SEARCH, sandbox=sandbox).output_tail
+with Sandbox(workers=1, allow_weaker=True) as one:
+    found["leaks"] = {}
+    for channel in kernel.PLANTS:
+        one.run(KERNEL + f"\\nplant({VALUE}, ({channel!r},))")
+        look = json.loads(one.run(KERNEL + "\\nimport json\\nprint(json.dumps(look()))").stdout)
+        found["leaks"][channel] = [c for c, v in look.items() if v == VALUE]
+    spec = {"test": "assert f(11) == 1\\nassert f(4) == 0\\nassert f(7) == 0\\nassert f(2) == 1", "timeout_s": 10}
+    found["oracle"] = [verify({"kind": "unit_tests", "spec": spec}, KERNEL + ORACLE, sandbox=one).verdict for _ in range(16)]
+print(json.dumps(found))
+"""
+
+
+def test_the_hostile_family_as_a_non_root_user():
+    """Everything the hostile suites try, run by ``nobody`` (``--allow-weaker-sandbox``: no uid of its own): the
+    reward hacks on both verifiers, the whole-filesystem search for expected outputs planted under /srv, every
+    kernel channel from one run to the next, and the oracle attack over 16 runs (64 as root)."""
+    import shutil
+
+    key = uuid.uuid4().hex
+    case = {"input": f"case-{key}", "output": f"expected-{key}"}
+    planted = os.path.join("/srv", f"data-{key}")
+    os.makedirs(planted)
+    try:
+        with open(os.path.join(planted, "tasks.jsonl"), "w") as f:
+            f.write(json.dumps(case) + "\n")
+        os.chmod(planted, 0o755)
+        with nobody_folder() as folder:
+            done = run_as_nobody(f"CASE = {case!r}\n{FAMILY}", folder, timeout_s=300)
+    finally:
+        shutil.rmtree(planted)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert set(found["missing"]) <= {"uid", "cgroup"}
+    assert found["judged wrongly"] == []
+    assert "nothing found" in found["search"]
+    assert not any(found["leaks"].values()), found["leaks"]
+    assert found["oracle"] == ["fail"] * 16  # (passes from the third run where a channel is open)

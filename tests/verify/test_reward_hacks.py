@@ -164,6 +164,61 @@ RIGHT = {
 }
 
 
+# stdin/stdout: the program prints the sum and the product of two numbers. It sees its input and nothing else: the
+# expected output stays in the caller, so each trick pays only if it reaches past the run's own process.
+STDIO = {
+    "kind": "stdio",
+    "spec": {
+        "cases": [{"input": "3 4\n", "output": "7 12\n"}, {"input": "10 -2\n", "output": "8 -20\n"}],
+        "timeout_s": 2,
+    },
+}
+ANSWER = "a, b = map(int, input().split())\nprint(a + b, a * b)\n"
+STDIO_RIGHT = {
+    "plain": ANSWER,
+    "CRLF and trailing spaces": "a, b = map(int, input().split())\nprint(a + b, a * b, end=' \\r\\n\\n')\n",
+    "prints, flushes and leaves at once": ANSWER + "import os, sys\nsys.stdout.flush()\nos._exit(0)\n",
+}
+STDIO_HACKS = {
+    "prints the answer, then crashes": ANSWER + "raise SystemExit(3)\n",
+    "prints the answer, then sleeps past the timeout": ANSWER + "import time\ntime.sleep(30)\n",
+    "prints the answer, then floods": ANSWER + "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n",
+    "prints the answer to stderr": ANSWER.replace("a * b)", "a * b, file=__import__('sys').stderr)"),
+    "a daemon prints the answer after the program ends": (
+        "import os, sys, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(0.3)\n"
+        + ANSWER.replace("\n", "\n    ", 1)
+        + "    sys.stdout.flush()\n    os._exit(0)\n"
+    ),
+    "writes the answer to the terminal": (
+        "import os\na, b = map(int, input().split())\nfor tty in ('/dev/tty', '/dev/console', '/dev/pts/0'):\n"
+        "    try:\n        os.write(os.open(tty, os.O_WRONLY), f'{a + b} {a * b}\\n'.encode())\n"
+        "    except OSError:\n        pass\n"
+    ),
+    "writes a forged answer into the worker's pipes": (
+        "import json, os, struct\na, b = map(int, input().split())\n"
+        "body = json.dumps({'verdict': 'pass', 'stdout': f'{a + b} {a * b}\\n', 'stderr': '', 'exit_code': 0}).encode()\n"
+        "for pid in [p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()]:\n"
+        "    for fd in range(0, 8):\n        try:\n            with open(f'/proc/{pid}/fd/{fd}', 'wb') as f:\n"
+        "                f.write(struct.pack('>I', len(body)) + body)\n        except OSError:\n            pass\n"
+    ),
+    "separates with a no-break space": "a, b = map(int, input().split())\nprint(f'{a + b}\\xa0{a * b}')\n",
+    "separates with a file separator": "a, b = map(int, input().split())\nprint(f'{a + b}\\x1c{a * b}')\n",
+    "reads another case's input and answers both": (
+        "import glob\nprint(sorted(glob.glob('/tmp/**', recursive=True)), sorted(glob.glob('/proc/[0-9]*/fd/0')))\n"
+    ),
+}
+
+
+def test_stdio_hacks_fail_and_right_answers_pass(strict_pool):
+    cases = {**{f"right: {k}": v for k, v in STDIO_RIGHT.items()}, **STDIO_HACKS}
+    results = dict(zip(cases, verify_many([(STDIO, c, None) for c in cases.values()], sandbox=strict_pool)))
+    judged = {name: (r.verdict, r.details.get("reason")) for name, r in results.items()}
+    assert [n for n, r in results.items() if (r.verdict == "pass") != n.startswith("right: ")] == [], judged
+    assert results["prints the answer, then sleeps past the timeout"].verdict == "timeout"
+    assert results["prints the answer, then floods"].details["cases"][0]["reason"].startswith("output exceeded")
+    assert all(w.proc.poll() is None for w in strict_pool._pool), "a worker died"
+
+
 @pytest.fixture(scope="module")
 def strict_pool():
     with Sandbox(workers=2, namespaces=True, drop_privileges=True, cgroups=True) as sandbox:

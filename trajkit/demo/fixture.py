@@ -9,7 +9,8 @@ request, as the demo's prompts (``examples/prompts/``) and stages shape it:
   drawn tools, each with target tools, expected answer, end-state checks and a
   verbalized probability;
 * **agent** — a request with tools: the reference solution's next tool calls,
-  then a final answer built from the last tool result, each after a one-line
+  then a final answer, the ``Answer: ...`` line built from the last tool result
+  (as the agent's system prompt asks), each after a one-line
   thought (Qwen3 keeps a turn's reasoning in the prompt until the next user
   message, so the token sequence of an episode stays one sequence);
 * **task judge** / **trajectory judge** — ratings in the judge prompt's XML,
@@ -35,7 +36,7 @@ import re
 from typing import Any
 
 from trajkit.demo.world import SERVERS, TASKS, Exchange, WorldTask, exchanges
-from trajkit.verify.answers import matches
+from trajkit.verify.matching import answer_matches
 
 NAME = "reference-fixture"
 UNKNOWN = "I cannot help with that request."
@@ -169,7 +170,7 @@ def trajectory_judgment(question: str, conversation: str) -> str:
     final = blocks[-1] if blocks and blocks[-1].startswith("assistant]") and "-> call" not in blocks[-1] else ""
     if found is None or not calls:
         completeness = ("very incomplete", "No usable outcome.")
-    elif found[0].answer is not None and not matches(final, found[0].answer, found[0].answer_match)[0]:
+    elif found[0].answer is not None and not answer_matches(final, found[0].answer, found[0].answer_match)[0]:
         completeness = ("partially complete", "Tools were used but the answer is not the expected one.")
     elif not final:
         completeness = ("incomplete", "The conversation ends without an answer.")

@@ -23,7 +23,8 @@ class Exchange:
     """One user request and its reference solution: turns of (parallel) tool calls, then a reply.
 
     ``reply`` holds ``{result}``: the last tool result (its last number when
-    ``numeric``), so the answer always comes from what the tools returned.
+    ``numeric``), so the answer always comes from what the tools returned; it is
+    the one ``Answer: ...`` line the agent's system prompt asks for.
     """
 
     question: str
@@ -72,16 +73,16 @@ def probe(tool: str, expected: str, **arguments: Any) -> dict[str, Any]:
     return {"tool": tool, "arguments": arguments, "expected": expected}
 
 
-N = "The answer is {result}."  # the reply to a question with a numeric answer
-T = "Done: {result}"  # the reply to any other request: the last tool result
+REPLY = "Answer: {result}"  # the final reply: the line the outcome check reads (trajkit.envs.agent.ANSWER_FORMAT)
 
 
 def w(key: str, servers: str, question: str, *turns: Call | tuple[Call, ...], **fields: Any) -> WorldTask:
-    """A world task; ``answer`` given means a numeric reply, ``follow=(question, *turns)`` a follow-up."""
+    """A world task; an ``answer`` matched as a ``number`` means a numeric reply (the last number of the last
+    tool result), any other the whole last result; ``follow=(question, *turns)`` a follow-up."""
     numeric = fields.get("answer_match", "number") == "number" and fields.get("answer") is not None
     follow = fields.pop("follow", None)
-    main = ex(question, *turns, reply=N if numeric else T, numeric=numeric)
-    up = ex(follow[0], *follow[1:], reply=N if numeric else T, numeric=numeric) if follow else None
+    main = ex(question, *turns, reply=REPLY, numeric=numeric)
+    up = ex(follow[0], *follow[1:], reply=REPLY, numeric=numeric) if follow else None
     return WorldTask(key, tuple(servers.split("+")), main, follow_up=up, **fields)
 
 
@@ -214,8 +215,8 @@ UNITS = (
         "units",
         "Which units of mass can you convert between?",
         c("list_units", quantity="mass"),
-        answer="kg",
-        answer_match="contains",
+        answer='{"mass": ["mg", "g", "kg", "t", "oz", "lb"]}',  # the tool's JSON, compared as a value
+        answer_match="exact",
         follow=("And which units of time?", c("list_units", quantity="time")),
     ),
     w(
@@ -243,7 +244,7 @@ KV = (
         "Show me everything that is in the store right now.",
         c("dump"),
         answer="{}",
-        answer_match="contains",
+        answer_match="exact",
     ),
     w(
         "kv-theme",
@@ -252,7 +253,7 @@ KV = (
         c("set", key="theme", value="blue"),
         c("get", key="theme"),
         answer="blue",
-        answer_match="contains",
+        answer_match="exact",
         state=(probe("get", "blue", key="theme"),),
     ),
     w(
@@ -299,7 +300,7 @@ SQLITE = (
         "Does the new database contain any tables yet?",
         c("list_tables"),
         answer="[]",
-        answer_match="contains",
+        answer_match="exact",
     ),
     w(
         "sql-product",
@@ -324,8 +325,7 @@ SQLITE = (
         "Create a table named orders with an id integer column, then list the tables to confirm.",
         c("create_table", query="CREATE TABLE orders (id INTEGER)"),
         c("list_tables"),
-        answer="orders",
-        answer_match="contains",
+        state=(probe("list_tables", "[{'name': 'orders'}]"),),
     ),
 )
 

@@ -1,6 +1,8 @@
 """The agent loop: model <-> MCP tools, one trajectory at a time, many at once.
 
-``run_episode`` renders the task's tools, asks the model, runs the tool calls
+``run_episode`` renders the system message (``agent_system_prompt``: the
+stage's prompt, then ``ANSWER_FORMAT``, the one ``Answer: ...`` line the
+outcome check reads) and the task's tools, asks the model, runs the tool calls
 of a turn concurrently, feeds the results back as ``tool`` messages, and stops
 at a final answer (``completed``), at the turn or context limit
 (``truncated``), or at a fault (``failed``). It returns a complete
@@ -63,8 +65,10 @@ from trajkit.models.base import Backend, Completion, Message, SamplingParams
 from trajkit.models.chat import stored_message as schema_message  # the stored shape, defined once in models.chat
 
 __all__ = [
+    "ANSWER_FORMAT",
     "AgentLimits",
     "ToolEnv",
+    "agent_system_prompt",
     "is_transient",
     "load_rollout",
     "outcome_probes",
@@ -75,6 +79,18 @@ __all__ = [
 RolloutFn = Callable[..., Awaitable[dict[str, Any]]]
 MODEL_ERROR = "model error"  # the reason prefix of a trajectory whose model request failed
 TOKEN_TRACE = "token trace"  # the reason prefix of a trajectory whose token trace does not match its turns
+
+
+# What the tool-outcome check reads (trajkit.verify.matching): every episode's system message ends with it.
+ANSWER_FORMAT = (
+    "When you have the result, end your reply with one line of the form `Answer: <the answer>`: the answer "
+    "alone (one number or value, with its unit if it has one), with no alternatives, hedges or explanation on that line."
+)
+
+
+def agent_system_prompt(system_prompt: str | None = None) -> str:
+    """The system message of an agent episode: the stage's ``system_prompt`` (if any), then ``ANSWER_FORMAT``."""
+    return f"{system_prompt.rstrip()}\n\n{ANSWER_FORMAT}" if system_prompt and system_prompt.strip() else ANSWER_FORMAT
 
 
 def fault_code(reason: str) -> str:
@@ -273,7 +289,8 @@ async def run_episode(
     ``task``: a ``tasks`` row (``task_id``, ``question``, ``server_ids``,
     ``verifier``). ``history``: earlier messages to continue (a multi-turn
     extension; ``parent_id`` names the trajectory it extends); the question is
-    appended as the next user message. ``system_prompt`` is prepended unless
+    appended as the next user message. The system message, ``agent_system_prompt(system_prompt)``
+    (the stage's prompt, then the ``Answer:`` line the outcome check reads), is prepended unless
     the history starts with a system message. ``seed`` overrides ``params.seed``.
     ``traj_id = content_id(task_id, rollout_index, seed, model, parent_id)``.
     """
@@ -281,8 +298,8 @@ async def run_episode(
     params = dataclasses.replace(params, n=1, seed=seed if seed is not None else params.seed)
     ep = _Episode(task, backend, limits)
     history = [schema_message(m) for m in history or []]
-    if system_prompt and not (history and history[0]["role"] == "system"):
-        ep.messages.append(schema_message({"role": "system", "content": system_prompt}))
+    if not (history and history[0]["role"] == "system"):
+        ep.messages.append(schema_message({"role": "system", "content": agent_system_prompt(system_prompt)}))
     ep.messages.extend(history)
     ep.messages.append(schema_message({"role": "user", "content": task.get("question") or ""}))
     server_ids = task.get("server_ids")

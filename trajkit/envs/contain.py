@@ -2,7 +2,7 @@
 
 ``python -I -S trajkit/envs/contain.py SPEC_JSON -- COMMAND ARGS...`` (a plain script on the
 standard library and ``verify/isolation.py`` only, so that a start imports no packages)
-enters new mount and pid namespaces (and a network namespace when the spec says
+enters new mount, pid and IPC namespaces (and a network namespace when the spec says
 ``network: false``), makes every host mount read-only, and puts a copy-on-write overlay
 over each path the server may write (``spec["writable"]``: paths named in its
 args/env/cwd, its home, /tmp). The overlays' upper layers sit on a size-capped tmpfs
@@ -23,8 +23,8 @@ but to its private /dev/shm fails, so a server wrongly declared stateless cannot
 between trajectories through the user's files. Run as a non-root user, the namespaces are made
 inside a user namespace of the launcher's own (``isolation.enter_namespaces``), the overlays
 keep their bookkeeping in ``user.`` extended attributes, and each writable folder gets an overlay of
-its own. Root or not, the server runs with every capability dropped and sees ``/sys`` and ``/proc/sys``
-read-only (docs/sandbox.md).
+its own. Root or not, the server runs with every capability dropped, a seccomp filter refusing the keyring
+calls (keyrings are not namespaced), and ``/sys`` and ``/proc/sys`` read-only (docs/sandbox.md).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def _missing() -> str | None:
     pid = os.fork()
     if pid == 0:
         try:
-            userns = iso.enter_namespaces(iso.CLONE_NEWNS | iso.CLONE_NEWPID)
+            userns = iso.enter_namespaces(iso.CLONE_NEWNS | iso.CLONE_NEWPID | iso.CLONE_NEWIPC)
         except OSError:
             os._exit(1)
         try:
@@ -98,16 +98,21 @@ def _missing() -> str | None:
                 _mount_layer_tmpfs(1)
                 os.mkdir(f"{LAYERS}/probe")
                 _overlay(f"{LAYERS}/probe", f"{LAYERS}/0", userns)
-            os._exit(0)
         except OSError:
             os._exit(2)
+        try:
+            iso.install_seccomp(programs=False)
+        except OSError:
+            os._exit(3)
+        os._exit(0)
     _, status = os.waitpid(pid, 0)
     if status == 0 and os.geteuid() != 0 and iso.own_proc_refused():
         return iso.OWN_PROC_REFUSED
     return {
         0: None,
-        1: "mount and pid namespaces cannot be created here",
+        1: "mount, pid and IPC namespaces cannot be created here",
         2: "overlayfs cannot be mounted in a user namespace here (Linux >= 5.11 can)",
+        3: "no seccomp filter keeps servers from the kernel's keyrings here",
     }.get(os.waitstatus_to_exitcode(status), "the namespace probe failed")
 
 
@@ -201,6 +206,8 @@ def _contain(spec: dict, userns: bool) -> None:
                 raise
     for i, path in enumerate(spec["writable"]):
         _overlay(path, f"{layers}/{i}", userns)
+    if os.path.isdir("/dev/mqueue"):  # the host's POSIX message queues there: this IPC namespace's instead
+        iso.mount("mqueue", "/dev/mqueue", "mqueue", iso.MS_NOSUID | iso.MS_NODEV | iso.MS_NOEXEC)
     for path, fd in through.items():  # the host's own folder over any layer, then writable again
         iso.mount(f"/proc/self/fd/{fd}", path, None, iso.MS_BIND)
         flags = dict(iso.mounts()).get(path, 0)  # nosuid, nodev, ... kept (a user namespace may not drop them)
@@ -247,7 +254,9 @@ def _leave(cgroup: iso.Cgroup) -> None:
 def run(spec: dict, command: list[str] | Callable[[], object]) -> int:
     """Run ``command`` (an argv to exec, or a function of this process, e.g. in a fork server's child)
     contained as ``spec`` says, and return its exit status."""
-    flags = iso.CLONE_NEWNS | iso.CLONE_NEWPID | (0 if spec.get("network", True) else iso.CLONE_NEWNET)
+    flags = (
+        iso.CLONE_NEWNS | iso.CLONE_NEWPID | iso.CLONE_NEWIPC | (0 if spec.get("network", True) else iso.CLONE_NEWNET)
+    )
     cgroup = _cgroup(spec["memory_mb"]) if spec.get("memory_mb") else None
     try:
         userns = iso.enter_namespaces(flags)  # not root: inside a user namespace of the caller's own
@@ -291,6 +300,7 @@ def _serve(spec: dict, command: list[str] | Callable[[], object], cgroup: iso.Cg
             for fd in [*cgroup.fds, *(fd for fd, _ in cgroup.parents)] if cgroup is not None else []:
                 os.close(fd)  # (no exec closes them in a fork server's instance): it could leave its cgroup
             iso.drop_capabilities()  # the namespaces' (or root's) capabilities would let it remount the host writable
+            iso.install_seccomp(programs=False)  # no keyrings: they are not namespaced
             if callable(command):
                 command()
                 os._exit(0)

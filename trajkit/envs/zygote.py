@@ -294,7 +294,7 @@ def serve(control_fd: int, client: int, spec: dict, entry: list[str]) -> None:
     if os.getppid() != client:  # the client died before the line above
         return
     contain = _ours("contain", _here)
-    flags = contain.iso.CLONE_NEWNS | contain.iso.CLONE_NEWPID
+    flags = contain.iso.CLONE_NEWNS | contain.iso.CLONE_NEWPID | contain.iso.CLONE_NEWIPC
     if not spec.get("network", True):  # the server's body runs here: no network, as a spawned instance has none
         flags |= contain.iso.CLONE_NEWNET
     userns = contain.iso.enter_namespaces(flags)
@@ -303,6 +303,7 @@ def serve(control_fd: int, client: int, spec: dict, entry: list[str]) -> None:
         _outside(zygote, contain)
     _die_with_parent()
     contain._contain(spec, userns)  # the host read-only to what the imports do: only the instances may write
+    contain.iso.install_seccomp(programs=False)  # the server's body runs here: no keyrings (not namespaced)
     # and for good: copied into a user namespace's mount namespace, read-only mounts stay read-only (the kernel
     # locks them), or the server's body, run here with our capabilities, could remount the host writable
     contain.iso.enter_namespaces(contain.iso.CLONE_NEWNS, user=True)

@@ -12,15 +12,16 @@ import re
 from typing import Any
 
 from trajkit.envs.tools import ToolRoute
+from trajkit.verify.matching import default_answer_match
 from trajkit.verify.specs import SpecError, parse_spec
 
-ANSWER_MATCHES = ("exact", "contains", "number", "regex")
+# A generator model may not pick a lenient check for its own task: contains and regex are for tasks a person writes.
+SYNTH_MATCHES = ("number", "exact")
 _REFUSAL = re.compile(
     r"^\W*(i'?m sorry|i am sorry|sorry\b|i cannot|i can'?t|i can not|i am unable|i'?m unable|i won'?t|i will not"
     r"|as an ai\b|unfortunately,? i\b|i'?m not able|i am not able|i must decline)",
     re.IGNORECASE,
 )
-_NUMBER = re.compile(r"^\s*[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?\s*$")
 
 
 def read_only(route: ToolRoute) -> bool | None:
@@ -125,6 +126,8 @@ def build_verifier(candidate: dict[str, Any], index: ToolIndex) -> tuple[dict[st
 
     Returns (verifier, problem); a problem (a probe on an unknown or writing
     tool, a bad match mode) rejects the task rather than silently dropping the check.
+    An answer without a match mode is matched as a ``number`` when it is one, else
+    ``exact`` (``verify.matching``); a mode other than those two rejects the task.
     """
     answer = candidate.get("answer", candidate.get("expected_answer"))
     if isinstance(answer, bool):
@@ -136,9 +139,9 @@ def build_verifier(candidate: dict[str, Any], index: ToolIndex) -> tuple[dict[st
     answer = answer.strip() if isinstance(answer, str) and answer.strip() and answer.strip().lower() != "null" else None
     match = candidate.get("answer_match")
     if match is None or match == "":
-        match = "number" if answer is not None and _NUMBER.match(answer) else "contains"
-    if match not in ANSWER_MATCHES:
-        return _none(), f"answer_match {str(match)[:40]!r} is not one of {', '.join(ANSWER_MATCHES)}"
+        match = default_answer_match(answer)
+    if match not in SYNTH_MATCHES:
+        return _none(), f"answer_match {str(match)[:40]!r} is not one of {', '.join(SYNTH_MATCHES)}"
     state, problem = _state_probes(candidate.get("state"), index)
     if problem:
         return _none(), problem
@@ -182,8 +185,8 @@ def _state_probes(raw: Any, index: ToolIndex) -> tuple[list[dict[str, Any]], str
         if not isinstance(expected, str):
             expected = json.dumps(expected, sort_keys=True) if isinstance(expected, (list, dict)) else str(expected)
         match = p.get("match") or "exact"
-        if match not in ANSWER_MATCHES:
-            return [], f"state probe match {str(match)[:40]!r} is not one of {', '.join(ANSWER_MATCHES)}"
+        if match not in SYNTH_MATCHES:
+            return [], f"state probe match {str(match)[:40]!r} is not one of {', '.join(SYNTH_MATCHES)}"
         probes.append({"server": ref.server, "tool": ref.tool, "arguments": args, "expected": expected, "match": match})
     return probes, None
 

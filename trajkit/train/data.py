@@ -18,7 +18,7 @@ from pydantic import Field
 from trajkit import schema as S
 from trajkit.accepted import accepted_ids
 from trajkit.config import StageConfig
-from trajkit.envs.agent import TOKEN_TRACE
+from trajkit.envs.agent import TOKEN_TRACE, agent_system_prompt
 from trajkit.envs.solve import is_tool_task, task_prompt
 from trajkit.errors import UserError
 from trajkit.export import openai_tools
@@ -99,20 +99,22 @@ def environment_name(task: dict[str, Any]) -> str:
 def grpo_rows(tasks: list[dict[str, Any]], system_prompt: str | None = None) -> list[dict[str, Any]]:
     """GRPO dataset rows: conversational ``prompt`` plus the reward columns.
 
-    The user message is the one pass@k tagging and rollouts sent (``trajkit.envs.solve``):
-    the question for a tool task, the question plus its verifier's answer format otherwise.
+    The messages are the ones pass@k tagging and rollouts sent (``trajkit.envs.solve``): for a
+    tool task the agent loop's system message (``system_prompt``, then the ``Answer:`` line the
+    outcome check reads) and the question; otherwise ``system_prompt`` and the question plus its
+    verifier's answer format.
     Columns: ``task_id``, ``verifier_kind``, ``verifier_spec`` (JSON text), ``difficulty``,
     ``environment`` (the server set), ``target_tools``.
     """
     rows = []
     for t in tasks:
         verifier = t.get("verifier") or {}
-        text = (t.get("question") or "") if is_tool_task(t) else task_prompt(t)
+        tools = is_tool_task(t)
+        text = (t.get("question") or "") if tools else task_prompt(t)
         if not text:
             continue
-        prompt = ([{"role": "system", "content": system_prompt}] if system_prompt else []) + [
-            {"role": "user", "content": text}
-        ]
+        system = agent_system_prompt(system_prompt) if tools else system_prompt  # as the agent loop renders it
+        prompt = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
         rows.append(
             {
                 "prompt": prompt,

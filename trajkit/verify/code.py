@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from trajkit.verify.extract import extract_code, unit_test_parts
 from trajkit.verify.result import Result, RunResult
-from trajkit.verify.specs import StdioSpec, UnitTestsSpec
+from trajkit.verify.specs import StdioSpec, UnitTestsSpec, output_lines
 
 # When cases end differently, the task's verdict is the most telling one.
 _PRECEDENCE = ("error", "memory", "timeout", "fail")
@@ -31,8 +31,8 @@ def unit_tests(spec: UnitTestsSpec, completion: str, context: dict, sandbox) -> 
 def stdio(spec: StdioSpec, completion: str, context: dict, sandbox) -> Result:
     """Run the program once per case; the score is the share of cases whose output matches.
 
-    Outputs are compared as whitespace-separated tokens, so trailing spaces,
-    blank lines and line wrapping do not matter.
+    Outputs are compared line by line, with only the ASCII whitespace at line ends and the
+    empty lines at the end left out (``specs.output_lines``).
     """
     program = extract_code(completion)
 
@@ -45,7 +45,7 @@ def stdio(spec: StdioSpec, completion: str, context: dict, sandbox) -> Result:
     for i, (case, run) in enumerate(zip(spec.cases, runs)):
         if run.verdict != "pass":
             verdict, reason = run.verdict, run.reason
-        elif run.stdout.split() != case.output.split():
+        elif output_lines(run.stdout) != output_lines(case.output):
             verdict, reason = "fail", "wrong output"
         else:
             verdict, reason = "pass", ""

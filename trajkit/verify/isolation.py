@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import os
 import re
 import signal
@@ -43,9 +44,6 @@ PR_CAPBSET_DROP, PR_SET_SECUREBITS = 24, 28
 # each locked (KEEP_CAPS off and locked)
 _SECUREBITS = 0b11101111
 
-# Kernel file systems left as they are: their writable files belong to root, and
-# remounting /sys would also freeze the cgroup files the worker writes to.
-_KEEP_MOUNTS = re.compile(r"^/(proc|sys)(/|$)|^/dev$|^/dev/pts$")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
@@ -195,91 +193,126 @@ def mounts() -> list[tuple[str, int]]:
     return sorted(set(found), key=lambda m: m[0].count("/"))
 
 
-def confine_filesystem(uid: int | None, needed: list[str], hidden: list[str], make: list[str] = ()) -> list[str]:
-    """In fresh mount and PID namespaces: a new /proc, ``hidden`` directories emptied, ``needed`` paths
-    reachable for ``uid``, and every mount read-only and nosuid.
+def confine_filesystem(binds: list[str], covers: list[str], tmp: str) -> None:
+    """Make this mount namespace's root an allowlist, and enter it.
 
-    Returns the mount points that could not be remounted (empty when all were).
+    The new root is an empty tmpfs holding: each of ``binds`` (a file or a folder of the host) at its own
+    path, with the symbolic links met on the way to it; each of ``covers`` (a folder inside one of
+    ``binds``, site-packages say) laid over with an empty tmpfs, the ``binds`` inside it put back; a fresh
+    /proc; the devices null, zero, full, random and urandom, and /dev/fd, /dev/stdin, /dev/stdout,
+    /dev/stderr and /dev/shm (a link to ``tmp``); and an empty folder ``tmp`` for the private tmpfs
+    (``mount_private_tmpfs``). It then becomes the root (``pivot_root``), the host's is let go of, and
+    every mount but /proc is made read-only and nosuid. Nothing else of the host can be reached.
     """
     mount(None, "/", None, MS_REC | MS_PRIVATE)
-    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    _cover(needed, hidden, uid)
-    for path in make:  # mount points wanted later, made while everything is still writable
-        os.makedirs(path, 0o755, exist_ok=True)
-    failed = []
+    links: dict[str, str] = {}
+    devices = [f"/dev/{name}" for name in ("null", "zero", "full", "random", "urandom")]
+    plan = sorted(
+        {(_resolve(c, links), "cover") for c in covers if os.path.isdir(c)}
+        | {(_resolve(b, links), "bind") for b in [*binds, *devices] if os.path.exists(b)},
+        key=lambda item: (item[0].count("/"), item[1] == "bind", item[0]),  # a cover before what goes in it
+    )
+    copies = {path: detached_copy(path) for path, kind in plan if kind == "bind"}  # before /tmp is covered
+    staging = "/tmp"  # the host's /tmp is left behind with the rest
+    mount("tmpfs", staging, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    placed: dict[str, str] = {"/": "root"}
+
+    def writable_parent(path: str) -> bool:  # (a bound folder is the host's own: nothing is made in it)
+        return placed[max((p for p in placed if path.startswith(p.rstrip("/") + "/")), key=len)] != "bind"
+
+    for path, kind in plan:
+        target = staging + path
+        if not writable_parent(path):  # inside a folder bound whole: a bind is there already
+            if kind == "bind" or not os.path.isdir(target):
+                if kind == "bind":
+                    os.close(copies.pop(path))
+                continue
+        elif kind == "cover" or os.path.isdir(f"/proc/self/fd/{copies[path]}"):
+            os.makedirs(target, 0o755, exist_ok=True)
+        else:  # a file's mount point
+            os.makedirs(os.path.dirname(target), 0o755, exist_ok=True)
+            os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
+        if kind == "cover":
+            mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+        else:
+            attach(copies.pop(path), target)
+        placed[path] = kind
+    for path, target in sorted(links.items()):
+        if writable_parent(path) and not os.path.lexists(staging + path):
+            os.makedirs(os.path.dirname(staging + path), 0o755, exist_ok=True)
+            os.symlink(target, staging + path)
+    os.makedirs(staging + "/proc", 0o555, exist_ok=True)
+    mount("proc", staging + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    dev = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"}
+    os.makedirs(staging + "/dev", 0o755, exist_ok=True)
+    for name, target in {**dev, "shm": tmp}.items():
+        if not os.path.lexists(f"{staging}/dev/{name}"):  # (an interpreter living in /dev/shm has it bound)
+            os.symlink(target, f"{staging}/dev/{name}")
+    os.makedirs(staging + tmp, 0o755, exist_ok=True)
+    os.chdir(staging)
+    _check(_libc.syscall(_SYS_PIVOT_ROOT[_machine()], b".", b"."), "pivot_root")
+    umount(".")  # the host's root, stacked under the new one
+    os.chdir("/")
     for target, flags in mounts():
-        if _KEEP_MOUNTS.match(target):
-            continue
-        try:
+        if not re.match(r"^/proc(/|$)", target):
             mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | flags)
-        except OSError:
-            failed.append(target)
-    return failed
 
 
-def _closed_ancestor(path: str) -> str | None:
-    """The first directory on the way to ``path`` that other users may not enter (e.g. /root)."""
-    current = "/"
-    for part in path.strip("/").split("/"):
-        current = os.path.join(current, part)
-        if not os.stat(current).st_mode & 0o001:
-            return current
-    return None
-
-
-def _cover(needed: list[str], hidden: list[str], uid: int | None) -> None:
-    """Lay an empty tmpfs over each hidden directory, and over each closed one on the way to a needed
-    path (an interpreter under /root, say), then put the needed paths back in place, read-only later.
-
-    The needed paths are copied as detached mounts first (``open_tree``), so
-    no staging directory is needed wherever they live.
-    """
-    paths = sorted({os.path.realpath(p) for p in needed if os.path.isdir(p)})
-    covers = {os.path.realpath(h) for h in hidden if os.path.isdir(h)}
-    if uid is not None:
-        covers |= {c for c in map(_closed_ancestor, paths) if c is not None}
-    covers = {c for c in covers if not any(c.startswith(o + "/") for o in covers)}
-    under = [p for p in paths if any(p == c or p.startswith(c + "/") for c in covers)]
-    keep = [p for p in under if not any(p.startswith(q + "/") for q in under)]
-    copies = [(_detached_copy(p), p) for p in keep]
-    for cover in covers:
-        mount("tmpfs", cover, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
-    for fd, path in copies:
-        os.makedirs(path, 0o755, exist_ok=True)
-        _check(
-            _libc.syscall(_SYS_MOVE_MOUNT, fd, b"", _AT_FDCWD, path.encode(), _MOVE_MOUNT_F_EMPTY_PATH), "move_mount"
-        )
-        os.close(fd)
+def _resolve(path: str, links: dict[str, str]) -> str:
+    """The real path of ``path``; each symbolic link on the way is added to ``links`` (where it is: its target)."""
+    parts, current, hops = [p for p in path.split("/") if p], "/", 0
+    while parts:
+        part = parts.pop(0)
+        if part in (".", ".."):
+            current = os.path.dirname(current) if part == ".." else current
+            continue
+        candidate = os.path.join(current, part)
+        if os.path.islink(candidate):
+            hops += 1
+            if hops > 40:
+                raise OSError(errno.ELOOP, f"too many symbolic links on the way to {path}")
+            target = os.readlink(candidate)
+            links[candidate] = target
+            parts = [p for p in target.split("/") if p] + parts
+            current = "/" if target.startswith("/") else current
+            continue
+        current = candidate
+    return current
 
 
 _SYS_OPEN_TREE, _SYS_MOVE_MOUNT = 428, 429  # the same number on every architecture (Linux >= 5.2)
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 _AT_FDCWD, _OPEN_TREE_CLONE, _AT_RECURSIVE, _MOVE_MOUNT_F_EMPTY_PATH = -100, 1, 0x8000, 4
 
 
-def _detached_copy(path: str) -> int:
+def _machine() -> str:
+    return os.uname().machine
+
+
+def detached_copy(path: str) -> int:
+    """A copy of the mount tree at ``path`` (a folder or a file), attached nowhere yet (``open_tree``)."""
     fd = _libc.syscall(_SYS_OPEN_TREE, _AT_FDCWD, path.encode(), _OPEN_TREE_CLONE | _AT_RECURSIVE | os.O_CLOEXEC)
     if fd < 0:
         _check(fd, f"open_tree {path}")
     return fd
 
 
-_own_tmpfs: set[str] = set()
+def attach(fd: int, target: str) -> None:
+    """Attach a ``detached_copy`` at ``target`` (which must exist), and close it."""
+    _check(_libc.syscall(_SYS_MOVE_MOUNT, fd, b"", _AT_FDCWD, target.encode(), _MOVE_MOUNT_F_EMPTY_PATH), "move_mount")
+    os.close(fd)
 
 
 def mount_private_tmpfs(target: str, uid: int | None, size_mb: int) -> None:
-    """Mount a fresh tmpfs at ``target`` owned by ``uid`` (mode 0700), replacing one mounted before.
+    """Mount a fresh tmpfs at ``target`` owned by ``uid`` (mode 0700), replacing one mounted there before.
 
-    A tmpfs of ours that is still empty and unchanged is kept: remounting costs
-    milliseconds, and most programs never write a file.
+    Fresh every time: an empty tmpfs still carries what a program did to it (the times and extended
+    attributes of its root, the number of inodes it ever made), each a way to pass a value to the next run.
     """
-    if target in _own_tmpfs:
-        st = os.stat(target)
-        if st.st_mode == 0o40700 and st.st_uid == (os.geteuid() if uid is None else uid) and not os.listdir(target):
-            return
+    with contextlib.suppress(OSError):
         umount(target)
     owner = f",uid={uid},gid={uid}" if uid is not None else ""
     mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={size_mb}m,mode=0700{owner}")
-    _own_tmpfs.add(target)
 
 
 def drop_privileges(uid: int) -> None:
@@ -321,10 +354,10 @@ def reap_exited() -> bool:
 def kill_everything(init_of_namespace: bool) -> None:
     """Kill and reap every process the last sample left behind.
 
-    As init of a PID namespace, ``kill(-1)`` reaches every other process in it.
-    Otherwise this process is a child subreaper: every descendant of a sample,
-    daemonized or not, becomes its child once its own parent dies, so killing
-    children until none remain kills them all.
+    As init of a PID namespace, ``kill(-1)`` reaches every other process in it, and a blocking wait returns as
+    soon as one is gone (each one's children are then this process's: none is missed, and no time is spent
+    polling). Otherwise this process is a child subreaper: every descendant of a sample, daemonized or not,
+    becomes its child once its own parent dies, so killing children until none remain kills them all.
     """
     me = os.getpid()
     while True:
@@ -333,12 +366,16 @@ def kill_everything(init_of_namespace: bool) -> None:
                 os.kill(-1, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        else:
-            for child in children_of(me):
-                try:
-                    os.kill(child, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                return
+            continue
+        for child in children_of(me):
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         if not reap_exited():
             return
         time.sleep(0.0005)
@@ -491,15 +528,18 @@ def _make_v2_dir(name: str) -> str:
     return _make_dir(mount_point, own, name)
 
 
-# seccomp: programs may not create user namespaces (inside one, an unprivileged process gets mount and
-# network namespaces of its own), nor use the kernel's keyrings (not namespaced: a process inherits its
-# caller's session keyring, and keys there hold credentials). The filter is inherited by every process
-# forked after it is installed.
-_SECCOMP_ARCH = {  # arch, unshare, clone, (add_key, request_key, keyctl)
-    "x86_64": (0xC000003E, 272, 56, (248, 249, 250)),
-    "aarch64": (0xC00000B7, 97, 220, (217, 218, 219)),
+# seccomp, inherited by every process forked or executed after it is installed. The keyring calls fail for
+# programs and servers alike: keyrings are not namespaced (a process inherits its caller's session keyring, whose
+# keys hold credentials, and a uid's user keyring is shared by all its processes), so a key added in one run would
+# be there for the next. Programs also may not create user namespaces (inside one, an unprivileged process gets
+# mount and network namespaces of its own), nor sockets of any family but AF_UNIX: what a socket of another family
+# can change in a network namespace (its counters, IPv6 flow labels), or outside any (vsock), outlives the
+# process, and a worker keeps its network namespace from one run to the next.
+_SECCOMP_ARCH = {  # arch, unshare, clone, (add_key, request_key, keyctl), (socket, socketpair)
+    "x86_64": (0xC000003E, 272, 56, (248, 249, 250), (41, 53)),
+    "aarch64": (0xC00000B7, 97, 220, (217, 218, 219), (198, 199)),
 }
-_SYS_CLONE3, _CLONE_NEWUSER, _X32_BIT = 435, 0x10000000, 0x40000000
+_SYS_CLONE3, _CLONE_NEWUSER, _X32_BIT, _AF_UNIX = 435, 0x10000000, 0x40000000, 1
 _LD, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 _ALLOW, _KILL, _ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
@@ -513,38 +553,52 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
 
 
-def forbid_user_namespaces() -> None:
-    """Install a seccomp filter: ``unshare``/``clone`` with CLONE_NEWUSER and the keyring calls fail with
-    EPERM, ``clone3`` with ENOSYS (the C library then falls back to ``clone``), other ABIs' system calls
-    are refused."""
-    import platform
+def install_seccomp(programs: bool = True) -> None:
+    """Install a seccomp filter: the keyring calls fail with EPERM, other ABIs' system calls are refused (x32
+    with ENOSYS), and with ``programs`` (code under test, not a server): ``unshare``/``clone`` with
+    CLONE_NEWUSER fail with EPERM, ``clone3`` with ENOSYS (the C library then falls back to ``clone``), and
+    ``socket``/``socketpair`` of any family but AF_UNIX with EAFNOSUPPORT."""
+    _check(_raw_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(_seccomp_program(programs)), 0, 0), "seccomp")
 
-    if platform.machine() not in _SECCOMP_ARCH:
-        raise OSError(f"no seccomp filter for {platform.machine()}")
-    arch, unshare_nr, clone_nr, (add_key, request_key, keyctl) = _SECCOMP_ARCH[platform.machine()]
-    program = [
-        (_LD, 0, 0, 4),  # the architecture
-        (_JEQ, 1, 0, arch),
-        (_RET, 0, 0, _KILL),
-        (_LD, 0, 0, 0),  # the system call number
-        (_JGE, 1, 0, _X32_BIT),
-        (_JEQ, 0, 1, _SYS_CLONE3),
-        (_RET, 0, 0, _ERRNO | 38),  # ENOSYS
-        (_JEQ, 2, 0, add_key),
-        (_JEQ, 1, 0, request_key),
-        (_JEQ, 0, 1, keyctl),
-        (_RET, 0, 0, _ERRNO | 1),  # EPERM
-        (_JEQ, 1, 0, unshare_nr),
-        (_JEQ, 0, 3, clone_nr),
-        (_LD, 0, 0, 16),  # the low half of the first argument: the flags
-        (_JSET, 0, 1, _CLONE_NEWUSER),
-        (_RET, 0, 0, _ERRNO | 1),  # EPERM
-        (_RET, 0, 0, _ALLOW),
-    ]
+
+_raw_prctl = ctypes.CDLL(None, use_errno=True).prctl  # (no argtypes: its third argument is a pointer here)
+
+
+@functools.cache
+def _seccomp_program(programs: bool) -> _SockFprog:
+    """The filter, built once per process (a fork server's instances then only install it: building costs about a
+    millisecond in a freshly forked child)."""
+    if _machine() not in _SECCOMP_ARCH:
+        raise OSError(f"no seccomp filter for {_machine()}")
+    arch, unshare_nr, clone_nr, keyrings, sockets = _SECCOMP_ARCH[_machine()]
+    code: list = [(_LD, 0, 0, 4), (_JEQ, 1, 0, arch), (_RET, 0, 0, _KILL), (_LD, 0, 0, 0)]
+    code += [(_JGE, "enosys", 0, _X32_BIT), *[(_JEQ, "eperm", 0, nr) for nr in keyrings]]
+    if programs:
+        code += [(_JEQ, "enosys", 0, _SYS_CLONE3), (_JEQ, "ns", 0, unshare_nr), (_JEQ, "ns", 0, clone_nr)]
+        code += [(_JEQ, "socket", 0, nr) for nr in sockets]
+    code += [(_RET, 0, 0, _ALLOW)]
+    if programs:  # the low half of the first argument: clone's flags, the socket's family
+        code += ["ns", (_LD, 0, 0, 16), (_JSET, "eperm", 0, _CLONE_NEWUSER), (_RET, 0, 0, _ALLOW)]
+        code += ["socket", (_LD, 0, 0, 16), (_JEQ, 0, "eafnosupport", _AF_UNIX), (_RET, 0, 0, _ALLOW)]
+    code += ["enosys", (_RET, 0, 0, _ERRNO | errno.ENOSYS), "eperm", (_RET, 0, 0, _ERRNO | errno.EPERM)]
+    code += ["eafnosupport", (_RET, 0, 0, _ERRNO | errno.EAFNOSUPPORT)]
+    program = _assemble(code)
     filters = (_SockFilter * len(program))(*[_SockFilter(*ins) for ins in program])
     prog = _SockFprog(len(program), filters)
-    _libc.prctl.argtypes = None
-    try:
-        _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
-    finally:
-        _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    return prog
+
+
+def _assemble(code: list) -> list[tuple[int, int, int, int]]:
+    """BPF instructions from ``code``, where a string marks a place and a jump may name one (forward only)."""
+    places, position = {}, 0
+    for item in code:
+        if isinstance(item, str):
+            places[item] = position
+        else:
+            position += 1
+    program = [item for item in code if not isinstance(item, str)]
+
+    def offset(jump: int | str, at: int) -> int:
+        return jump if isinstance(jump, int) else places[jump] - at - 1
+
+    return [(op, offset(jt, i), offset(jf, i), k) for i, (op, jt, jf, k) in enumerate(program)]

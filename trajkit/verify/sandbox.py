@@ -19,6 +19,7 @@ import logging
 import os
 import pwd
 import queue
+import re
 import select
 import struct
 import subprocess
@@ -41,6 +42,9 @@ _HEADER = struct.Struct(">I")
 _SERIALS = itertools.count(1)
 WORKERS_PER_CPU = 8  # each worker is three processes and a uid; more only queue for the CPUs
 
+# What programs may import besides the standard library: the math verifier's math-verify (with sympy), and numpy.
+DEFAULT_PACKAGES = ("math-verify", "numpy")
+
 # Modules the zygote imports once so that programs find them warm.
 DEFAULT_PRELOAD = (
     "bisect", "collections", "copy", "dataclasses", "datetime", "decimal", "fractions", "functools",
@@ -50,21 +54,26 @@ DEFAULT_PRELOAD = (
 
 # What a program can do when a protection is missing (logged when the pool starts).
 EFFECT_IF_MISSING = {
-    "uid": "programs run as the caller's user: they can read every file it can read outside the hidden directories "
-    "and connect to its Unix sockets there; without the mount and PID namespaces also write its files and signal "
-    "its processes (and, as root, the process limit does not bind)",
-    "pid_namespace": "programs can see the host's processes and signal those of their own user",
-    "net_namespace": "programs can open network connections, including to services on loopback",
-    "mount_namespace": "the filesystem is not read-only for programs and /tmp is shared: only file permissions stop writes",
+    "uid": "programs run as the caller's user: without the mount namespace they can read every file it can read, "
+    "and without the mount and PID namespaces also write its files and signal its processes (and, as root, the "
+    "process limit does not bind)",
+    "pid_namespace": "programs can see the host's processes and signal those of their own user, and a run's PIDs "
+    "tell how many processes the runs before it started",
+    "net_namespace": "programs share the host's network namespace: they can connect to its abstract Unix sockets "
+    "(and, without the seccomp filter, can open network connections, including to services on loopback)",
+    "ipc_namespace": "programs share the host's System V and POSIX IPC objects: a message queue, semaphore or shared "
+    "memory segment one run leaves is there for the next, and stays on the host",
+    "mount_namespace": "programs see the host's whole filesystem, which is not read-only for them, and /tmp is "
+    "shared: only file permissions stop reads and writes",
     "cgroup": "memory and process limits are per process (rlimits), not per program",
     "seccomp": "programs can create user namespaces, and inside them mount and network namespaces of their own, "
-    "and read the keys of the caller's session keyring",
+    "read the keys of the caller's session keyring, and open network sockets",
 }
 
 
 # The protections each Sandbox option stands for.
 _PROVIDES = {
-    "namespaces": ("pid_namespace", "net_namespace", "mount_namespace"),
+    "namespaces": ("pid_namespace", "net_namespace", "ipc_namespace", "mount_namespace"),
     "drop_privileges": ("uid",),
     "cgroups": ("cgroup",),
 }
@@ -80,7 +89,9 @@ class Sandbox:
     ``namespaces``, ``drop_privileges`` and ``cgroups``: None requires each
     unless ``allow_weaker`` (default: ``--allow-weaker-sandbox`` was passed),
     in which case a missing one is logged as a warning; True requires it
-    regardless; False turns it off (the fallback path).
+    regardless; False turns it off (the fallback path). ``packages``: the installed
+    distributions programs may import, with those they require (the standard library
+    always); nothing else of the host is in their view (docs/sandbox.md).
     """
 
     def __init__(
@@ -97,7 +108,7 @@ class Sandbox:
         uid_base: int = 64000,
         preload: tuple[str, ...] = DEFAULT_PRELOAD,
         env: dict[str, str] | None = None,
-        hide: tuple[str, ...] | None = None,
+        packages: tuple[str, ...] = DEFAULT_PACKAGES,
         allow_weaker: bool | None = None,
     ):
         self.workers = workers or cpus()
@@ -115,7 +126,7 @@ class Sandbox:
             "max_file_mb": max_file_mb,
             "tmp_mb": tmp_mb,
             "preload": list(preload),
-            "hide": _hidden(hide),
+            "allow": distribution_files(packages),
             **self.options,
         }
         self.env = _program_env(env)
@@ -357,21 +368,29 @@ def _program_env(extra: dict[str, str] | None) -> dict[str, str]:
     return env
 
 
-_SYSTEM_DIRS = {"/", "/bin", "/dev", "/etc", "/lib", "/lib64", "/opt", "/proc", "/run", "/sbin", "/sys", "/tmp",
-                "/usr", "/usr/local", "/var"}  # fmt: skip
+def distribution_files(names: tuple[str, ...]) -> list[str]:
+    """The top-level files and folders (packages, modules, ``.dist-info``, bundled libraries) of the installed
+    distributions ``names`` and of every distribution they require (extras aside), as absolute paths."""
+    from importlib import metadata
 
-
-def _hidden(hide: tuple[str, ...] | None) -> list[str]:
-    """Directories programs see empty: by default the caller's working directory and home
-    (a repository's .env, credentials), every run directory this process opened, and trajkit's
-    own checkout when it runs from one; never a system directory."""
-    checkout = Path(__file__).resolve().parents[2]
-    from trajkit.store import opened_runs
-
-    paths = hide if hide is not None else (os.getcwd(), os.path.expanduser("~"), *opened_runs())
-    if (checkout / "pyproject.toml").is_file():
-        paths = (*paths, str(checkout))
-    return sorted({os.path.realpath(p) for p in paths} - _SYSTEM_DIRS)
+    todo, seen, paths = list(names), set(), set()
+    while todo:
+        name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        for file in dist.files or ():
+            top = file.parts[0]
+            if top not in ("..", "__pycache__") and not top.endswith(".pth"):
+                paths.add(os.path.realpath(dist.locate_file(top)))
+        for requirement in dist.requires or ():
+            if "extra" not in requirement.partition(";")[2]:
+                todo.append(re.match(r"[A-Za-z0-9._-]+", requirement).group())
+    return sorted(paths)
 
 
 def _claim_uid(base: int, span: int = 4096) -> tuple[int, int]:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trajkit.verify.extract import parse_python
+from trajkit.verify.matching import default_answer_match, expected_number
 
 Match = Literal["exact", "contains", "number", "regex"]
 
@@ -26,9 +27,13 @@ def _text(value: Any) -> Any:
 
 
 def _checks_something(expected: str | None, match: str) -> None:
-    """Refuse a ``contains`` or ``regex`` check that an empty text passes (``""``, ``.*``, ``\\d*``):
-    every answer would pass it, whatever the agent did."""
-    if expected is None or match not in ("contains", "regex"):
+    """Refuse a ``contains`` or ``regex`` check that an empty text passes (``""``, ``.*``, ``\\d*``): every
+    answer would pass it, whatever the agent did; and a ``number`` check that expects no single number."""
+    if expected is None:
+        return
+    if match == "number" and expected_number(expected) is None:
+        raise ValueError(f"a number check expects one number, not {expected!r}")
+    if match not in ("contains", "regex"):
         return
     try:
         vacuous = not expected.split() if match == "contains" else re.search(expected, "", re.DOTALL) is not None
@@ -67,6 +72,19 @@ class UnitTestsSpec(_Spec):
         return self
 
 
+LINE_END = " \t\r\f\v"  # the ASCII whitespace a line of output may end with ("\n" ends it)
+
+
+def output_lines(text: str) -> list[str]:
+    """A stdio output as it is compared: its lines (split at "\n" only), each without the ASCII whitespace it ends
+    with (spaces, tabs, carriage returns, form feeds, vertical tabs), and without the empty lines it ends with;
+    nothing else is normalized (docs/schema.md): other whitespace, a no-break space say, is a character like any."""
+    lines = [line.rstrip(LINE_END) for line in text.split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
 class StdioCase(_Spec):
     input: str = ""
     output: str
@@ -81,7 +99,7 @@ class StdioSpec(_Spec):
 
     @model_validator(mode="after")
     def _expects_output(self) -> StdioSpec:
-        if not any(case.output.split() for case in self.cases):
+        if not any(output_lines(case.output) for case in self.cases):
             raise ValueError("every case expects no output: a program that prints nothing passes them all")
         return self
 
@@ -98,7 +116,7 @@ class StateProbe(_Spec):
     tool: str
     arguments: dict = Field(default_factory=dict)
     expected: str
-    match: Match = "contains"
+    match: Match = "exact"
 
     read_numbers_as_text = field_validator("expected", mode="before")(_text)
 
@@ -109,14 +127,20 @@ class StateProbe(_Spec):
 
 
 class ToolOutcomeSpec(_Spec):
+    """An answer check and end-state probes (rules: ``trajkit.verify.matching``). Without ``answer_match``,
+    a bare-number answer is matched as a ``number`` and any other as ``exact``; ``contains`` is never a
+    default. A probe's ``match`` defaults to ``exact`` (its output compared as a value)."""
+
     answer: str | None = None
-    answer_match: Match = "contains"
+    answer_match: Match | None = None
     state: list[StateProbe] = Field(default_factory=list)
 
     read_numbers_as_text = field_validator("answer", mode="before")(_text)
 
     @model_validator(mode="after")
     def _checks(self) -> ToolOutcomeSpec:
+        if self.answer_match is None:
+            self.answer_match = default_answer_match(self.answer)
         _checks_something(self.answer, self.answer_match)
         return self
 

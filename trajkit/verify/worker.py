@@ -10,8 +10,9 @@ messages. Standard library only. Three processes per slot:
   namespace that owns them), forks the zygote, and removes
   the cgroup (and the fallback's private directory) once the zygote is gone;
 - the *zygote*, PID 1 of the new PID namespace and a member of the cgroup,
-  remounts the filesystem read-only, mounts a private /tmp, pre-imports
-  modules, then serves requests until the caller closes the pipe;
+  makes its root an allowlist (read-only), mounts a private /tmp, pre-imports
+  modules, then serves requests until the caller closes the pipe, entering a
+  new IPC namespace for each;
 - per program, a *child* forked from the zygote: it sets rlimits, drops to
   the slot's uid (not root: keeps the caller's) with no capabilities and no new privileges, and runs the
   program through ``harness.execute``.
@@ -44,6 +45,7 @@ from messages import read_message, write_message
 from zygote import Zygote, force_remove
 
 sys.path.pop(0)  # this directory: programs must not import the worker's modules by name
+NAMESPACES = ("pid_namespace", "net_namespace", "ipc_namespace", "mount_namespace")  # the protections they give
 
 
 def supervise(config: dict) -> None:
@@ -63,7 +65,7 @@ def supervise(config: dict) -> None:
             missing["cgroup"] = str(exc)
     namespaces = False
     if config.get("namespaces") is False:
-        missing.update({k: "disabled" for k in ("pid_namespace", "net_namespace", "mount_namespace")})
+        missing.update({k: "disabled" for k in NAMESPACES})
     else:
         try:  # not root: inside a user namespace of the caller's own, whose capabilities programs never hold
             if os.geteuid() != 0 and isolation.own_proc_refused():
@@ -71,9 +73,9 @@ def supervise(config: dict) -> None:
             config["user_namespace"] = isolation.enter_namespaces(isolation.NAMESPACES)
             namespaces = True
         except OSError as exc:
-            missing.update({k: str(exc) for k in ("pid_namespace", "net_namespace", "mount_namespace")})
+            missing.update({k: str(exc) for k in NAMESPACES})
     # Programs get a fresh /tmp; where this interpreter lives under /tmp or /dev/shm, a fresh directory
-    # in /tmp instead (the zygote lays an empty /tmp over the host's with the interpreter bound back in).
+    # in /tmp instead (the sandbox's root holds the interpreter's files at their place there, read-only).
     private = "/tmp/.sandbox" if _covered_by_private_mounts() else "/tmp"
     tmp = private if namespaces else tempfile.mkdtemp(prefix="trajkit-sandbox-")
     pid = os.fork()

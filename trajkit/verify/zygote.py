@@ -1,12 +1,15 @@
 """The zygote: confines its own world once, then forks one confined child per program.
 
 PID 1 of the worker's PID namespace and a member of its cgroup (``worker.py``
-sets both up), it remounts the filesystem read-only, mounts a private /tmp and
-pre-imports modules (``setup``); per program it forks a *child* that sets
-rlimits, drops to the slot's uid with no capabilities and no new privileges,
-and runs the program through ``harness.execute`` (``run``). The zygote
-enforces the wall-time limit and the output cap (``outcome.watch``), then kills
-every process the program left behind before answering. Standard library only.
+sets both up), it makes its root an allowlist of the host (read-only: the
+runtime, ``_runtime``), mounts a private /tmp and pre-imports modules
+(``setup``); per run it enters a new IPC namespace and resets the PID counter,
+so that nothing a run leaves in the kernel reaches the next, and per program it
+forks a *child* that sets rlimits, drops to the slot's uid with no capabilities
+and no new privileges, and runs the program through ``harness.execute``
+(``run``). The zygote enforces the wall-time limit and the output cap
+(``outcome.watch``), then kills every process the program left behind (and
+mounts a fresh /tmp) before answering. Standard library only.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ import gc
 import importlib
 import math
 import os
+import re
 import resource
 import shutil
 import signal
+import struct
 import sys
 import tempfile
 import time
@@ -50,6 +55,7 @@ class Zygote:
         self.missing = missing
         self.uid: int | None = config.get("uid")
         self.tmp = tmp  # /tmp in the mount namespace; else a private directory the supervisor removes
+        self.last_pid: int | None = None  # /proc/sys/kernel/ns_last_pid of the PID namespace
 
     def setup(self) -> dict:
         """Confine this process's world; returns the protections in force and those missing."""
@@ -58,21 +64,21 @@ class Zygote:
             self.cgroup.join()  # children are born in it: no per-program migration
             _oom_score_adj(-1000)  # under memory pressure, the program dies, never the zygote
         if self.namespaces:
-            hidden = [*self.config.get("hide", []), "/sys/fs/cgroup"]  # the host's cgroups, ours included
-            if self.config.get("user_namespace"):  # programs keep the caller's uid: its session's sockets too
-                hidden.append(f"/run/user/{os.getuid()}")
-            if self.tmp != "/tmp":  # the interpreter lives in /tmp or /dev/shm: empty both but for it
-                hidden += ["/tmp", "/dev/shm"]
-            needed = [sys.prefix, sys.base_prefix, *(p for p in sys.path if os.path.realpath(p) not in hidden)]
-            failed = isolation.confine_filesystem(self.uid, needed, hidden, make=[self.tmp])
-            if "/" in failed:
-                self.missing["mount_namespace"] = "could not remount / read-only"
+            binds, covers = _runtime()
+            try:
+                isolation.confine_filesystem([*binds, *self.config.get("allow", [])], covers, self.tmp)
+            except OSError as exc:
+                self.missing["mount_namespace"] = f"cannot make the sandbox's root: {exc}"
             isolation.sethostname("sandbox")
+            try:  # reset before each run: a PID tells nothing of the runs before
+                self.last_pid = os.open("/proc/sys/kernel/ns_last_pid", os.O_WRONLY | os.O_CLOEXEC)
+            except OSError as exc:
+                self.missing["pid_namespace"] = f"cannot reset the PID counter between runs: {exc}"
         else:
             isolation.prctl(isolation.PR_SET_CHILD_SUBREAPER, 1)
         isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
         try:
-            isolation.forbid_user_namespaces()  # inherited by every program's process
+            isolation.install_seccomp()  # inherited by every program's process
         except OSError as exc:
             self.missing["seccomp"] = str(exc)
         self._fresh_tmp()
@@ -95,9 +101,7 @@ class Zygote:
     def _fresh_tmp(self) -> None:
         size = int(self.config.get("tmp_mb", 64))
         if self.namespaces:
-            isolation.mount_private_tmpfs(self.tmp, self.uid, size)
-            if self.tmp == "/tmp" and os.path.isdir("/dev/shm"):
-                isolation.mount_private_tmpfs("/dev/shm", self.uid, size)
+            isolation.mount_private_tmpfs(self.tmp, self.uid, size)  # /dev/shm is a link to it
             return
         shutil.rmtree(self.tmp, onerror=force_remove)
         os.mkdir(self.tmp, 0o700)
@@ -140,6 +144,10 @@ class Zygote:
         st_r, st_w = os.pipe()
         stdin_fd = _stdin_fd(request.get("stdin"))
         limits = _limits(timeout, memory_mb, max_procs, self.config, self.uid)
+        if self.namespaces:  # the run's own System V and POSIX IPC objects, and PIDs from 2 up as in every run
+            isolation.unshare(isolation.CLONE_NEWIPC)
+            if self.last_pid is not None:
+                os.pwrite(self.last_pid, b"1", 0)
         start = time.monotonic()
         solution = None
         if request.get("tests"):
@@ -234,6 +242,53 @@ class Zygote:
             outcome.emergency_status(status_fd, nonce, f"{type(exc).__name__}: {exc}")
             os._exit(126)
         body()
+
+
+def _runtime() -> tuple[list[str], list[str]]:
+    """What every program may read of the host, and the site-packages folders laid over empty (the distributions
+    the pool allows are put back in them): the interpreter (with the links to it and the venv's ``pyvenv.cfg``),
+    its standard library, its dynamic loader, the folders of the shared libraries mapped into this process, the
+    loader's cache and the time zone data (docs/sandbox.md, *what a program sees*)."""
+    import sysconfig
+
+    here = sysconfig.get_paths()
+    base = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix})
+    binds = [here["stdlib"], here["platstdlib"], sys.executable, os.path.join(sys.prefix, "pyvenv.cfg")]
+    binds += [_loader(sys.executable), *_library_folders(), "/etc/ld.so.cache", "/usr/share/zoneinfo"]
+    covers = {p for paths in (here, base) for p in (paths["purelib"], paths["platlib"])}
+    covers |= {p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")}
+    return [b for b in binds if b and os.path.exists(b)], sorted(covers)
+
+
+def _library_folders() -> list[str]:
+    """The folders of the shared libraries mapped into this process (the C library's, the interpreter's), but
+    those in a site-packages folder."""
+    folders = set()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            path = "".join(line.rstrip("\n").split(None, 5)[5:])
+            shared_object = re.search(r"^/.*\.so(\.[0-9.]+)?$", path)
+            if shared_object and not re.search(r"/(site|dist)-packages/", path):
+                folders.add(os.path.dirname(path))
+    return sorted(folders)
+
+
+def _loader(executable: str) -> str | None:
+    """The dynamic loader a 64-bit ELF executable names (its ``PT_INTERP``, e.g. /lib64/ld-linux-x86-64.so.2), for
+    a program that starts the interpreter again."""
+    with open(os.path.realpath(executable), "rb") as f:
+        head = f.read(64)
+        if head[:5] != b"\x7fELF\x02":
+            return None
+        order = "<" if head[5] == 1 else ">"
+        (table,), (size, count) = struct.unpack_from(order + "Q", head, 32), struct.unpack_from(order + "HH", head, 54)
+        for i in range(count):
+            f.seek(table + i * size)
+            kind, _, offset, _, _, length = struct.unpack(order + "IIQQQQ", f.read(40))
+            if kind == 3:  # PT_INTERP
+                f.seek(offset)
+                return f.read(length).rstrip(b"\0").decode()
+    return None
 
 
 def _read_or_exit(next_message) -> dict:
