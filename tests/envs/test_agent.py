@@ -237,7 +237,7 @@ async def test_parallel_calls_of_one_turn_run_concurrently(fresh_raw_env, script
         ("model", "stop", "assistant"),
     ]
     tools = calls[1:4]
-    assert [c["message"] for c in tools] == [2, 3, 4] and all(c["seconds"] >= 0.3 for c in tools)
+    assert [c["message"] for c in tools] == [3, 4, 5] and all(c["seconds"] >= 0.3 for c in tools)
     assert max(c["start_s"] for c in tools) < min(c["start_s"] + c["seconds"] for c in tools)  # they overlap
     assert calls[0]["start_s"] + calls[0]["seconds"] <= tools[0]["start_s"] <= calls[4]["start_s"]
     assert all(c["completion_tokens"] > 0 for c in (calls[0], calls[4]))
