@@ -191,7 +191,8 @@ def test_the_timeline_draws_each_call_and_the_extensions_under_their_parent(clie
 def test_the_diff_aligns_two_trajectories_of_one_task(client, run_copy):
     pair = _sql(
         run_copy,
-        "SELECT parent_id AS a, traj_id AS b FROM trajectories WHERE parent_id IS NOT NULL LIMIT 1",
+        "SELECT parent_id AS a, traj_id AS b FROM trajectories WHERE parent_id IS NOT NULL AND messages IS NOT NULL "
+        "ORDER BY traj_id LIMIT 1",
     )[0]  # an extension repeats its parent's conversation, then goes on
     msgs = {
         r["traj_id"]: r["messages"]
@@ -204,6 +205,9 @@ def test_the_diff_aligns_two_trajectories_of_one_task(client, run_copy):
     shared = len(msgs[pair["a"]])  # the parent's messages, side by side, then the extension's own
     assert kinds == ["same"] * shared + ["right"] * (len(msgs[pair["b"]]) - shared)
     assert f"{shared} the same on both sides" in html
+    aborted = _sql(run_copy, "SELECT parent_id AS a, traj_id AS b FROM trajectories WHERE messages IS NULL LIMIT 1")
+    html = client.get("/diff", params=aborted[0]).text  # an extension the simulator ended has no messages
+    assert set(re.findall(r'<tr class="d-(\w+)">', html)) == {"left"} and "0 the same on both sides" in html
     other = _sql(
         run_copy,
         f"SELECT traj_id FROM trajectories WHERE task_id != (SELECT task_id FROM trajectories WHERE traj_id = '{pair['a']}') LIMIT 1",
