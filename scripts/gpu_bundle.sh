@@ -2,7 +2,8 @@
 # Wheels that `trajkit train` and bench/grpo_gpu.py need on the GPU image but that it lacks
 # (the image has torch, transformers 5.17, accelerate, pyarrow, numpy, pandas, xxhash, fsspec,
 # huggingface-hub, typer, rich, pyyaml): TRL, datasets and their missing needs, plus pydantic for
-# trajkit's configs and duckdb for the run's SQL views (eval passk). Pure-Python wheels where they exist;
+# trajkit's configs, duckdb for the run's SQL views (eval passk) and gguf for real weights from a GGUF
+# (transformers' GGUF loader; the file itself travels with scripts/gpu_relay.sh). Pure-Python wheels where they exist;
 # binary ones for CPython 3.12 on x86-64.
 # The versions are the ones this checkout's .venv runs, so CPU tests and GPU runs use the same code.
 #
@@ -18,7 +19,7 @@ cd "$(dirname "$0")/.."
 OUT=${GPU_BUNDLE_DIR:-.whl}
 CARRY_LIMIT_MIB=64                        # the device tool's limit: working tree + carried paths
 VENV_PY=${VENV_PY:-.venv/bin/python}
-PACKAGES=(trl datasets dill multiprocess pydantic pydantic-core annotated-types typing-inspection typing-extensions duckdb)
+PACKAGES=(trl datasets dill multiprocess pydantic pydantic-core annotated-types typing-inspection typing-extensions duckdb gguf)
 
 pins=$("$VENV_PY" - "${PACKAGES[@]}" <<'PY'
 import importlib.metadata as m, sys

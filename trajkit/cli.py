@@ -248,10 +248,24 @@ def demo(
     ] = None,
     backend: Annotated[str, typer.Option(help="Backend for --model: transformers, vllm or openai.")] = "transformers",
     base_url: Annotated[str | None, typer.Option(help="Endpoint for --backend openai (e.g. vllm serve).")] = None,
+    student: Annotated[
+        str | None,
+        typer.Option(
+            help="smollm2 (SmolLM2-135M-Instruct, Q4_1) or a model directory: the fixture teaches, this model is the "
+            "agent SFT and GRPO train, evaluated before SFT, after SFT and after GRPO (slow on a CPU)."
+        ),
+    ] = None,
 ) -> None:
     """Run the end-to-end demo pipeline (examples/demo.yaml) offline, then summarize it."""
     from trajkit.pipeline import run_pipeline
 
+    if student:
+        if model:
+            raise _user("give --student or --model, not both")
+        from trajkit.demo.student import run_student_demo
+
+        run_student_demo(pipeline, run, student, fresh, overrides or [])
+        return
     if model:
         from trajkit.demo.real import with_model
 

