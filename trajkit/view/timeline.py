@@ -17,8 +17,8 @@ def timeline(db: RunDB, t: dict[str, Any], extensions: list[dict[str, Any]], tab
 
     Each group: its trajectory's id (None for ``t`` itself), its calls as bars (label, start, seconds,
     tokens, status, the index of the message it produced, x and width in ``WIDTH`` units), and its
-    totals; ``untimed`` when the row has no per-call timings (written before trajectories v4, or a
-    recorded or imported trace)."""
+    totals; ``untimed`` when the row has no per-call timings (written before trajectories v4, a
+    recorded or imported trace, or no call made: an extension the user simulator ended)."""
     rows = [(None, t)]
     if extensions:
         ids = [e["traj_id"] for e in extensions[:MAX_EXTENSIONS]]
