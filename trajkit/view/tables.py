@@ -1,7 +1,8 @@
 """Any table of the run, browsable: a page of its stored rows (its own columns, as its shards hold them)
 and a summary of each column: type, nulls, distinct values, and a small histogram for numbers.
 
-A summary is computed once per change of its table (a review changes only ``reviews``). Nested columns
+A summary is computed once per change of its table (a review changes only ``reviews``). Distinct values
+are counted exactly in tables of up to ``EXACT_ROWS`` rows, approximately (HyperLogLog) above. Nested columns
 (lists, structs) are summarised by their nulls alone, and only in tables of up to ``NESTED_ROWS`` rows:
 counting a million conversations' nulls reads every message.
 """
@@ -19,6 +20,7 @@ from trajkit.view.db import RunDB
 PAGE_SIZE = 50
 BINS = 10
 NESTED_ROWS = 100_000
+EXACT_ROWS = 100_000
 CELL = 200  # characters of a cell shown
 
 
@@ -54,11 +56,12 @@ def table_page(db: RunDB, name: str, page: int) -> dict[str, Any] | None:
         "page_no": page,
         "pages": pages,
         "summaries": db.memo(f"summary_{name}", lambda: summaries(db, name, src, total), frozenset({name})),
+        "approximate": total > EXACT_ROWS,
     }
 
 
 def summaries(db: RunDB, name: str, src: str | None, total: int) -> list[dict[str, Any]]:
-    """Each column's type, nulls, distinct values (approximate) and, for numbers, min, max and a histogram
+    """Each column's type, nulls, distinct values (approximate above ``EXACT_ROWS`` rows) and, for numbers, min, max and a histogram
     of ``BINS`` equal bins (counts, with each bin's height in 0-20 for the page's bars)."""
     out = []
     for field in S.TABLES[name].schema:
@@ -70,7 +73,10 @@ def summaries(db: RunDB, name: str, src: str | None, total: int) -> list[dict[st
             out.append(s)
             continue
         col = '"' + field.name + '"'
-        stats = f", least(approx_count_distinct({col}), count({col})) AS d" if not nested else ""
+        distinct = (
+            f"least(approx_count_distinct({col}), count({col}))" if total > EXACT_ROWS else f"count(DISTINCT {col})"
+        )
+        stats = f", {distinct} AS d" if not nested else ""
         stats += f", min({col})::DOUBLE AS lo, max({col})::DOUBLE AS hi" if numeric else ""
         row = db.rows(f"SELECT count(*) - count({col}) AS nulls{stats} FROM {src}")[0]
         s.update(nulls=row["nulls"], distinct=row.get("d"))
