@@ -26,8 +26,8 @@ NOBODY = pwd.getpwnam("nobody")
 
 _BECOME_NOBODY = """
 import os, sys
-sys.path.insert(0, {verify!r})
-import isolation
+sys.path.insert(0, {checkout!r})
+from trajkit.confine import isolation
 isolation.unshare(isolation.CLONE_NEWNS)
 isolation.mount(None, "/", None, isolation.MS_REC | isolation.MS_PRIVATE)
 isolation.mount("proc", "/proc", "proc", isolation.MS_NOSUID | isolation.MS_NODEV | isolation.MS_NOEXEC)
@@ -77,7 +77,7 @@ def run_as_nobody(
     for p in needed:
         assert os.stat(p).st_mode & 0o005 == 0o005, f"{p} is not readable by other users (umask?)"
     become = _BECOME_NOBODY.format(
-        verify=str(CHECKOUT / "trajkit" / "verify"),
+        checkout=str(CHECKOUT),
         needed=needed,
         uid=NOBODY.pw_uid,
         folder=str(folder),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "trajkit"
 STAGES = ("synth", "curate", "train", "eval", "data_cards", "view", "demo")
-SHARED = ("models", "envs", "verify")
+SHARED = ("models", "envs", "verify", "confine")
 
 
 def module_name(path: Path) -> str:

@@ -56,7 +56,7 @@ def _options(
 ) -> None:
     """Post-training data for tool-using LLM agents."""
     if allow_weaker_sandbox:
-        from trajkit.verify.isolation import ALLOW_WEAKER_ENV
+        from trajkit.confine.isolation import ALLOW_WEAKER_ENV
 
         os.environ[ALLOW_WEAKER_ENV] = "1"
     if keep_env_state is not None:
@@ -301,8 +301,8 @@ def _lighter_teardown() -> None:
 
 def main() -> None:
     """Entry point: user errors become one line and exit status 2."""
+    from trajkit.confine.isolation import ProtectionMissing
     from trajkit.errors import StageStopped, UserError
-    from trajkit.verify.isolation import ProtectionMissing
 
     atexit.register(_lighter_teardown)
     try:

@@ -351,8 +351,8 @@ class TopGroup(TyperGroup):
             return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
+        from trajkit.confine.isolation import ProtectionMissing
         from trajkit.errors import UserError
-        from trajkit.verify.isolation import ProtectionMissing
 
         made = len(store.CREATED_RUNS) if (store := _store_module()) else 0
         try:

@@ -1,5 +1,6 @@
 """`curate traces`: recorded calls and trace files grouped into trajectories, written as first-class rows that the
-judge, the filter, export and SQL read unchanged; verdicts from a task file; one-line errors for what does not map."""
+judge, the filter, export, SFT, the card and SQL read unchanged; verdicts from a task file; one-line errors for
+what does not map."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from trajkit.models.scripted_server import ScriptedServer
 from trajkit.runner import run_stage
 from trajkit.stages import get_stage
 from trajkit.store import Store
+from trajkit.train.data import sft_rows
 
 ADD = {"type": "function", "function": {"name": "add", "description": "a + b", "parameters": {"type": "object"}}}
 
@@ -192,6 +194,10 @@ def test_recorded_trajectories_go_through_judge_filter_export_and_sql(recorded, 
     sql = store.sql("SELECT count(*) AS n, min(source) AS s FROM trajectories WHERE reject_reason IS NULL").to_pylist()
     assert sql == [{"n": len(exported), "s": "recorded"}] and len(exported) == 2
     assert exported[0]["messages"][1]["tool_calls"][0]["function"]["name"] == "add"
+    # SFT examples and the card read them as any rows: both accepted trajectories, the card's task table says how
+    assert sorted(r["traj_id"] for r in sft_rows(store)) == sorted(r["traj_id"] for r in rows)
+    trajkit("card", "--run", str(run_dir), "--examples", "0")
+    assert "| trace | recorded | 2 |" in (run_dir / "card" / "README.md").read_text()
 
 
 def test_a_task_file_attaches_verifiers_and_recorded_attempts_get_verdicts(recorded, tmp_path):

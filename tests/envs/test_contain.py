@@ -122,7 +122,7 @@ from tests.envs.servers import kernel
 from trajkit.envs.config import ServerConfig
 from trajkit.envs.forks import Zygote
 from trajkit.envs.session import Connection
-from trajkit.verify import isolation as iso
+from trajkit.confine import isolation as iso
 
 if os.geteuid() == 0:  # the host's POSIX message queues at /dev/mqueue, as Docker mounts them (in a mount namespace
     # of this process's own, over a /dev of its own, so that nothing is made in the host's): not for a server to see
@@ -281,6 +281,7 @@ async def test_hundreds_of_contained_sessions_leave_no_process_fd_or_mount_behin
 
 NOBODY_SERVERS = """
 import asyncio, json, os, sys
+from trajkit.confine import launcher
 from trajkit.envs import contain
 from trajkit.envs.config import ServerConfig
 from trajkit.envs.session import Connection
@@ -289,7 +290,7 @@ contain.DISK_MB, contain.MEMORY_MB = 64, 300
 
 
 async def main() -> dict:
-    found = {"missing": contain._missing()}
+    found = {"missing": launcher.missing()}
     cfg = ServerConfig(command=sys.executable, args=[FILEKV], env={"STATE_FILE": os.path.abspath("data/state.json")})
     conns = [Connection(f"filekv{i}", cfg) for i in range(2)]
     try:
@@ -334,7 +335,7 @@ def test_a_non_root_run_contains_a_file_backed_server_through_a_user_namespace()
 
 def test_a_non_root_run_where_proc_is_masked_refuses_containment_in_one_line():
     script = (
-        "from trajkit.envs import contain\nfrom trajkit.verify.isolation import ProtectionMissing\n"
+        "from trajkit.envs import contain\nfrom trajkit.confine.isolation import ProtectionMissing\n"
         "try:\n    contain.enabled()\nexcept ProtectionMissing as exc:\n    print(exc)\n"
     )
     with nobody_folder() as folder:

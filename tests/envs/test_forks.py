@@ -20,13 +20,13 @@ from tests.envs.test_contain import FILEKV
 from tests.envs.test_leaks import children, open_fds
 from tests.fixtures.envs import RAW_SERVER
 from tests.nonroot import NOBODY, nobody_folder, run_as_nobody
+from trajkit.confine.server_zygote import UNFIT
 from trajkit.envs import contain, forks
 from trajkit.envs.config import ServerConfig
 from trajkit.envs.discovery import discover
 from trajkit.envs.env import ToolEnv
 from trajkit.envs.forks import Zygote, python_entry
 from trajkit.envs.session import Connection, ServerFault
-from trajkit.envs.zygote import UNFIT
 
 WHOAMI = os.path.join(os.path.dirname(__file__), "servers", "whoami.py")
 

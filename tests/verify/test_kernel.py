@@ -4,12 +4,15 @@ Each channel of ``tests/envs/servers/kernel.py`` (System V and POSIX IPC, /tmp a
 their file system, the PID and network counters, keyrings, the hostname, a daemon's socket and lock) is planted in
 one run and looked for in the next, on one worker; nothing stays on the host. The oracle attack, a lookup table
 that learns where the hidden tests stop across repeated runs of one task through every channel that outlives a
-process, passes none of 64 runs.
+process, passes none of 64 runs. Two runs at the same time on two workers cannot signal each other through the
+files they share (locks, watches, the devices).
 """
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -87,3 +90,113 @@ def test_the_oracle_attack_passes_no_run():
     finally:
         kernel.remove()
     assert [r.verdict for r in verdicts] == ["fail"] * 64, [r.details for r in verdicts if r.verdict != "fail"][:3]
+
+
+SIDE_BY_SIDE = r"""
+import ctypes, errno, fcntl, json, os, select, signal, sqlite3, struct, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+RUNTIME = (sys.executable, os.__file__, "/etc/ld.so.cache", "/dev/null")  # the same files in every worker's root
+
+
+def said(call):
+    try:
+        call()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+
+
+def _ok(result):
+    if result == -1:
+        raise OSError(ctypes.get_errno(), "")
+    return result
+
+
+def hold(seconds):
+    # Locks on the runtime's files (a read lock on a file opened read-only, any lock on a device opened to write), and
+    # watches on them (inotify, dnotify): what a run side by side on another worker could see, or make happen.
+    fds = {path: os.open(path, os.O_RDWR if path.startswith("/dev/") else os.O_RDONLY) for path in RUNTIME}
+    woke = {"dnotify": 0}
+    signal.signal(signal.SIGIO, lambda *_: woke.__setitem__("dnotify", woke["dnotify"] + 1))
+    watch, folder = [], os.open(os.path.dirname(os.__file__), os.O_RDONLY)  # (a folder of the host's, bound)
+    ways = {
+        "flock": lambda: fcntl.flock(fds[sys.executable], fcntl.LOCK_SH),
+        "read_lock": lambda: fcntl.lockf(fds[os.__file__], fcntl.LOCK_SH),
+        "device_lock": lambda: fcntl.lockf(fds["/dev/null"], fcntl.LOCK_EX),
+        "inotify": lambda: watch.append(_ok(libc.inotify_init1(os.O_NONBLOCK))),
+        "dnotify": lambda: fcntl.fcntl(folder, fcntl.F_NOTIFY, fcntl.DN_ACCESS | fcntl.DN_MULTISHOT),
+        "sqlite": lambda: sqlite3.connect("/tmp/db", isolation_level=None).execute("BEGIN EXCLUSIVE"),  # fcntl locks
+    }
+    result = {way: said(call) for way, call in ways.items()}
+    listed = any(f":{os.stat(os.__file__).st_ino} " in line for line in open("/proc/locks"))  # (its own: seen)
+    if watch:
+        _ok(libc.inotify_add_watch(watch[0], b"/etc/ld.so.cache", 0x1 | 0x20))  # IN_ACCESS, IN_OPEN
+    start, woken = time.time(), 0
+    while time.time() < start + seconds:
+        woken += bool(watch and select.select(watch, [], [], 0.05)[0] and os.read(watch[0], 4096))
+        time.sleep(0 if watch else 0.05)
+    woke = {"inotify": woken, "dnotify": woke["dnotify"]}
+    return {"said": result, "listed": listed, "woke": woke, "from": start, "to": time.time()}
+
+
+def look(seconds):
+    # Looks for the other run's locks (each taken and let go if free), and reads watched files, until each way
+    # saw something or was refused, or ``seconds`` pass.
+    fds = {path: os.open(path, os.O_RDWR if path.startswith("/dev/") else os.O_RDONLY) for path in RUNTIME}
+
+    def flock():
+        fcntl.flock(fds[sys.executable], fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fds[sys.executable], fcntl.LOCK_UN)
+
+    def read_lock():  # who holds a lock a writer would need?
+        query = struct.pack("hhqqi4x", fcntl.F_WRLCK, 0, 0, 0, 0)
+        if struct.unpack("hhqqi4x", fcntl.fcntl(fds[os.__file__], fcntl.F_GETLK, query))[0] != fcntl.F_UNLCK:
+            raise OSError(errno.EAGAIN, "held")
+
+    def device_lock():
+        fcntl.lockf(fds["/dev/null"], fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.lockf(fds["/dev/null"], fcntl.LOCK_UN)
+
+    def proc_locks():  # the machine's locks, as far as this PID namespace sees
+        if any(f":{os.stat(os.__file__).st_ino} " in line for line in open("/proc/locks")):
+            raise OSError(errno.EAGAIN, "listed")
+
+    ways = {"flock": flock, "read_lock": read_lock, "device_lock": device_lock, "proc_locks": proc_locks}
+    seen, start = dict.fromkeys(ways, "ok"), time.time()
+    while time.time() < start + seconds and "ok" in seen.values():
+        seen.update({way: said(call) for way, call in ways.items() if seen[way] == "ok"})
+        for path in ("/etc/ld.so.cache", os.__file__):
+            with open(path, "rb") as f:
+                f.read(1)
+        time.sleep(0.02)
+    return {"said": seen, "from": start, "to": time.time()}
+"""
+
+
+def test_runs_side_by_side_on_two_workers_cannot_signal_each_other(sandbox_pool):
+    """Two runs at the same time on different workers share the runtime's files (the same inodes in every worker's
+    root): a lock one holds on them, or a watch that wakes when the other reads them, would pass what each learns
+    to the other (a pass@k batch, a GRPO group verified side by side). The watches (inotify, dnotify) and flock
+    are refused to programs, lock queries (F_GETLK) too, and a root worker's devices are nodes of its own; sqlite,
+    which locks with fcntl, still works."""
+    held: list = []
+    holder = threading.Thread(
+        target=lambda: held.append(sandbox_pool.run(f"{SIDE_BY_SIDE}\nprint(json.dumps(hold(2.5)))", timeout_s=30))
+    )
+    holder.start()
+    time.sleep(0.5)
+    looked = sandbox_pool.run(f"{SIDE_BY_SIDE}\nprint(json.dumps(look(1.5)))", timeout_s=30)
+    holder.join()
+    assert held[0].verdict == "pass" and looked.verdict == "pass", (held, looked)
+    held, looked = json.loads(held[0].stdout), json.loads(looked.stdout)
+    assert held["from"] < looked["to"] and looked["from"] < held["to"]  # side by side
+    assert held["woke"] == {"inotify": 0, "dnotify": 0} and held["listed"], (held, looked)
+    assert held["said"] == {
+        "flock": "ENOSYS",  # as a kernel built without them
+        "read_lock": "ok",  # (a read lock hides from other read locks: only a query, refused below, sees it)
+        "device_lock": "ok",
+        "inotify": "ENOSYS",
+        "dnotify": "EINVAL",
+        "sqlite": "ok",
+    }
+    assert looked["said"] == {"flock": "ENOSYS", "read_lock": "EINVAL", "device_lock": "ok", "proc_locks": "ok"}

@@ -16,7 +16,8 @@ import uuid
 
 import pytest
 
-from trajkit.verify import Sandbox, plain, verify_many
+from trajkit.confine import plain
+from trajkit.verify import Sandbox, verify_many
 
 MARKER = f"tk-test-marker-{uuid.uuid4().hex}"
 PROMPT = 'def helper(x):\n    return x * 2\n\n\ndef double_sum(xs):\n    """The sum of helper(x) for x in xs."""\n'

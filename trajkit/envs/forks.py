@@ -2,7 +2,7 @@
 
 A spawned instance of a Python server pays its interpreter's start and every import (about a
 CPU-second for an ``mcp`` server); forked from a process that made those imports once
-(``zygote.py``), it pays a fork and the containment (docs/sandbox.md has the numbers). A server
+(``trajkit/confine/server_zygote.py``), it pays a fork and the containment (docs/sandbox.md has the numbers). A server
 qualifies when its ``command`` is a Python interpreter (``python``, ``python3.12``, a venv's
 ``.../bin/python``) running ``-m MODULE`` or a ``.py`` script, with nothing else before them, and uses
 no ``${SESSION_DIR}``; ``uvx``, ``uv run``, console scripts and node servers are spawned, as are
@@ -38,12 +38,12 @@ import subprocess
 from collections.abc import AsyncIterator
 from typing import Any
 
+from trajkit.confine import start
+from trajkit.confine.server_zygote import REHEARSED_UNFIT, UNFIT
 from trajkit.envs import contain
 from trajkit.envs.config import ServerConfig, resolve_command
 from trajkit.envs.stdio import Stderr, Streams, environment
-from trajkit.envs.zygote import REHEARSED_UNFIT, UNFIT
 
-ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
 PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
 MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 MAX_RESTARTS = 2
@@ -152,7 +152,9 @@ class Zygote:
             }
             fd, spec = str(theirs.fileno()), json.dumps(spec)
             self.proc = subprocess.Popen(
-                [resolve_command(cfg.command), ZYGOTE, "serve", fd, str(os.getpid()), spec, "--", *cfg.args],
+                start.command(
+                    resolve_command(cfg.command), "server_zygote", "serve", fd, str(os.getpid()), spec, "--", *cfg.args
+                ),
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,

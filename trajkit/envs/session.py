@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -197,8 +196,9 @@ class Connection:
             cfg = self.cfg.resolved(session_dir=workdir)
             command, args = resolve_command(cfg.command), list(cfg.args)
             if contain.enabled():
-                args = contain.wrap(self.name, cfg, command, args, readonly=self.shared, warm_caches=self.warm_caches)
-                command = sys.executable
+                command, *args = contain.wrap(
+                    self.name, cfg, command, args, readonly=self.shared, warm_caches=self.warm_caches
+                )
                 if self.fork is not None:
                     with contextlib.suppress(NotForked):  # no zygote (given up, or dead): spawned
                         instance = self.fork.instance(args, self._stderr, self.startup_timeout_s)

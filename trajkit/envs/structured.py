@@ -141,9 +141,11 @@ class OutputCheck:
 
 def _serve() -> None:
     """The checking process: a request ``[tool, schema, content]`` per line in, a JSON reason or null per line out."""
-    from trajkit.envs.zygote import _die_with_parent
+    import signal
 
-    _die_with_parent()
+    from trajkit.confine import isolation
+
+    isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
     resource.setrlimit(resource.RLIMIT_AS, (MAX_MEMORY, MAX_MEMORY))
     output_validator('{"type": "object"}')  # (the imports)
     sys.stdout.buffer.write(b"ready\n")

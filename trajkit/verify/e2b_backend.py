@@ -3,7 +3,7 @@
 Needs the ``e2b`` extra (``pip install 'trajkit[e2b]'``) and an API key
 (``E2B_API_KEY`` or ``api_key=``). Each run is one command in a remote
 sandbox: the same worker and harness as the local backend run there once
-(``worker.py --once``, rlimits only — the cloud VM is the isolation
+(``python FOLDER worker --once``, rlimits only — the cloud VM is the isolation
 boundary), so verdicts, the ``finished`` flag and the output caps mean the
 same thing on both backends. Remote sandboxes are created on demand, at most
 ``workers`` at a time, reused across runs, and killed by ``close()``; one that
@@ -24,14 +24,17 @@ import zlib
 from pathlib import Path
 from typing import Self
 
+from trajkit.confine import start
 from trajkit.errors import UserError
 from trajkit.verify.result import RunResult
 
-_HERE = Path(__file__).parent
-_SOURCES = (
+_SOURCES = (  # the worker's modules (trajkit/confine/), unpacked remotely into a folder holding only them
+    "__init__.py",
+    "__main__.py",
     "worker.py",
-    "messages.py",
     "zygote.py",
+    "messages.py",
+    "program_zygote.py",
     "outcome.py",
     "harness.py",
     "crossing.py",
@@ -44,13 +47,14 @@ BOOTSTRAP = """
 import base64, json, os, shutil, subprocess, sys, tempfile, zlib
 payload = json.loads(zlib.decompress(base64.b64decode(sys.stdin.read())))
 home = tempfile.mkdtemp(prefix="trajkit-")
+jail = os.path.join(home, "jail")  # holding only the package and its __main__.py
+os.makedirs(os.path.join(jail, "confine"))
 for name, text in payload["files"].items():
-    with open(os.path.join(home, name), "w") as f:
+    with open(os.path.join(jail, name), "w") as f:
         f.write(text)
 with open(os.path.join(home, "request.json"), "w") as f:
     json.dump(payload["request"], f)
-done = subprocess.run([sys.executable, "-s", "-B", os.path.join(home, "worker.py"), "--once",
-                       os.path.join(home, "request.json")])
+done = subprocess.run([sys.executable, "-s", "-B", jail, "worker", "--once", os.path.join(home, "request.json")])
 shutil.rmtree(home, ignore_errors=True)
 sys.exit(done.returncode)
 """
@@ -179,7 +183,8 @@ class E2BSandbox:
 
 def _command(request: dict) -> str:
     """One bash command that unpacks the worker and runs ``request`` with it; prints the answer as JSON."""
-    files = {name: (_HERE / name).read_text() for name in _SOURCES}
+    files = {f"confine/{name}": (Path(start.PACKAGE) / name).read_text() for name in _SOURCES}
+    files["__main__.py"] = files["confine/__main__.py"]
     blob = zlib.compress(json.dumps({"files": files, "request": request}).encode(), 9)
     text = base64.b64encode(blob).decode()
     lines = "\n".join(text[i : i + 76] for i in range(0, len(text), 76))

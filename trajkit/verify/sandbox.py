@@ -1,6 +1,6 @@
 """The local sandbox: a pool of confined worker processes that run untrusted Python programs.
 
-``Sandbox`` starts one worker per slot (``worker.py`` in a fresh interpreter
+``Sandbox`` starts one worker per slot (``trajkit/confine/worker.py`` in a fresh interpreter
 with a scrubbed environment; see ``docs/sandbox.md`` for the threat model).
 ``run`` takes an idle worker, sends it the program, and waits; calls from
 several threads run in parallel, one per worker. A worker that dies or stops
@@ -27,17 +27,15 @@ import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Self
 
 from trajkit.concurrency import cpus
+from trajkit.confine import isolation, start
 from trajkit.errors import UserError
-from trajkit.verify import isolation
 from trajkit.verify.result import RunResult
 
 log = logging.getLogger("trajkit.verify")
 
-WORKER = Path(__file__).with_name("worker.py")
 _HEADER = struct.Struct(">I")
 _SERIALS = itertools.count(1)
 WORKERS_PER_CPU = 8  # each worker is three processes and a uid; more only queue for the CPUs
@@ -261,7 +259,8 @@ class _Worker:
     def spawn(self) -> None:
         self.serial = next(_SERIALS)  # unique in this process: pools may share slot numbers
         self.proc = subprocess.Popen(
-            [sys.executable, "-s", "-B", str(WORKER)],
+            # -I but -E: the environment is built here, and its PYTHONHASHSEED=0 keeps programs' output the same
+            start.command(sys.executable, "worker", flags=("-s", "-B")),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=self.sandbox.env,

@@ -1,6 +1,6 @@
 """How one program's run ended: its output collected under the wall-time limit and output cap, then classified.
 
-Standard library only; used by the zygote (``zygote.py``). The verdict rules
+Standard library only; used by the sandbox worker's zygote (``program_zygote.py``). The verdict rules
 (``pass``, ``fail``, ``timeout``, ``memory``, ``error``) are those of
 ``trajkit.verify.result.RunResult``.
 """

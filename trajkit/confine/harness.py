@@ -1,7 +1,7 @@
 """Run one Python program in the current, already confined process, and report how it ended.
 
-This file is imported by the sandbox worker (``worker.py``), which runs as a
-plain script in a fresh interpreter, so it uses the standard library only.
+This file is imported by the sandbox worker (``worker.py``), which runs in a
+fresh interpreter from a folder holding only this package: standard library only.
 The program runs like ``python program.py``: as ``__main__``, with its
 non-daemon threads joined and its ``atexit`` handlers run. How it ended goes
 to the status descriptor as one JSON line carrying the run's nonce:
@@ -9,7 +9,7 @@ to the status descriptor as one JSON line carrying the run's nonce:
 program that calls ``sys.exit(0)`` or ``os._exit(0)`` before its tests ran is
 never mistaken for one whose tests passed.
 
-A unit-test run is two such processes (``zygote.py`` forks both): the
+A unit-test run is two such processes (``program_zygote.py`` forks both): the
 solution's, which runs the program and then ``serve``s calls to its
 functions, and the tests', which runs the trusted test code with each of the
 solution's functions replaced by stand-ins that call into its process. What crosses
@@ -30,7 +30,7 @@ import sys
 import traceback
 import types
 
-import crossing
+from . import crossing, zygote
 
 
 def _stream(fd: int, mode: str) -> io.TextIOWrapper:
@@ -42,30 +42,6 @@ def _stream(fd: int, mode: str) -> io.TextIOWrapper:
 
 def _is_memory_error(exc: BaseException) -> bool:
     return isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno == errno.ENOMEM)
-
-
-def _exit_code(exc: SystemExit) -> int:
-    code = exc.code
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    with contextlib.suppress(Exception):
-        print(code, file=sys.stderr)
-    return 1
-
-
-def _finish_like_python() -> None:
-    """Join non-daemon threads and run atexit handlers, as the interpreter does at exit."""
-    threading = sys.modules.get("threading")
-    if threading is not None:
-        for thread in threading.enumerate():
-            if thread is not threading.main_thread() and not thread.daemon:
-                thread.join()
-    import atexit
-
-    if atexit._ncallbacks():
-        atexit._run_exitfuncs()
 
 
 def _main_scope() -> dict:
@@ -90,10 +66,10 @@ def execute(program: str, status_fd: int, nonce: str, given=None) -> None:
         if given is not None:
             scope.update(given())
         exec(compile(program, "<program>", "exec"), scope)  # noqa: S102 - running it is the point
-        _finish_like_python()
+        zygote.finish_like_python()
         status["finished"] = True
     except SystemExit as exc:
-        status["exit_code"] = _exit_code(exc)
+        status["exit_code"] = zygote.exit_status(exc.code)
         status["exception"] = f"SystemExit: {exc.code}"
     except BaseException as exc:  # noqa: BLE001 - the program's own failure, reported as the interpreter would
         scope.clear()  # free what a memory bomb held before formatting anything

@@ -1,4 +1,4 @@
-"""The zygote: confines its own world once, then forks one confined child per program.
+"""The sandbox worker's zygote: confines its own world once, then forks one confined child per program.
 
 PID 1 of the worker's PID namespace and a member of its cgroup (``worker.py``
 sets both up), it makes its root an allowlist of the host (read-only: the
@@ -9,14 +9,14 @@ forks a *child* that sets rlimits, drops to the slot's uid with no capabilities
 and no new privileges, and runs the program through ``harness.execute``
 (``run``). The zygote enforces the wall-time limit and the output cap
 (``outcome.watch``), then kills every process the program left behind (and
-mounts a fresh /tmp) before answering. Standard library only.
+mounts a fresh /tmp) before answering. Standard library only; what it shares with a
+Python MCP server's zygote is in ``zygote.py``.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import gc
 import importlib
 import math
@@ -30,19 +30,7 @@ import sys
 import tempfile
 import time
 
-import harness
-import isolation
-import outcome
-
-WORKER_MODULES = (
-    "harness",
-    "crossing",
-    "plain",
-    "isolation",
-    "outcome",
-    "messages",
-    "zygote",
-)  # never visible to programs
+from . import harness, isolation, outcome, zygote
 
 
 class Zygote:
@@ -76,7 +64,6 @@ class Zygote:
                 self.missing["pid_namespace"] = f"cannot reset the PID counter between runs: {exc}"
         else:
             isolation.prctl(isolation.PR_SET_CHILD_SUBREAPER, 1)
-        isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
         try:
             isolation.install_seccomp()  # inherited by every program's process
         except OSError as exc:
@@ -215,9 +202,7 @@ class Zygote:
         try:
             os.setsid()
             _oom_score_adj(1000)  # the first thing any out-of-memory killer takes
-            copies = {t: fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for t, fd in fds.items()}  # a source may be a target
-            for target, fd in copies.items():
-                os.dup2(fd, target)
+            zygote.place(fds)
             status_fd = 3 if 3 in fds else 2
             for fd in range(6):
                 if fd not in fds:
@@ -236,8 +221,7 @@ class Zygote:
             if trusted or self.config.get("user_namespace"):  # as root runs' uid change does by default
                 isolation.prctl(isolation.PR_SET_DUMPABLE, 0)
             isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
-            for name in WORKER_MODULES:
-                sys.modules.pop(name, None)
+            zygote.forget()  # the program finds none of the worker's modules by name
         except BaseException as exc:  # noqa: BLE001 - never run a program that is not fully confined
             outcome.emergency_status(status_fd, nonce, f"{type(exc).__name__}: {exc}")
             os._exit(126)

@@ -43,7 +43,7 @@ import sys
 import threading
 import types
 
-from plain import from_plain, rebuilt, to_plain, unbuilt
+from .plain import from_plain, rebuilt, to_plain, unbuilt
 
 _FRAME = struct.Struct(">I")
 _PICKLED_AS_IS = frozenset((int, float, str, bool, type(None), list, tuple, dict, set, bytes))  # the tests' args

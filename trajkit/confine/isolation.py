@@ -1,8 +1,8 @@
-"""Linux confinement primitives for the sandbox worker: namespaces, mounts, cgroups, credentials.
+"""Linux confinement primitives for the jail: namespaces, mounts, cgroups, credentials, seccomp.
 
 Standard library only (``ctypes`` for the system calls Python 3.11's ``os``
-lacks), because the worker imports it as a plain script. Every function
-raises ``OSError`` when the kernel refuses; the worker decides what a refusal
+lacks), as all of this package. Every function raises ``OSError`` when the
+kernel refuses; the caller (the sandbox worker, a server's launcher) decides what a refusal
 means: ``require`` is the one downgrade rule for code and MCP servers alike.
 """
 
@@ -15,6 +15,7 @@ import functools
 import os
 import re
 import signal
+import stat
 import time
 
 CLONE_NEWNS = 0x00020000
@@ -199,9 +200,9 @@ def confine_filesystem(binds: list[str], covers: list[str], tmp: str) -> None:
     The new root is an empty tmpfs holding: each of ``binds`` (a file or a folder of the host) at its own
     path, with the symbolic links met on the way to it; each of ``covers`` (a folder inside one of
     ``binds``, site-packages say) laid over with an empty tmpfs, the ``binds`` inside it put back; a fresh
-    /proc; the devices null, zero, full, random and urandom, and /dev/fd, /dev/stdin, /dev/stdout,
-    /dev/stderr and /dev/shm (a link to ``tmp``); and an empty folder ``tmp`` for the private tmpfs
-    (``mount_private_tmpfs``). It then becomes the root (``pivot_root``), the host's is let go of, and
+    /proc; the devices null, zero, full, random and urandom (``own_devices``), and /dev/fd, /dev/stdin,
+    /dev/stdout, /dev/stderr and /dev/shm (a link to ``tmp``); and an empty folder ``tmp`` for the private
+    tmpfs (``mount_private_tmpfs``). It then becomes the root (``pivot_root``), the host's is let go of, and
     every mount but /proc is made read-only and nosuid. Nothing else of the host can be reached.
     """
     mount(None, "/", None, MS_REC | MS_PRIVATE)
@@ -215,6 +216,7 @@ def confine_filesystem(binds: list[str], covers: list[str], tmp: str) -> None:
     copies = {path: detached_copy(path) for path, kind in plan if kind == "bind"}  # before /tmp is covered
     staging = "/tmp"  # the host's /tmp is left behind with the rest
     mount("tmpfs", staging, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    made = own_devices(staging + "/dev", [d for d in devices if os.path.exists(d)])
     placed: dict[str, str] = {"/": "root"}
 
     def writable_parent(path: str) -> bool:  # (a bound folder is the host's own: nothing is made in it)
@@ -222,6 +224,9 @@ def confine_filesystem(binds: list[str], covers: list[str], tmp: str) -> None:
 
     for path, kind in plan:
         target = staging + path
+        if path in made:
+            os.close(copies.pop(path))
+            continue
         if not writable_parent(path):  # inside a folder bound whole: a bind is there already
             if kind == "bind" or not os.path.isdir(target):
                 if kind == "bind":
@@ -256,6 +261,25 @@ def confine_filesystem(binds: list[str], covers: list[str], tmp: str) -> None:
     for target, flags in mounts():
         if not re.match(r"^/proc(/|$)", target):
             mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | flags)
+
+
+def own_devices(folder: str, devices: list[str]) -> list[str]:
+    """Make ``devices`` (the host's, by path) anew in a tmpfs at ``folder``, the nodes of this mount namespace's
+    own; returns them, or none where the kernel refuses (``mknod`` needs CAP_MKNOD in the first user namespace:
+    root; the host's are bound then). A lock is the inode's: on a device bound from the host, one that a run holds
+    is seen by a run on another worker at the same time (a write lock on /dev/null refused, a value passed); on a
+    node of its own, by none."""
+    os.makedirs(folder, 0o755)
+    mount("tmpfs", folder, "tmpfs", MS_NOSUID, "size=1m,mode=0755")  # (nodev off: the nodes must open)
+    try:
+        for path in devices:
+            node = f"{folder}/{os.path.basename(path)}"
+            os.mknod(node, 0o666 | stat.S_IFCHR, os.stat(path).st_rdev)
+            os.chmod(node, 0o666)  # (past the umask)
+    except PermissionError:
+        umount(folder)
+        return []
+    return devices
 
 
 def _resolve(path: str, links: dict[str, str]) -> str:
@@ -331,10 +355,10 @@ def children_of(pid: int) -> list[int]:
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
+                line = f.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
+        fields = line[line.rfind(b")") + 2 :].split()
         if int(fields[1]) == pid:
             kids.append(int(entry))
     return kids
@@ -534,11 +558,18 @@ def _make_v2_dir(name: str) -> str:
 # be there for the next. Programs also may not create user namespaces (inside one, an unprivileged process gets
 # mount and network namespaces of its own), nor sockets of any family but AF_UNIX: what a socket of another family
 # can change in a network namespace (its counters, IPv6 flow labels), or outside any (vsock), outlives the
-# process, and a worker keeps its network namespace from one run to the next.
-_SECCOMP_ARCH = {  # arch, unshare, clone, (add_key, request_key, keyctl), (socket, socketpair)
-    "x86_64": (0xC000003E, 272, 56, (248, 249, 250), (41, 53)),
-    "aarch64": (0xC00000B7, 97, 220, (217, 218, 219), (198, 199)),
+# process, and a worker keeps its network namespace from one run to the next. Nor may programs watch files
+# (inotify, fanotify, dnotify: ``F_NOTIFY``), take ``flock`` locks, ask who holds a lock (``F_GETLK``,
+# ``F_OFD_GETLK``) or take leases: the runtime's files are the same inodes in every worker's root, so a run could
+# see a lock another run holds on them, or be woken by another's reads, while both run. These fail as on a kernel
+# built without them (ENOSYS for the calls, EINVAL for the ``fcntl`` commands); ``fcntl`` locks themselves stay
+# (sqlite's): on a file opened read-only, only a read lock can be taken, which no other read lock sees.
+_SECCOMP_ARCH = {  # arch, unshare, clone, (add_key, request_key, keyctl), (socket, socketpair), fcntl,
+    # (flock, inotify_init, inotify_init1, fanotify_init)
+    "x86_64": (0xC000003E, 272, 56, (248, 249, 250), (41, 53), 72, (73, 253, 294, 300)),
+    "aarch64": (0xC00000B7, 97, 220, (217, 218, 219), (198, 199), 25, (32, 26, 262)),
 }
+_F_GETLK, _F_OFD_GETLK, _F_SETLEASE, _F_NOTIFY = 5, 36, 1024, 1026
 _SYS_CLONE3, _CLONE_NEWUSER, _X32_BIT, _AF_UNIX = 435, 0x10000000, 0x40000000, 1
 _LD, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 _ALLOW, _KILL, _ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
@@ -556,8 +587,10 @@ class _SockFprog(ctypes.Structure):
 def install_seccomp(programs: bool = True) -> None:
     """Install a seccomp filter: the keyring calls fail with EPERM, other ABIs' system calls are refused (x32
     with ENOSYS), and with ``programs`` (code under test, not a server): ``unshare``/``clone`` with
-    CLONE_NEWUSER fail with EPERM, ``clone3`` with ENOSYS (the C library then falls back to ``clone``), and
-    ``socket``/``socketpair`` of any family but AF_UNIX with EAFNOSUPPORT."""
+    CLONE_NEWUSER fail with EPERM, ``clone3`` with ENOSYS (the C library then falls back to ``clone``),
+    ``socket``/``socketpair`` of any family but AF_UNIX with EAFNOSUPPORT, ``flock`` and the ``inotify`` and
+    ``fanotify`` calls with ENOSYS, and the ``fcntl`` commands that ask who holds a lock, take a lease or watch a
+    folder with EINVAL."""
     _check(_raw_prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(_seccomp_program(programs)), 0, 0), "seccomp")
 
 
@@ -570,16 +603,20 @@ def _seccomp_program(programs: bool) -> _SockFprog:
     millisecond in a freshly forked child)."""
     if _machine() not in _SECCOMP_ARCH:
         raise OSError(f"no seccomp filter for {_machine()}")
-    arch, unshare_nr, clone_nr, keyrings, sockets = _SECCOMP_ARCH[_machine()]
+    arch, unshare_nr, clone_nr, keyrings, sockets, fcntl_nr, absent = _SECCOMP_ARCH[_machine()]
     code: list = [(_LD, 0, 0, 4), (_JEQ, 1, 0, arch), (_RET, 0, 0, _KILL), (_LD, 0, 0, 0)]
     code += [(_JGE, "enosys", 0, _X32_BIT), *[(_JEQ, "eperm", 0, nr) for nr in keyrings]]
     if programs:
         code += [(_JEQ, "enosys", 0, _SYS_CLONE3), (_JEQ, "ns", 0, unshare_nr), (_JEQ, "ns", 0, clone_nr)]
         code += [(_JEQ, "socket", 0, nr) for nr in sockets]
+        code += [*[(_JEQ, "enosys", 0, nr) for nr in absent], (_JEQ, "fcntl", 0, fcntl_nr)]
     code += [(_RET, 0, 0, _ALLOW)]
     if programs:  # the low half of the first argument: clone's flags, the socket's family
         code += ["ns", (_LD, 0, 0, 16), (_JSET, "eperm", 0, _CLONE_NEWUSER), (_RET, 0, 0, _ALLOW)]
         code += ["socket", (_LD, 0, 0, 16), (_JEQ, 0, "eafnosupport", _AF_UNIX), (_RET, 0, 0, _ALLOW)]
+        code += ["fcntl", (_LD, 0, 0, 24)]  # the low half of the second argument: the command
+        code += [(_JEQ, "einval", 0, cmd) for cmd in (_F_GETLK, _F_OFD_GETLK, _F_SETLEASE, _F_NOTIFY)]
+        code += [(_RET, 0, 0, _ALLOW), "einval", (_RET, 0, 0, _ERRNO | errno.EINVAL)]
     code += ["enosys", (_RET, 0, 0, _ERRNO | errno.ENOSYS), "eperm", (_RET, 0, 0, _ERRNO | errno.EPERM)]
     code += ["eafnosupport", (_RET, 0, 0, _ERRNO | errno.EAFNOSUPPORT)]
     program = _assemble(code)

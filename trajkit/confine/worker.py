@@ -1,13 +1,13 @@
 """The sandbox worker: a fork server that runs each program in a confined child process.
 
-``Sandbox`` starts one per slot as ``python -s -B worker.py`` — a fresh
-interpreter with an environment built from scratch, never a fork of the
+``Sandbox`` starts one per slot as ``python -s -B FOLDER worker`` (``start.command``)
+— a fresh interpreter with an environment built from scratch, never a fork of the
 caller — and talks to it over stdin/stdout with length-prefixed JSON
 messages. Standard library only. Three processes per slot:
 
 - the *supervisor* (root where available) makes the slot's cgroup, enters new
   mount, network, PID, IPC and UTS namespaces (not root: inside a new user
-  namespace that owns them), forks the zygote, and removes
+  namespace that owns them), forks the zygote (``zygote.fork_init``), and removes
   the cgroup (and the fallback's private directory) once the zygote is gone;
 - the *zygote*, PID 1 of the new PID namespace and a member of the cgroup,
   makes its root an allowlist (read-only), mounts a private /tmp, pre-imports
@@ -23,7 +23,8 @@ request without namespaces and prints the answer (the e2b backend runs the
 worker that way inside a cloud sandbox).
 
 Files: this one (the supervisor and the entry point), ``messages.py`` (the
-pipe protocol), ``zygote.py`` (confinement and the per-program child),
+pipe protocol), ``program_zygote.py`` (confinement and the per-program child),
+``zygote.py`` (what it shares with a server's zygote),
 ``outcome.py`` (watching a run and classifying how it ended), ``harness.py``
 (what runs inside the child), ``crossing.py`` (what crosses between a unit-test
 run's two processes) and ``isolation.py`` (namespaces, mounts, cgroups).
@@ -39,12 +40,11 @@ import sys
 import tempfile
 import traceback
 
-import isolation
-import outcome
-from messages import read_message, write_message
-from zygote import Zygote, force_remove
+from . import isolation, outcome
+from .messages import read_message, write_message
+from .program_zygote import Zygote, force_remove
+from .zygote import fork_init, wait_init
 
-sys.path.pop(0)  # this directory: programs must not import the worker's modules by name
 NAMESPACES = ("pid_namespace", "net_namespace", "ipc_namespace", "mount_namespace")  # the protections they give
 
 
@@ -78,7 +78,7 @@ def supervise(config: dict) -> None:
     # in /tmp instead (the sandbox's root holds the interpreter's files at their place there, read-only).
     private = "/tmp/.sandbox" if _covered_by_private_mounts() else "/tmp"
     tmp = private if namespaces else tempfile.mkdtemp(prefix="trajkit-sandbox-")
-    pid = os.fork()
+    pid = fork_init()  # the zygote, PID 1 of the new PID namespace
     if pid == 0:
         zygote = Zygote(config, cgroup, namespaces, missing, tmp)
         try:
@@ -93,9 +93,8 @@ def supervise(config: dict) -> None:
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
-    signal.signal(signal.SIGTERM, lambda *_: _kill_quietly(pid))
     try:
-        os.waitpid(pid, 0)
+        wait_init(pid)  # (asked to end: the zygote first)
     finally:
         if cgroup is not None:
             cgroup.remove()
@@ -105,8 +104,9 @@ def supervise(config: dict) -> None:
 
 def _covered_by_private_mounts() -> str | None:
     """/tmp or /dev/shm if this interpreter's files live there (programs get fresh, empty ones), else None."""
+    started_from = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # (not in the sandbox's root)
     for place in (sys.prefix, sys.base_prefix, *sys.path):
-        path = os.path.realpath(place) if place else ""
+        path = os.path.realpath(place) if place and place != started_from else ""
         for mount in ("/tmp", "/dev/shm"):
             if path.startswith(mount + "/"):
                 return mount
@@ -121,17 +121,11 @@ def _serve(zygote: Zygote, request: dict, next_message=None) -> dict:
         return outcome.answer("error", reason=f"sandbox: {type(exc).__name__}: {exc}")
 
 
-def _kill_quietly(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 def run_once(path: str) -> None:
     """Run the one request in ``path`` with rlimits only and print the answer as JSON."""
     with open(path) as f:
         request = json.load(f)
+    isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
     tmp = tempfile.mkdtemp(prefix="trajkit-sandbox-")
     zygote = Zygote(request.pop("config", {}), None, False, {}, tmp)
     zygote.setup()

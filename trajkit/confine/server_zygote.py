@@ -1,8 +1,9 @@
-"""A fork server for one Python stdio MCP server.
+"""A Python stdio MCP server's zygote: a fork server of its instances (what it shares with the sandbox's is in
+``zygote.py``).
 
-``PYTHON zygote.py serve CONTROL_FD CLIENT_PID SPEC -- ENTRY...`` runs on the server's own interpreter,
-with its environment and cwd (ENTRY is ``-m MODULE ARGS...`` or ``SCRIPT ARGS...``, as the server's
-config says). In a mount namespace of its own where the host is read-only (``contain._contain`` with
+``PYTHON FOLDER server_zygote serve CONTROL_FD CLIENT_PID SPEC -- ENTRY...`` (``start.command``) runs on the
+server's own interpreter, with its environment and cwd (ENTRY is ``-m MODULE ARGS...`` or ``SCRIPT ARGS...``, as the server's
+config says). In a mount namespace of its own where the host is read-only (``launcher._contain`` with
 SPEC: no writable path), locked so (a user namespace's copy of it: the server's body runs with our
 capabilities), and a network namespace with no interfaces where SPEC says ``network: false`` (what the
 body opens is inherited), it imports once what the
@@ -14,13 +15,13 @@ takes instances on CONTROL_FD, its end of a unix socket pair the client made (no
 outlives a killed client, and nothing an instance could connect to): each brings the zygote's end of a socket
 pair of the instance's own, and its request on that carries the instance's stdin, stdout and stderr and its
 containment spec; the zygote forks, and the child, contained as the spec says
-(``contain.run``), runs that ``__main__`` block alone, or, where there was none or the rest failed
-here, the whole entry module as ``__main__`` (``runpy``), as the ``contain.py`` launcher does. The
+(``launcher.run``), runs that ``__main__`` block alone, or, where there was none or the rest failed
+here, the whole entry module as ``__main__`` (``runpy``), as the launcher (``launcher.py``) does. The
 zygote answers ``pid N`` at once and ``exit CODE`` when the instance is gone; ``term`` on the request's
 socket sends the instance SIGTERM, and a client that hangs up has it killed (``forks.Zygote.instance``
 is that client). The zygote dies with its client (parent-death signal), and each instance with the zygote.
 
-A plain script on the standard library and ``contain.py``: a server's interpreter need not have trajkit
+Standard library only (started as ``start.command`` says): a server's interpreter need not have trajkit
 installed.
 """
 
@@ -32,41 +33,19 @@ import socket
 import sys
 from typing import TYPE_CHECKING
 
+from . import isolation as iso
+from . import launcher, zygote
+
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-_here = os.path.dirname(os.path.abspath(__file__))
-
-
-def _ours(name: str, folder: str) -> object:
-    """A module of ours imported from ``folder``, leaving ``sys.path`` and ``sys.modules`` as they were (the
-    server sees its own path, and no module of ours under a plain name)."""
-    import importlib
-
-    path = list(sys.path)
-    sys.path.insert(0, folder)
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path[:] = path
-        for plain in ("contain", "isolation"):
-            sys.modules.pop(plain, None)
-
-
-def _die_with_parent(sig: int = signal.SIGKILL) -> None:
-    """``sig`` when the parent exits (``PR_SET_PDEATHSIG``; without isolation.py's imports)."""
-    import ctypes
-
-    if ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0):
-        raise OSError(ctypes.get_errno(), "prctl PR_SET_PDEATHSIG")
-
 
 MAX_SPEC = 1 << 16
 
 
 def _server_path(entry: list[str]) -> None:
-    """``sys.path[0]`` as ``python ENTRY`` sets it: the working directory for ``-m``, else the script's folder."""
-    if sys.path and os.path.realpath(sys.path[0] or ".") == _here:
+    """``sys.path[0]`` as ``python ENTRY`` sets it: the working directory for ``-m``, else the script's folder, in
+    place of the folder this package was started from (``start.folder``)."""
+    if sys.path and sys.path[0] == os.path.dirname(os.path.dirname(os.path.abspath(__file__))):
         del sys.path[0]
     if not getattr(sys.flags, "safe_path", False):
         sys.path.insert(0, os.getcwd() if entry[0] == "-m" else os.path.dirname(os.path.realpath(entry[0])))
@@ -164,7 +143,7 @@ def _rehearse(main: object, close: list[int]) -> None:
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        _die_with_parent()
+        iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(null, fd)
@@ -192,7 +171,7 @@ def _rehearse(main: object, close: list[int]) -> None:
             importlib.import_module(name)
 
 
-def _unfit(iso: object) -> str | None:
+def _unfit() -> str | None:
     """Why this process cannot fork instances, if it cannot: a thread is running (a fork carries one: locks another
     one holds would stay held), or a process it started is (it would live as long as the zygote, beside every
     trajectory's instances, uncapped, each sharing it; a spawned instance has its own). Exited ones are reaped."""
@@ -205,20 +184,9 @@ def _unfit(iso: object) -> str | None:
     return None
 
 
-def _exit_code(code: object) -> int:
-    """The status ``sys.exit(code)`` ends an interpreter with (a message goes to stderr, as Python does)."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    print(code, file=sys.stderr)
-    return 1
-
-
 def _run_server(entry: list[str], main: object | None) -> None:
     """The instance's server process: the entry module as ``__main__`` (``main``: only its ``__main__`` block, the
     rest ran in the zygote), then the interpreter's exit."""
-    import atexit
     import runpy
     import traceback
 
@@ -233,14 +201,12 @@ def _run_server(entry: list[str], main: object | None) -> None:
             sys.argv = list(entry)
             runpy.run_path(entry[0], run_name="__main__")
     except SystemExit as e:
-        code = _exit_code(e.code)
+        code = zygote.exit_status(e.code)
     except BaseException:  # noqa: BLE001 - an uncaught exception: its traceback, status 1
         traceback.print_exc()
         code = 1
     try:
-        if "threading" in sys.modules:
-            sys.modules["threading"]._shutdown()  # non-daemon threads are waited for, as at interpreter exit
-        atexit._run_exitfuncs()
+        zygote.finish_like_python()
         sys.stdout.flush()
         sys.stderr.flush()
     finally:
@@ -254,15 +220,14 @@ def _instance(spec: dict, fds: list[int], entry: list[str], own: list, run: Call
 
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target)
+    zygote.place(dict(enumerate(fds)))
     for fd in {*fds, *(x if isinstance(x, int) else x.fileno() for x in own)}:
         with contextlib.suppress(OSError):
             os.close(fd)
     sys.dont_write_bytecode = bool(sys.flags.dont_write_bytecode)
     code = 1
     try:
-        _die_with_parent()  # the zygote's child: dies with it, as it dies with the client
+        iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)  # the zygote's child: dies with it, as it dies with the client
         os.setsid()
         code = run({**spec, "in_userns": True}, lambda: _run_server(entry, main))
     except BaseException:  # noqa: BLE001 - as the spawned launcher: a traceback on stderr
@@ -272,16 +237,13 @@ def _instance(spec: dict, fds: list[int], entry: list[str], own: list, run: Call
         os._exit(code)
 
 
-def _outside(zygote: int, contain: object) -> None:
+def _outside(pid: int) -> None:
     """The client's child, outside the zygote's PID namespace: killed, it takes the zygote and so the whole
     namespace with it (the zygote's parent-death signal); signalled (its client died: its parent-death signal),
-    it kills the zygote, and then removes what the instances, killed with it, could not (``contain.sweep``).
+    it kills the zygote, and then removes what the instances, killed with it, could not (``launcher.sweep``).
     Otherwise it ends with the zygote's status."""
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda _s, _f: os.kill(zygote, signal.SIGKILL))
-    _, status = os.waitpid(zygote, 0)
-    contain.sweep()
-    code = os.waitstatus_to_exitcode(status)
+    code = zygote.wait_init(pid)
+    launcher.sweep()
     os._exit(code if code >= 0 else 128 - code)
 
 
@@ -290,24 +252,23 @@ def serve(control_fd: int, client: int, spec: dict, entry: list[str]) -> None:
     import gc
     import selectors
 
-    _die_with_parent(signal.SIGTERM)  # (to _outside, below)
+    iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGTERM)  # (to _outside, below)
     if os.getppid() != client:  # the client died before the line above
         return
-    contain = _ours("contain", _here)
-    flags = contain.iso.CLONE_NEWNS | contain.iso.CLONE_NEWPID | contain.iso.CLONE_NEWIPC
+    flags = iso.CLONE_NEWNS | iso.CLONE_NEWPID | iso.CLONE_NEWIPC
     if not spec.get("network", True):  # the server's body runs here: no network, as a spawned instance has none
-        flags |= contain.iso.CLONE_NEWNET
-    userns = contain.iso.enter_namespaces(flags)
-    zygote = os.fork()  # PID 1 of the new namespace: what the server's body starts there dies with it
-    if zygote:
-        _outside(zygote, contain)
-    _die_with_parent()
-    contain._contain(spec, userns)  # the host read-only to what the imports do: only the instances may write
-    contain.iso.install_seccomp(programs=False)  # the server's body runs here: no keyrings (not namespaced)
+        flags |= iso.CLONE_NEWNET
+    userns = iso.enter_namespaces(flags)
+    init = zygote.fork_init()  # PID 1 of the new namespace: what the server's body starts there dies with it
+    if init:
+        _outside(init)
+    launcher._contain(spec, userns)  # the host read-only to what the imports do: only the instances may write
+    iso.install_seccomp(programs=False)  # the server's body runs here: no keyrings (not namespaced)
     # and for good: copied into a user namespace's mount namespace, read-only mounts stay read-only (the kernel
     # locks them), or the server's body, run here with our capabilities, could remount the host writable
-    contain.iso.enter_namespaces(contain.iso.CLONE_NEWNS, user=True)
-    run = contain.run
+    iso.enter_namespaces(iso.CLONE_NEWNS, user=True)
+    run = launcher.run
+    zygote.forget()  # the server's code finds none of ours by name (nor its own package of our name shadowed)
     _server_path(entry)
     sys.dont_write_bytecode = True  # (the host is read-only here)
     try:
@@ -319,10 +280,10 @@ def serve(control_fd: int, client: int, spec: dict, entry: list[str]) -> None:
         _preload(tree, init["__package__"] or "")
         argv = [path, *entry[2:]] if entry[0] == "-m" else list(entry)  # as python sets it
         main = _prepare(path, tree, init, argv)
-    unfit = _unfit(contain.iso)  # what the server imports, or its body, started
+    unfit = _unfit()  # what the server imports, or its body, started
     if main is not None and unfit is None and spec.get("rehearse", True):
         _rehearse(main, [control_fd])
-    if why := unfit or _unfit(contain.iso):
+    if why := unfit or _unfit():
         print(f"trajkit: {why}", file=sys.stderr, flush=True)
         os._exit(UNFIT if unfit else REHEARSED_UNFIT)
     gc.collect()

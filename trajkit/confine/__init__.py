@@ -1,0 +1,1 @@
+"""The jail: standard-library code that runs inside the sandbox and around each contained server."""
