@@ -67,7 +67,7 @@ def task_ids(ids: np.ndarray) -> pa.Array:
 
 def make_batch(n: int, seed: int, offset: int = 0, n_tasks: int | None = None, traced_every: int = 0) -> pa.Table:
     """``n`` trajectories as an Arrow table in the trajectories schema; every ``traced_every``-th row
-    (by index) also has a token trace of 1,000-3,000 tokens."""
+    (by index) also has a token trace of 1,000-3,000 tokens; every 20th extends the row before it."""
     rng = np.random.default_rng(seed)
     calls = rng.integers(1, 6, n)  # tool calls per row -> 2 + 2*calls messages (4..12)
     n_msgs = 2 + 2 * calls
@@ -98,7 +98,8 @@ def make_batch(n: int, seed: int, offset: int = 0, n_tasks: int | None = None, t
     content = _strings(rng, total)
     null_str = pa.nulls(total, pa.string())
     tool_call_id = pa.array(np.where(role_idx == 2, np.char.add("call_", (pos - 1).astype(str)), None))
-    msg_name = pa.array(np.where(role_idx == 2, np.array(TOOLS)[np.roll(tool_of_msg, 1)], None))  # the call it answers
+    answered = np.array(TOOLS)[np.roll(tool_of_msg, 1)]  # a tool message's name: the call it answers
+    msg_name = pa.array(np.where(role_idx == 2, answered, None))
     messages_struct = pa.StructArray.from_arrays(
         [roles, content, null_str, tool_calls, tool_call_id, msg_name, pa.nulls(total, pa.list_(S.MEDIA_PART))],
         fields=list(S.MESSAGE),
@@ -111,19 +112,31 @@ def make_batch(n: int, seed: int, offset: int = 0, n_tasks: int | None = None, t
     )
     ids = np.arange(offset, offset + n)
     task_ids_ = rng.integers(0, max(n_tasks or n // 8, 1), n)
-    status = np.array(["completed", "truncated", "failed"])[rng.choice(3, n, p=[0.85, 0.1, 0.05])]
+    extends = (ids % 20 == 19) & (np.arange(n) > 0)
+    task_ids_[extends] = task_ids_[np.nonzero(extends)[0] - 1]
+    status_idx = rng.choice(3, n, p=[0.85, 0.1, 0.05])
+    status = np.array(["completed", "truncated", "failed"])[status_idx]
+    verdict = np.where(status_idx == 0, np.where(rng.random(n) < 0.7, "pass", "fail"), None)
+    codes = np.array(["turn_limit", "max_tokens", "tool_error", "server_crash", "timeout", "model_error"])
+    code = np.where(status_idx == 1, codes[rng.integers(0, 2, n)], codes[rng.integers(2, 6, n)])
+    code = np.where(status_idx == 0, None, code)
     final = _strings(rng, n)
     traced = (ids % traced_every == 0) if traced_every else np.zeros(n, bool)
+    traj = traj_ids(ids)
     return pa.table(
         {
             **_token_traces(rng, traced),
-            "traj_id": traj_ids(ids),
+            "traj_id": traj,
             "task_id": task_ids(task_ids_),
+            "parent_id": pa.array(np.where(extends, np.roll(np.array(traj.to_pylist(), dtype=object), 1), None)),
             "rollout_index": pa.array(rng.integers(0, 4, n).astype(np.int32)),
-            "model": pa.array(["Qwen/Qwen3-8B"] * n),
+            "model": _pick(rng, ["Qwen/Qwen3-8B", "Qwen/Qwen3-32B"], n, p=[0.7, 0.3]),
             "backend": pa.array(["vllm"] * n),
             "messages": messages,
             "status": pa.array(status),
+            "reason": pa.array(np.where(code == None, None, np.char.add("synthetic: ", code.astype(str)))),
+            "reason_code": pa.array(code),
+            "verdict": pa.array(verdict),
             "model_s": pa.array(rng.gamma(2.0, 1.5, n)),
             "tools_s": pa.array(rng.gamma(1.5, 0.3, n)),
             "total_s": pa.array(rng.gamma(3.0, 1.5, n)),
@@ -134,8 +147,43 @@ def make_batch(n: int, seed: int, offset: int = 0, n_tasks: int | None = None, t
             "num_turns": pa.array((calls + 1).astype(np.int32)),
             "num_tool_calls": pa.array(calls.astype(np.int32)),
             "final_answer": final,
+            "calls": _calls(rng, role_idx, pos, n_msgs, answered),
         }
     )
+
+
+def _calls(
+    rng: np.random.Generator, role_idx: np.ndarray, pos: np.ndarray, n_msgs: np.ndarray, names: np.ndarray
+) -> pa.Array:
+    """A ``calls`` entry per message after the first: the model call that wrote an assistant message, the tool
+    call that wrote a tool message, one after the other."""
+    keep = pos > 0
+    kind = np.where(role_idx[keep] == 1, "model", "tool")
+    seconds = np.where(kind == "model", rng.gamma(2.0, 0.8, len(kind)), rng.gamma(1.5, 0.2, len(kind)))
+    per_row = n_msgs - 1
+    row_start = np.repeat(np.cumsum(per_row) - per_row, per_row)
+    ends = np.cumsum(seconds)
+    start = ends - seconds - np.repeat(np.concatenate([[0], ends])[np.cumsum(per_row) - per_row], per_row)
+    is_model = kind == "model"
+    last = np.arange(len(kind)) - row_start == np.repeat(per_row - 1, per_row)
+    status = np.where(
+        is_model, np.where(last, "stop", "tool_calls"), np.where(rng.random(len(kind)) < 0.05, "error", "ok")
+    )
+    tokens = lambda lo, hi: pa.array(np.where(is_model, rng.integers(lo, hi, len(kind)), None))
+    entries = pa.StructArray.from_arrays(
+        [
+            pa.array(kind),
+            pa.array(np.where(is_model, None, names[keep])),
+            pa.array(pos[keep].astype(np.int32)),
+            pa.array(np.round(start, 6)),
+            pa.array(np.round(seconds, 6)),
+            tokens(200, 4000),
+            tokens(20, 400),
+            pa.array(status),
+        ],
+        fields=list(S.CALL),
+    )
+    return pa.ListArray.from_arrays(pa.array(np.concatenate([[0], np.cumsum(per_row)]).astype(np.int32)), entries)
 
 
 def _token_traces(rng: np.random.Generator, traced: np.ndarray) -> dict[str, pa.Array]:

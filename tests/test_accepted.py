@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pytest
 
 from trajkit import accepted as A
@@ -143,6 +144,33 @@ def test_export_writes_accepted_rows_unless_all(store, tmp_path):
     ]
 
 
+def test_export_reads_labels_to_include_or_exclude_rows(store, tmp_path):
+    from tests.test_cli import invoke
+    from tests.test_user_errors import user_error
+
+    (store.root / A.LABELS_FILE).write_text(LABELS)
+    out = tmp_path / "out.jsonl"
+
+    def exported(*flags: str) -> list[str]:
+        invoke("export", str(out), "--run", str(store.root), "--format", "jsonl", *flags)
+        return [json.loads(line)["traj_id"] for line in out.read_text().splitlines()]
+
+    assert exported() == ["human", "ok", "taskout"]
+    A.add_review(store, "taskout", "trajectory", None, labels=["hallucination"], reviewer="ann")
+    A.add_review(store, "ok", "trajectory", "accept", labels=["gold"], reviewer="ann")
+    A.add_review(store, "vfail", "trajectory", None, labels=["gold"], reviewer="ann")
+    assert exported() == ["human", "ok"]  # hallucination excludes
+    assert exported("--all", "--label", "gold") == ["ok", "vfail"]
+    assert exported("--all", "--without-label", "gold", "--without-label", "hallucination") == [
+        "filtered",
+        "human",
+        "lowjudge",
+        "trunc",
+    ]
+    line = user_error("export", str(out), "--run", str(store.root), "--label", "nope")
+    assert line == "--label/--without-label: no label 'nope' in the run (labels: gold, hallucination)"
+
+
 def test_synth_filter_applies_verdicts_and_default_thresholds(store):
     from tests.test_cli import invoke
 
@@ -185,3 +213,103 @@ def test_a_run_written_before_verdict_and_reason_code_reads_them_as_null(run_dir
     exported = tmp_path / "out.jsonl"
     invoke("export", str(exported), "--run", str(run_dir), "--format", "jsonl")
     assert [json.loads(line)["traj_id"] for line in exported.read_text().splitlines()] == ["a"]
+
+
+LABELS = """labels:
+  - {name: hallucination, key: h, color: "#c0392b", excludes: true}
+  - {name: gold, key: g, color: "#2a7"}
+"""
+
+
+def test_a_label_marked_excludes_takes_rows_out_of_the_accepted_data(store):
+    (store.root / A.LABELS_FILE).write_text(LABELS)
+    assert [label.name for label in A.run_labels(store.root)] == ["hallucination", "gold"]
+    A.add_review(store, "ok", "trajectory", None, labels=["gold"], reviewer="ann")
+    assert "ok" in A.accepted_ids(store, "trajectories")  # a label that does not exclude
+    A.add_review(store, "ok", "trajectory", "accept", labels=["hallucination", "gold"], reviewer="ann")
+    assert "ok" not in A.accepted_ids(store, "trajectories")  # accepted, yet labelled out
+    A.add_review(store, "A", "task", None, labels=["hallucination"], reviewer="ann")
+    assert "A" not in A.accepted_ids(store, "tasks") and "s4" not in A.accepted_ids(store, "samples")
+    (store.root / A.LABELS_FILE).write_text(LABELS.replace("excludes: true", "excludes: false"))
+    assert "ok" in A.accepted_ids(store, "trajectories")  # the file decides, for reviews written before too
+    with pytest.raises(UserError, match="no label 'nope' in the run's labels.yaml"):
+        A.add_review(store, "ok", "trajectory", "accept", labels=["nope"])
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("labels: [", "not readable YAML"),
+        ("- {name: x, key: x, color: '#fff'}", "expected one key, labels"),
+        ("labels:\n  - {name: x, key: x}", "label 1: give name, key and color"),
+        ("labels:\n  - {name: x, key: x, color: '#fff', colour: red}", "label 1: give name, key and color"),
+        ("labels:\n  - {name: Bad Name, key: x, color: '#fff'}", "name 'Bad Name' is not 1-40"),
+        ("labels:\n  - {name: x, key: a, color: '#fff'}", "key 'a' is not one lowercase letter or digit of its own"),
+        ("labels:\n  - {name: x, key: xy, color: '#fff'}", "key 'xy' is not one"),
+        ("labels:\n  - {name: x, key: x, color: red}", "color 'red' is not #rgb or #rrggbb"),
+        ("labels:\n  - {name: x, key: x, color: '#fff', excludes: yes please}", "excludes must be true or false"),
+        ("labels:\n  - {name: x, key: x, color: '#fff'}\n  - {name: y, key: x, color: '#fff'}", "key 'x' is also"),
+    ],
+)
+def test_a_bad_labels_file_is_one_line_naming_the_problem(run_dir, text, message):
+    (run_dir / A.LABELS_FILE).write_text(text)
+    with pytest.raises(UserError, match=message) as e:
+        A.run_labels(run_dir)
+    assert "\n" not in str(e.value) and str(run_dir / A.LABELS_FILE) in str(e.value)
+
+
+def test_a_batch_is_one_shard_and_its_undo_restores_each_rows_state_before_it(store):
+    (store.root / A.LABELS_FILE).write_text(LABELS)
+    A.add_review(store, "ok", "trajectory", "accept", "fine", "ann", labels=["gold"])
+    A.add_review(store, "trunc", "trajectory", "accept", reviewer="ann")
+    A.add_review(store, "trunc", "trajectory", "reject", reviewer="ann")
+    targets = ["ok", "trunc", "lowjudge"]
+    batch = A.add_reviews(store, "trajectory", targets, [A.ReviewState("reject")] * 3, "bob")
+    assert len(store.shards("reviews")) == 4  # three single reviews, one batch
+    in_batch = [r for r in store.rows("reviews") if r["batch_id"] == batch]
+    assert sorted(r["target_id"] for r in in_batch) == sorted(targets) and {r["reviewer"] for r in in_batch} == {"bob"}
+    assert "ok" not in A.accepted_ids(store, "trajectories")
+    A.add_review(store, "lowjudge", "trajectory", "accept", reviewer="cat")  # reviewed again after the batch
+    undo, restored, left = A.undo_batch(store, batch, "bob")
+    assert (restored, left) == (2, 1)
+    state = {
+        r["target_id"]: (r["decision"], r["labels"], r["note"], r["reviewer"])
+        for r in store.sql(f"SELECT * FROM reviews QUALIFY {A._LATEST}").to_pylist()
+    }
+    assert state == {
+        "ok": ("accept", ["gold"], "fine", "bob"),  # as before the batch
+        "trunc": ("reject", None, None, "bob"),
+        "lowjudge": ("accept", None, None, "cat"),  # the later review stays
+    }
+    assert "ok" in A.accepted_ids(store, "trajectories") and len(store.rows("reviews")) == 3 + 3 + 1 + 2
+    A.undo_batch(store, undo, "bob")  # an undo is a batch too: undoing it puts the batch's state back
+    assert A.latest_reviews(store) == {"ok": "reject", "trunc": "reject", "lowjudge": "accept"}
+    with pytest.raises(UserError, match="no review batch 'nope'"):
+        A.undo_batch(store, "nope")
+
+
+def test_an_undo_returns_a_row_never_reviewed_to_unreviewed(store):
+    batch = A.add_reviews(store, "task", ["A", "B"], [A.ReviewState("reject")] * 2, "bob")
+    assert A.accepted_ids(store, "tasks") == set()
+    A.undo_batch(store, batch, "bob")
+    latest = store.sql(f"SELECT target_id, decision, labels FROM reviews QUALIFY {A._LATEST} ORDER BY 1").to_pylist()
+    assert latest == [{"target_id": t, "decision": None, "labels": None} for t in ("A", "B")]
+    assert A.accepted_ids(store, "tasks") == {"A", "B"}
+
+
+def test_reviews_written_before_labels_read_unchanged(store):
+    import pyarrow.parquet as pq
+
+    from trajkit import schema as S
+
+    A.add_review(store, "human", "trajectory", "reject", "old", reviewer="ann")
+    (path,) = store.shards("reviews")
+    old = pq.read_table(path).drop_columns(["labels", "batch_id"])  # as version 1 wrote it: decision required
+    fields = [f.with_nullable(f.name != "note") for f in old.schema]
+    old = old.cast(pa.schema(fields)).replace_schema_metadata({S.VERSION_KEY: b"1", S.TABLE_KEY: b"reviews"})
+    pq.write_table(old, path)
+    assert "human" not in A.accepted_ids(store, "trajectories")
+    A.add_review(store, "ok", "trajectory", "reject", reviewer="bob")  # a new shard beside the old one
+    rows = {r["target_id"]: (r["decision"], r["labels"], r["batch_id"]) for r in store.rows("reviews")}
+    assert rows == {"human": ("reject", None, None), "ok": ("reject", None, None)}
+    assert A.accepted_ids(store, "trajectories") == {"taskout"}

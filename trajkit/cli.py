@@ -185,11 +185,15 @@ def export(
     all_rows: Annotated[
         bool, typer.Option("--all", help="Every trajectory, failed and rejected ones too (not training-ready).")
     ] = False,
+    label: Annotated[
+        list[str] | None,
+        typer.Option(help="Only rows a review gave this label (labels.yaml); repeat for any of several."),
+    ] = None,
+    without_label: Annotated[list[str] | None, typer.Option(help="No row a review gave this label.")] = None,
 ) -> None:
     """Write accepted trajectories (docs/schema.md, "Accepted rows") as JSON lines for other tools."""
-    from trajkit.accepted import accepted_where
-    from trajkit.export import FORMATS, convert
-    from trajkit.store import existing_run, sql_condition
+    from trajkit.export import FORMATS, convert, query
+    from trajkit.store import existing_run
     from trajkit.tabular import json_safe
 
     if fmt not in FORMATS:
@@ -197,11 +201,7 @@ def export(
     store = existing_run(run)
     if output.is_dir():
         raise _user(f"{output} is a directory: give the path of a .jsonl file")
-    conds = ([] if all_rows else [accepted_where("trajectories")]) + (
-        [sql_condition(where, "--where")] if where else []
-    )
-    query = "SELECT * FROM trajectories" + (" WHERE " + " AND ".join(conds) if conds else "") + " ORDER BY traj_id"
-    rows = store.sql(query).to_pylist()
+    rows = store.sql(query(store, all_rows, where, label or (), without_label or ())).to_pylist()
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         with open(output, "w") as f:

@@ -3,10 +3,34 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from trajkit.store import Store
+
 FORMATS = ("jsonl", "openai", "sharegpt")
+
+
+def query(
+    store: Store, all_rows: bool, where: str | None, labels: Sequence[str] = (), without: Sequence[str] = ()
+) -> str:
+    """The trajectories to export: the accepted ones (a label the run's ``labels.yaml`` marks ``excludes``
+    takes a row out) unless ``all_rows``; then those matching ``where``, those a review gave one of
+    ``labels`` (when any), and none a review gave one of ``without``."""
+    from trajkit.accepted import accepted_where, excluding_labels, labelled, run_labels
+    from trajkit.errors import UserError
+    from trajkit.store import sql_condition
+
+    names = {label.name for label in run_labels(store.root)}
+    for name in [*labels, *without]:
+        if name not in names:
+            known = ", ".join(sorted(names)) or "none: the run has no labels.yaml"
+            raise UserError(f"--label/--without-label: no label {name!r} in the run (labels: {known})")
+    conds = [] if all_rows else [accepted_where("trajectories", excluded=excluding_labels(store))]
+    conds += [sql_condition(where, "--where")] if where else []
+    conds += [labelled("trajectory", "traj_id", labels)] if labels else []
+    conds += [f"NOT {labelled('trajectory', 'traj_id', without)}"] if without else []
+    return "SELECT * FROM trajectories" + (" WHERE " + " AND ".join(conds) if conds else "") + " ORDER BY traj_id"
 
 
 def openai_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:

@@ -32,7 +32,7 @@ VERDICTS = ("pass", "fail", "timeout", "memory", "error")
 DIFFICULTIES = ("unsolved", "hard", "medium", "easy", "trivial")
 SPLITS = ("train", "held_out")
 REVIEW_TARGETS = ("task", "trajectory")
-REVIEW_DECISIONS = ("accept", "reject")
+REVIEW_DECISIONS = ("accept", "reject")  # null: no decision (labels only, or a state an undo cleared)
 # Why a trajectory (or an attempt's sample, or a harvested server) did not end well, beside the free-text
 # reason; set where the agent loop and the stages write reasons (envs/agent.py, envs/discovery.py,
 # synth/rollouts.py, synth/extend.py).
@@ -154,6 +154,18 @@ SERVER_INFO = pa.struct(
         pa.field("instructions", pa.string()),
     ]
 )
+CALL = pa.struct(  # one model or tool call of an episode, for the viewer's timeline
+    [
+        pa.field("kind", pa.string()),  # model | tool
+        pa.field("name", pa.string()),  # the tool's name; null for a model call
+        pa.field("message", pa.int32()),  # index in messages of what it produced; null: a model call that failed
+        pa.field("start_s", pa.float64()),  # seconds from the episode's start
+        pa.field("seconds", pa.float64()),
+        pa.field("prompt_tokens", pa.int64()),
+        pa.field("completion_tokens", pa.int64()),
+        pa.field("status", pa.string()),  # model: the finish reason (stop, tool_calls, length, error); tool: ok, error
+    ]
+)
 PASS_AT = pa.struct([pa.field("k", pa.int32()), pa.field("value", pa.float64())])
 
 
@@ -268,10 +280,11 @@ TRAJECTORIES = Table(
             pa.field("logprobs", pa.list_(pa.float32())),
             pa.field("policy_version", pa.int64()),
             pa.field("source", pa.string()),  # recorded | imported; null: trajkit's agent loop
+            pa.field("calls", pa.list_(CALL)),  # each model and tool call, in the order they started
         ]
     ),
-    version=3,
-    added=("reason_code", "verdict", "source"),
+    version=4,
+    added=("reason_code", "verdict", "source", "calls"),
     doc="Agent rollouts in the OpenAI chat format, with side columns and tokens.",
 )
 
@@ -482,12 +495,16 @@ REVIEWS = Table(
             _req("review_id", pa.string()),
             _req("target_id", pa.string()),
             _req("target_kind", pa.string()),
-            _req("decision", pa.string()),
+            pa.field("decision", pa.string()),  # required in version 1
+            pa.field("labels", pa.list_(pa.string())),
             pa.field("note", pa.string()),
             _req("reviewer", pa.string()),
             _req("reviewed_at", pa.timestamp("us", tz="UTC")),
+            pa.field("batch_id", pa.string()),
         ]
     ),
+    version=2,
+    added=("labels", "batch_id"),
     doc="Human reviews of tasks and trajectories; append-only, the latest review of a row wins.",
 )
 

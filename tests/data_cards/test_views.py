@@ -123,3 +123,24 @@ def test_card_applies_reviews_and_a_stale_card_is_not_pushed(carded, hub, tmp_pa
     assert "Human reviews applied: 1, the newest from" in readme
     sft = _load(_clone(run, hub, tmp_path / "clone"), "sft", tmp_path / "cache")
     assert kept not in sft["traj_id"] and sorted(sft["traj_id"]) == sorted(accepted_ids(store, "trajectories"))
+
+
+def test_a_label_marked_excludes_leaves_the_cards_views_and_is_counted(carded, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(carded, run)
+    (run / "labels.yaml").write_text(
+        "labels:\n  - {name: off-topic, key: o, color: '#c00', excludes: true}\n  - {name: gold, key: g, color: '#0a0'}\n"
+    )
+    store = Store(run)
+    labelled, gold = sorted(accepted_ids(store, "trajectories"))[:2]
+    add_review(store, labelled, "trajectory", "accept", None, "ann", labels=["off-topic"])
+    add_review(store, gold, "trajectory", None, None, "ann", labels=["gold"])
+    invoke("card", "--run", str(run), "--examples", "0")
+    readme = (run / "card" / "README.md").read_text()
+    assert "Labels in force: `off-topic` 1 rows (left out), `gold` 1 rows." in readme
+    import pyarrow.parquet as pq
+
+    sft = {
+        t for p in (run / "card" / "data" / "sft").glob("*.parquet") for t in pq.read_table(p)["traj_id"].to_pylist()
+    }
+    assert labelled not in sft and gold in sft and sft == accepted_ids(store, "trajectories")

@@ -220,12 +220,28 @@ async def test_tool_errors_are_fed_back_and_output_is_truncated(raw_env, scripte
     failed, big = tool_results(row["messages"])
     assert failed == "Error: it failed on purpose"
     assert big == "x" * 100 + "\n[... truncated 400 characters]"
+    assert [(c["kind"], c["name"], c["status"]) for c in row["calls"][1:3]] == [
+        ("tool", "fail", "error"),
+        ("tool", "big", "ok"),
+    ]
 
 
 async def test_parallel_calls_of_one_turn_run_concurrently(fresh_raw_env, scripted_openai):
     _, backend = scripted_openai(steps({"tool_calls": [call("sleep", seconds=0.3)] * 3}, "slept"))
     row = await run_episode(raw_task(), backend, fresh_raw_env, PARAMS, AgentLimits())
     assert max(int(t) for t in tool_results(row["messages"])) == 3  # all three were in flight at once
+    calls = row["calls"]  # the timeline: each call with its start, seconds, tokens, status and message
+    assert [(c["kind"], c["status"], row["roles"][c["message"]]) for c in calls] == [
+        ("model", "tool_calls", "assistant"),
+        *[("tool", "ok", "tool")] * 3,
+        ("model", "stop", "assistant"),
+    ]
+    tools = calls[1:4]
+    assert [c["message"] for c in tools] == [3, 4, 5] and all(c["seconds"] >= 0.3 for c in tools)
+    assert max(c["start_s"] for c in tools) < min(c["start_s"] + c["seconds"] for c in tools)  # they overlap
+    assert calls[0]["start_s"] + calls[0]["seconds"] <= tools[0]["start_s"] <= calls[4]["start_s"]
+    assert all(c["completion_tokens"] > 0 for c in (calls[0], calls[4]))
+    S.to_batch("trajectories", [row])
 
 
 async def test_many_trajectories_interleave_model_and_tool_calls(raw_env, scripted_openai):
@@ -246,6 +262,7 @@ async def test_model_errors_fail_the_trajectory(raw_env, scripted_openai):
     assert row["status"] == "failed" and row["reason"].startswith("model error: HTTP 500")
     assert row["reason_code"] == "model_error"
     assert row["roles"] == ["system", "user"]
+    assert [(c["kind"], c["status"], c.get("message")) for c in row["calls"]] == [("model", "error", None)]
 
 
 async def test_history_continues_a_conversation(raw_env, scripted_openai):

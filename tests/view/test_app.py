@@ -38,7 +38,9 @@ def test_run_page_lists_tables_stages_and_plots(client, run_copy):
     html = client.get("/").text
     store = Store(run_copy)
     for table in store.tables():
-        assert re.search(rf"<td>{table}</td><td class=\"n\">{store.count(table):,}</td>", html), table
+        assert re.search(
+            rf"<td><a href=\"/tables/{table}\">{table}</a></td><td class=\"n\">{store.count(table):,}</td>", html
+        )
     for m in store.manifests():
         assert f"<td>{m['stage']}</td><td>{m['kind']}</td>" in html
     plots = sorted(p.name for p in (run_copy / "card" / "plots").glob("*.png"))
@@ -296,21 +298,27 @@ def test_the_latest_review_wins_survives_a_restart_and_marks_the_card_stale(clie
         client.post("/review", data=form, headers={"referer": f"http://127.0.0.1/trajectories/{trid}"})
     with TestClient(create_app(RunDB(run_copy), "bob"), base_url="http://127.0.0.1") as again:
         html = again.get(f"/trajectories/{trid}").text
-        assert re.search(r'id="review-state">rejected by alice', html) and "2 reviews" in html
+        assert re.search(r'id="review-state"><span class="verdict reject">rejected</span>\s+by alice', html)
+        assert "2 reviews" in html
         assert 'id="card-stale"' in again.get("/").text
         task = _sql(run_copy, f"SELECT task_id FROM trajectories WHERE traj_id = '{trid}'")[0]["task_id"]
         assert '<td class="verdict reject">reject</td>' in again.get(f"/tasks/{task}").text
 
 
-def test_a_review_rebuilds_only_the_in_memory_copies_that_read_reviews(run_copy):
+def test_a_review_rebuilds_no_in_memory_copy_and_no_view(run_copy, monkeypatch):
     trid = _sql(run_copy, f"SELECT traj_id FROM trajectories WHERE {accepted_where('trajectories')} LIMIT 1")
     db = RunDB(run_copy)
     assert pages.trajectory_page(db, trid[0]["traj_id"])["accepted"]
-    assert set(db._cached) == {"trajectories", "trajectory_quality", "samples", "rejected", "accepted_trajectories"}
+    cached = {"trajectories", "trajectories_by_task", "trajectory_quality", "samples", "rejected"}
+    cached.add("accepted_trajectories")
+    assert set(db._cached) == cached
+    made = []
+    monkeypatch.setattr(db, "_with_views", lambda con: made.append(con))
     add_review(db.store, trid[0]["traj_id"], "trajectory", "reject", None, "alice")
     db.connection()
-    assert set(db._cached) == {"trajectories", "trajectory_quality", "samples", "rejected"}
+    assert set(db._cached) == cached and not made  # the new review shard is read alone, into memory
     assert not pages.trajectory_page(db, trid[0]["traj_id"])["accepted"]
+    assert db.rows("SELECT count(*) AS n FROM reviews")[0]["n"] == 1
 
 
 def test_loopback_only_answers_loopback_host_names(run_copy):
@@ -399,6 +407,7 @@ def _every_route(app, run: Path) -> list[tuple[str, set[str]]]:
         "traj_id": _sql(run, "SELECT traj_id FROM trajectories LIMIT 1")[0]["traj_id"],
         "name": next((run / "card" / "plots").glob("*.png")).name,
         "path": "/view.js",
+        "table": "trajectories",
     }
     return [
         (app.url_path_for(r.name, **{k: values[k] for k in r.param_convertors}), getattr(r, "methods", {"GET"}))
@@ -413,12 +422,22 @@ def test_every_route_is_a_get_without_user_sql_or_a_post_behind_the_token(client
     csrf, here = _csrf(client.get("/sql").text), str(client.base_url)
     tid = _sql(run_copy, "SELECT task_id FROM tasks LIMIT 1")[0]["task_id"]
     sneaky = {"q": f"COPY (SELECT 1) TO '{run_copy}/x.csv'", "target_kind": "task", "target_id": tid}
-    sneaky["decision"] = "reject"
+    trid = _sql(run_copy, "SELECT traj_id FROM trajectories LIMIT 1")[0]["traj_id"]
+    batch = content_id("a batch")  # the forms of the flow, a bulk decision and an undo, as a page would post them
+    sneaky.update(
+        decision="reject",
+        traj_id=trid,
+        action="reject",
+        expected=_sql(run_copy, "SELECT count(*) AS n FROM trajectories")[0]["n"],
+        batch=batch,
+    )
     routes = _every_route(app, run_copy)
-    assert {"/sql", "/sql.csv", "/review", f"/tasks/{tid}"} <= {p for p, _ in routes}
+    assert {"/sql", "/sql.csv", "/review", f"/tasks/{tid}", "/flow/decide", "/bulk", "/bulk/undo"} <= {
+        p for p, _ in routes
+    }
     for path, methods in routes:
         assert methods <= {"GET", "HEAD"} or methods == {"POST"}, path  # a route is a page or an action
-        assert client.get(path, params={**sneaky, "csrf": csrf}).status_code in (200, 405), path
+        assert client.get(path, params={**sneaky, "csrf": csrf}).status_code in (200, 400, 404, 405), path
         for form, headers in (
             (sneaky, {"origin": here}),
             ({**sneaky, "csrf": "guessed"}, {"origin": here}),

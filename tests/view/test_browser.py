@@ -225,6 +225,8 @@ def test_another_origin_cannot_make_the_viewer_run_sql_or_write(browser_page, ru
     tid = Store(run_copy).sql("SELECT task_id FROM tasks LIMIT 1").column(0)[0].as_py()
     fields = {"q": "SELECT count(*) FROM tasks", "csrf": "guessed"}  # a read: only the route can refuse it
     fields.update(target_kind="task", target_id=tid, decision="reject", note="forged")
+    trid = Store(run_copy).sql("SELECT traj_id FROM trajectories LIMIT 1").column(0)[0].as_py()
+    fields.update(traj_id=trid, action="reject", expected=str(Store(run_copy).count("trajectories")))
     before = _files(run_copy)
     recorder = Recorder(app)
     with Served(recorder) as server:
@@ -308,3 +310,107 @@ def test_names_from_the_run_stay_inside_their_routes(browser_page, run_copy):
         assert route not in NAMES or params[0] in NAMES[route] or (route == "plot" and params[0] in plots), url
     assert {(r, (name,)) for r, names in NAMES.items() for name in names} <= set(reached.values())
     assert app.state.viewer.db.user_queries == 0
+
+
+# ---------------------------------------------------------------- reviewing at scale (issue 36)
+KEYS = ["a", "r", "g", "a", "h", "s"]  # accept, reject, a label, accept, a label that excludes, skip
+
+
+def _flow_row(page, traj_id: str) -> None:
+    """Wait until the flow shows this row."""
+    page.locator(f'#flow-row[data-traj="{traj_id}"]').wait_for()
+
+
+def test_a_review_session_of_twenty_rows_by_keys_alone(browser_page, run_copy):
+    from tests.view.test_lists import LABELS, _truth
+    from tests.view.test_review import _latest
+    from trajkit.accepted import LABELS_FILE
+
+    (run_copy / LABELS_FILE).write_text(LABELS)
+    order = _truth(run_copy, "true")
+    assert len(order) > 21
+    page, documents = browser_page, []
+    page.on("request", lambda r: documents.append(r.url) if r.resource_type == "document" else None)
+    with Served(create_app(RunDB(run_copy), "alice")) as server:
+        page.goto(server.url + "/flow")
+        _flow_row(page, order[0])
+        page.locator("body").evaluate("body => { body.dataset.marker = 'one page load'; }")
+        for i in range(20):
+            page.keyboard.press(KEYS[i % len(KEYS)])
+            _flow_row(page, order[i + 1])  # the next unreviewed row, in the list's order
+        page.keyboard.press("k")  # previous: the row before, reviewed or not
+        _flow_row(page, order[19])
+        page.keyboard.press("j")
+        _flow_row(page, order[20])
+        reviewed = sum(KEYS[i % len(KEYS)] != "s" for i in range(20))
+        assert page.inner_text("#progress-text") == f"{reviewed} of {len(order)} reviewed"
+        assert page.locator("body").get_attribute("data-marker") == "one page load"  # no page was loaded
+        assert documents == [server.url + "/flow"] and page.url.endswith(f"at={order[20]}")
+        page.screenshot(path=SHOTS / "review-flow.png", full_page=True)
+    latest = _latest(run_copy)
+    want = {"a": ("accept", None), "r": ("reject", None), "g": (None, ["gold"]), "h": (None, ["hallucination"])}
+    for i in range(20):
+        key = KEYS[i % len(KEYS)]
+        got = latest.get(order[i])
+        assert (got[:2] if got else None) == want.get(key), (i, key)
+        assert got is None or got[2] == "alice"
+
+
+def test_a_bulk_decision_asks_first_and_is_undone_as_one(browser_page, run_copy):
+    from tests.view.test_lists import _truth
+    from tests.view.test_review import _latest
+
+    completed = _truth(run_copy, "status = 'completed'")
+    page = browser_page
+    with Served(create_app(RunDB(run_copy), "alice")) as server:
+        page.goto(server.url + "/trajectories")
+        page.select_option("select[name=status]", "completed")
+        page.click("#filters button[type=submit]")
+        assert page.inner_text("#total") == f"{len(completed)} matching"
+        page.screenshot(path=SHOTS / "trajectory-list.png", full_page=True)
+        page.locator("a.bulk", has_text="reject").click()
+        assert page.inner_text("#bulk-n") == str(len(completed)) and not Store(run_copy).shards("reviews")
+        page.screenshot(path=SHOTS / "bulk-confirm.png")
+        page.click("#bulk-confirm")
+        assert f"{len(completed)} reviews by alice" in page.inner_text("#batch")
+        assert {t for t, v in _latest(run_copy).items() if v[0] == "reject"} == set(completed)
+        assert page.inner_text("#reviewed") == f"{len(completed)} of {len(completed)} reviewed"
+        page.click("#undo")
+        assert page.inner_text("#reviewed") == f"0 of {len(completed)} reviewed"
+        assert all(v[0] is None for v in _latest(run_copy).values()) and len(Store(run_copy).shards("reviews")) == 2
+
+
+def test_a_label_given_by_key_changes_the_export(browser_page, run_copy, tmp_path):
+    import json
+
+    from tests.test_cli import invoke
+    from tests.view.test_lists import LABELS
+    from trajkit.accepted import LABELS_FILE, accepted_ids
+
+    (run_copy / LABELS_FILE).write_text(LABELS)
+    store = Store(run_copy)
+    parents = set(store.sql("SELECT parent_id FROM trajectories WHERE parent_id IS NOT NULL").column(0).to_pylist())
+    target = min(parents & accepted_ids(store, "trajectories"))  # accepted, with an extension (and a task to diff in)
+    out = tmp_path / "out.jsonl"
+
+    def exported(*flags: str) -> set[str]:
+        invoke("export", str(out), "--run", str(run_copy), "-f", "jsonl", *flags)
+        return {json.loads(line)["traj_id"] for line in out.read_text().splitlines()}
+
+    assert target in exported()
+    page = browser_page
+    with Served(create_app(RunDB(run_copy), "alice")) as server:
+        page.goto(f"{server.url}/flow?at={target}")
+        _flow_row(page, target)
+        page.keyboard.press("h")  # hallucination: excludes
+        page.locator(f'#flow-row:not([data-traj="{target}"])').wait_for()
+        page.goto(f"{server.url}/trajectories/{target}")  # the timeline, its extensions under it
+        assert page.locator("#timeline tr.tl").count() >= 1 and "not accepted" in page.inner_text("#accepted")
+        page.screenshot(path=SHOTS / "timeline.png", full_page=True)
+        page.click("#diff-form button")
+        assert page.locator("#diff tr").count() > 1
+        page.screenshot(path=SHOTS / "diff.png", full_page=True)
+        page.goto(f"{server.url}/tables/trajectory_quality")
+        assert page.locator("#summary svg.hist").count() >= 1
+        page.screenshot(path=SHOTS / "table-browser.png", full_page=True)
+    assert target not in exported() and exported("--all", "--label", "hallucination") == {target}

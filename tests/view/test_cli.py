@@ -18,6 +18,14 @@ def test_bad_arguments_are_one_line_and_exit_2(tmp_path):
         [*TRAJKIT, "--run", str(tmp_path), "--port", "70000"], check=False, capture_output=True, text=True
     )
     assert done.returncode == 2 and "--port" in done.stderr
+    (tmp_path / "_stages").mkdir()
+    (tmp_path / "labels.yaml").write_text("labels:\n  - {name: gold, key: j, color: '#0a0'}\n")
+    done = subprocess.run([*TRAJKIT, "--run", str(tmp_path)], check=False, capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0  # a bad labels.yaml: nothing listens
+    assert (
+        "label 1 (gold): key 'j' is not one lowercase letter or digit of its own (the review flow's next)"
+        in done.stderr
+    )
 
 
 def test_serving_beyond_loopback_prints_a_token_and_requires_it(viewed_run):

@@ -105,6 +105,21 @@ def review_summary(store: Any) -> tuple[int, Any]:
     return row["n"], row["newest"]
 
 
+def labels_in_force(store: Any) -> list[tuple[str, int, bool]]:
+    """Each label of the run's ``labels.yaml`` that a review in force gives some rows: its name, how many
+    rows carry it, and whether it takes them out of the views (``excludes``)."""
+    from trajkit.accepted import LATEST_REVIEWS_SQL, run_labels
+
+    labels = run_labels(store.root)
+    if not labels:
+        return []
+    counts = store.sql(
+        f"SELECT label, count(*) AS n FROM (SELECT unnest(labels) AS label FROM ({LATEST_REVIEWS_SQL})) GROUP BY 1"
+    ).to_pylist()
+    n = {r["label"]: r["n"] for r in counts}
+    return [(label.name, n[label.name], label.excludes) for label in labels if label.name in n]
+
+
 def compose(meta: dict[str, Any], body: str) -> str:
     """README text: front matter from huggingface_hub's DatasetCardData, then the body;
     parsed back to check that the Hub will read the same metadata."""
@@ -130,6 +145,7 @@ def render_body(
     trajs: list[dict[str, Any]],
     view_rows: dict[str, int],
     reviews: tuple[int, Any],
+    labels: list[tuple[str, int, bool]],
 ) -> str:
     from trajkit.render import conversation_markdown
 
@@ -162,6 +178,15 @@ def render_body(
             f"Human reviews applied: {n_reviews}, the newest from {newest.isoformat()}."
             if n_reviews
             else "Human reviews applied: none."
+        ),
+        *(
+            [
+                "Labels in force: "
+                + ", ".join(f"`{name}` {fmt_num(n)} rows" + (" (left out)" if out else "") for name, n, out in labels)
+                + "."
+            ]
+            if labels
+            else []
         ),
         "",
         table(
@@ -317,7 +342,8 @@ def run_card(ctx: StageContext, cfg: CardConfig) -> dict[str, Any]:
     pretty = cfg.pretty_name or store.root.resolve().name
     manifests = [m for m in store.manifests() if m.get("kind") != "card"]
     meta = front_matter(stats, cfg, pretty, view_rows)
-    text = compose(meta, render_body(stats, cfg, pretty, plots, manifests, tasks, trajs, view_rows, reviews))
+    labels = labels_in_force(store)
+    text = compose(meta, render_body(stats, cfg, pretty, plots, manifests, tasks, trajs, view_rows, reviews, labels))
     atomic_write_bytes(root / layout.README, text.encode())
     rows = ", ".join(f"{view} {n:,} rows" for view, n in view_rows.items())
     ctx.log(f"wrote {root / layout.README} with {len(plots)} plot(s); views: {rows or 'none'}")

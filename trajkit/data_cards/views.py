@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from trajkit.accepted import accepted, accepted_where
+from trajkit.accepted import accepted, accepted_where, excluding_labels
 from trajkit.redact import Redactor
 from trajkit.store import Store
 
@@ -119,7 +119,9 @@ FROM trajectories
 def sft_batches(store: Store, memory_limit: str = "1GB") -> Iterator[pa.Table]:
     """Accepted trajectories with messages, in shard order (no sort: the view streams), ``BATCH_ROWS`` at
     a time, in the view's schema."""
-    query = f"{SFT_SELECT} WHERE {accepted_where('trajectories')} AND len(messages) > 0"
+    query = (
+        f"{SFT_SELECT} WHERE {accepted_where('trajectories', excluded=excluding_labels(store))} AND len(messages) > 0"
+    )
     schema = SCHEMAS["sft"]
     as_text = pa.schema([pa.field("tools", pa.list_(pa.string())) if f.name == "tools" else f for f in schema])
     con = store.duckdb()

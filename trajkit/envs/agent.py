@@ -151,6 +151,8 @@ class _Episode:
         self.reason_code: str | None = None
         self.final_answer: str | None = None
         self.model_s = self.tools_s = 0.0
+        self.started = time.monotonic()
+        self.calls: list[dict[str, Any]] = []  # each model and tool call, for the trajectory's timeline
         self.prompt_tokens = self.completion_tokens = 0
         self.turns = 0
         self.tools_called: list[str] = []
@@ -177,14 +179,23 @@ class _Episode:
         self.prompt_tokens += c.prompt_tokens
         self.completion_tokens += c.completion_tokens
         self.context_estimate = c.prompt_tokens + c.completion_tokens
+        call = self._timed("model", None, t0, "error" if c.error else c.finish_reason)
+        call.update(prompt_tokens=c.prompt_tokens, completion_tokens=c.completion_tokens)
+        self.calls.append(call)
         if c.error:
             self.stop("failed", f"{MODEL_ERROR}: {c.error}", "model_error")
             return None
         if c.token_ids is not None or self.trace is not None:
             self._trace(c)
         self.turns += 1
+        call["message"] = len(self.messages)
         self.messages.append(schema_message(c.message()))
         return c
+
+    def _timed(self, kind: str, name: str | None, t0: float, status: str | None) -> dict[str, Any]:
+        """A ``calls`` entry for a call that started at ``t0`` and ends now."""
+        call = {"kind": kind, "name": name, "start_s": round(t0 - self.started, 6)}
+        return call | {"seconds": round(time.monotonic() - t0, 6), "status": status}
 
     def _trace(self, c: Completion) -> None:
         if self.trace is None:
@@ -199,8 +210,9 @@ class _Episode:
         outputs = await asyncio.gather(*(self._call(ep, call.name, call.arguments, routes) for call in c.tool_calls))
         self.tools_s += time.monotonic() - t0
         fault = code = None
-        for call, (out, err, err_code) in zip(c.tool_calls, outputs):
+        for call, (out, err, err_code, timed) in zip(c.tool_calls, outputs):
             self.tools_called.append(call.name)
+            self.calls.append(timed | {"message": len(self.messages)})
             message = {"role": "tool", "content": out.text, "tool_call_id": call.id, "name": call.name}
             self.messages.append(schema_message(message | {"parts": list(out.parts) or None}))
             self.context_estimate += len(out.text) // 4
@@ -211,10 +223,11 @@ class _Episode:
 
     async def _call(
         self, ep: Episode, name: str, arguments: str, routes: dict[str, ToolRoute]
-    ) -> tuple[ToolOutput, str | None, str | None]:
-        """The tool's output (the message's text and media parts) and, on a fault, the trajectory's reason and
-        reason code."""
+    ) -> tuple[ToolOutput, str | None, str | None, dict[str, Any]]:
+        """The tool's output (the message's text and media parts), on a fault the trajectory's reason and
+        reason code, and the call's ``calls`` entry."""
         route = routes[name]
+        t0 = time.monotonic()
         try:
             out: ToolOutput = await ep.call(
                 route.server_id,
@@ -223,15 +236,16 @@ class _Episode:
                 self.limits.tool_timeout_s,
                 self.limits.max_tool_output_chars,
             )
-            return out, None, None
+            result: tuple[ToolOutput, str | None, str | None] = (out, None, None)
         except ServerFault as e:
             text = f"Error: tool {name} failed: {e}"
-            return ToolOutput(text, True), f"tool {name} ({route.server}) failed: {e}", e.code
+            result = ToolOutput(text, True), f"tool {name} ({route.server}) failed: {e}", e.code
         except (StageStopped, UserError):
             raise
         except Exception as e:  # noqa: BLE001 - same: this trajectory fails, the run goes on
             why = f"tool {name} failed: {type(e).__name__}: {e}"
-            return ToolOutput(f"Error: tool {name} failed: {type(e).__name__}", True), why, "tool_error"
+            result = ToolOutput(f"Error: tool {name} failed: {type(e).__name__}", True), why, "tool_error"
+        return *result, self._timed("tool", name, t0, "error" if result[0].is_error else "ok")
 
     async def probe(self, ep: Episode) -> None:
         """Call the task's outcome-check probes on this episode's sessions; store their outputs in order."""
@@ -413,4 +427,5 @@ def _row(
         "loss_mask": list(trace.loss_mask) if trace is not None else None,
         "logprobs": trace.stored_logprobs() if trace is not None else None,
         "policy_version": policy_version,
+        "calls": ep.calls,
     }

@@ -33,6 +33,7 @@ def view(
         raise UserError(f"--port must be 0-65535, not {port}")
     db = open_run(run)
     db.connection()  # open the views now: a broken shard is an error before anything listens
+    db.labels()  # and a bad labels.yaml
     loopback = host in LOOPBACK
     token = None if loopback else secrets.token_urlsafe(24)
     app = create_app(db, reviewer or getpass.getuser(), token=token, loopback=loopback)

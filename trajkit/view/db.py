@@ -15,6 +15,9 @@ Pages look rows up in in-memory copies of light columns (``cached``), dropped wh
 table they read changes (a review rebuilds what reads reviews, not the copy of a
 million trajectories); a copy with a key is stored in the order of the key's hash,
 so a lookup by key (``keyed``) reads one row group of it, whatever the order of the ids.
+Reviews, written one shard per decision, are kept in memory and brought up to date by
+reading only the shards that are new (``REVIEWS``, with each row's review in force in
+``LATEST``); the pages' ``reviews`` view reads them, so a decision recreates no view.
 """
 
 from __future__ import annotations
@@ -82,6 +85,9 @@ class Watchdog:
 
 WATCHDOG = Watchdog()
 MANIFESTS = "_manifests"  # the signature's entry for the stages' manifests
+REVIEWS = "_reviews_all"  # every review, in memory
+LATEST = "_reviews_latest"  # each reviewed row's review in force
+LATEST_ORDER = "ORDER BY reviewed_at DESC, review_id DESC"
 
 
 def _sources(sql: str) -> set[str]:
@@ -107,12 +113,14 @@ class RunDB:
         self._con = None
         self._signature: dict[str, tuple[str, ...]] = {}
         self._cached: dict[str, set[str]] = {}  # name -> the tables its rows come from
-        self._memos: dict[str, Any] = {}
+        self._memos: dict[str, tuple[Any, frozenset[str] | None]] = {}  # name -> value, the tables it read
         self._local = threading.local()
         self._views_lock = threading.Lock()
         self._views: tuple[str, dict[str, tuple[str, ...]]] | None = None  # the SQL box's views file, its signature
         self._views_dir: str | None = None
         self._views_made = itertools.count()
+        self._reviews_read: set[str] = set()  # the review shards in REVIEWS
+        self._labels: tuple[tuple[int, int] | None, list[Any]] | None = None
 
     def signature(self) -> dict[str, tuple[str, ...]]:
         """Each table's shard files and the stages' manifests present now: a change means the views are stale."""
@@ -151,18 +159,80 @@ class RunDB:
         finally:
             self._local.pinned = False
 
+    def reload(self) -> None:
+        """Look at the run again now, even inside ``pinned`` (after this thread wrote a review)."""
+        pinned = getattr(self._local, "pinned", False)
+        self._local.pinned = False
+        try:
+            self.connection()
+        finally:
+            self._local.pinned = pinned
+
     def connection(self, force: bool = False):
         """The current connection, rebuilt first if the run's shards changed (unless ``pinned``)."""
         if not force and self._con is not None and getattr(self._local, "pinned", False):
             return self._con
         with self._lock:
-            if force or self._con is None or self.signature() != self._signature:
-                if self._con is None:
+            sig = self.signature()
+            if force or self._con is None or sig != self._signature:
+                fresh = self._con is None
+                if fresh:
                     self._con = self._connect()
-                sig = self._with_views(self._con)
+                if force or fresh or {t for t in sig if sig[t] != self._signature.get(t)} != {"reviews"}:
+                    sig = self._with_views(self._con)
                 self._drop_stale(sig, everything=force)
                 self._signature = sig
+                self._read_reviews(sig["reviews"], everything=force or fresh)
             return self._con
+
+    def _read_reviews(self, shards: tuple[str, ...], everything: bool) -> None:
+        """Bring REVIEWS and LATEST up to date with these review shards (file names), reading the new ones
+        only (all of them when one went away or ``everything``), and point the ``reviews`` view at them."""
+        import duckdb
+
+        con = self._con
+        if everything or not self._reviews_read <= set(shards):
+            con.register("_reviews_empty", S.REVIEWS.arrow_schema().empty_table())
+            con.execute(f'CREATE OR REPLACE TABLE "{REVIEWS}" AS FROM _reviews_empty')
+            con.execute(f'CREATE OR REPLACE TABLE "{LATEST}" AS FROM _reviews_empty')
+            con.unregister("_reviews_empty")
+            self._reviews_read = set()
+        new = [n for n in shards if n not in self._reviews_read]
+        if new:
+            folder = self.store.table_dir("reviews")
+            try:
+                con.execute(
+                    "CREATE OR REPLACE TEMP TABLE _reviews_new AS FROM read_parquet(?::VARCHAR[], union_by_name = true)",
+                    [[str(folder / n) for n in new]],
+                )
+            except duckdb.IOException:  # a shard went away meanwhile (--fresh): all of them, listed again
+                return self._read_reviews(tuple(p.name for p in self.store.shards("reviews")), everything=True)
+            con.execute(f'INSERT INTO "{REVIEWS}" BY NAME FROM _reviews_new')
+            con.execute(
+                f'DELETE FROM "{LATEST}" l USING _reviews_new n '
+                "WHERE l.target_kind = n.target_kind AND l.target_id = n.target_id"
+            )
+            con.execute(
+                f'INSERT INTO "{LATEST}" FROM "{REVIEWS}" a SEMI JOIN _reviews_new n '
+                "ON a.target_kind = n.target_kind AND a.target_id = n.target_id "
+                f"QUALIFY row_number() OVER (PARTITION BY a.target_kind, a.target_id {LATEST_ORDER}) = 1"
+            )
+            con.execute("DROP TABLE _reviews_new")
+            self._reviews_read |= set(new)
+        con.execute(f'CREATE OR REPLACE VIEW reviews AS FROM "{REVIEWS}"')
+
+    def labels(self) -> list[Any]:
+        """The run's labels (``accepted.run_labels``), read again when ``labels.yaml`` changes."""
+        from trajkit.accepted import LABELS_FILE, run_labels
+
+        try:
+            st = os.stat(self.store.root / LABELS_FILE)
+            stamp = (st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            stamp = None
+        if self._labels is None or self._labels[0] != stamp:
+            self._labels = (stamp, run_labels(self.store.root))
+        return self._labels[1]
 
     def _drop_stale(self, sig: dict[str, tuple[str, ...]], everything: bool) -> None:
         """Drop the in-memory copies (and computed values) that read a table whose shards changed: all of
@@ -175,7 +245,8 @@ class RunDB:
             if tables & changed:
                 self._con.execute(f'DROP TABLE IF EXISTS "_cached_{name}"')
                 del self._cached[name]
-        self._memos = {}
+        # a new dict: a value computed on the old views meanwhile is not kept
+        self._memos = {k: v for k, v in self._memos.items() if v[1] is not None and not v[1] & changed}
 
     def _connect(self):
         import duckdb
@@ -221,30 +292,35 @@ class RunDB:
             WATCHDOG.done(cur)
             cur.close()
 
-    def cached(self, name: str, select: Callable[[], str], key: str | None = None) -> str:
+    def cached(
+        self, name: str, select: Callable[[], str], key: str | None = None, reads: set[str] | None = None
+    ) -> str:
         """The name of an in-memory table holding the rows of the query ``select()`` writes, built
         once and again after a table it reads changes (once more on fresh views if a shard vanished
         meanwhile). The tables it reads are those its text names, as views or in shard paths.
 
         Pages look rows up by key in these instead of scanning every shard through the views;
         the heavy columns are then read from one shard. With ``key``, the rows are stored in
-        the order of the key's hash (column ``_h``), which ``keyed`` lookups prune on."""
+        the order of the key's hash (column ``_h``), which ``keyed`` lookups prune on. ``reads``
+        names the tables it reads when its text does not (a copy made from another copy)."""
         import duckdb
 
         try:
-            return self._build(name, select, key, fresh=False)
+            return self._build(name, select, key, reads, fresh=False)
         except duckdb.IOException:
-            return self._build(name, select, key, fresh=True)
+            return self._build(name, select, key, reads, fresh=True)
 
-    def _build(self, name: str, select: Callable[[], str], key: str | None, fresh: bool) -> str:
+    def _build(self, name: str, select: Callable[[], str], key: str | None, reads: set[str] | None, fresh: bool) -> str:
         table = f"_cached_{name}"
         con = self.connection(force=fresh)
+        if name in self._cached:
+            return table
+        sql = select()  # outside the lock: it may run queries of its own
         with self._lock:
             if name not in self._cached:
-                sql = select()
                 query = f'SELECT hash("{key}") AS _h, * FROM ({sql}) ORDER BY _h' if key else sql
                 con.execute(f'CREATE OR REPLACE TABLE "{table}" AS {query}')
-                self._cached[name] = _sources(sql)
+                self._cached[name] = reads or _sources(sql)
         return table
 
     def keyed(self, table: str, key: str, ids: list[str], columns: str = "* EXCLUDE (_h)", where: str = "") -> list:
@@ -256,13 +332,14 @@ class RunDB:
             [ids, ids],
         )
 
-    def memo(self, name: str, compute: Callable[[], Any]) -> Any:
-        """A value the pages compute from the run (the tasks page's filter choices), once per change of it."""
+    def memo(self, name: str, compute: Callable[[], Any], reads: frozenset[str] | None = None) -> Any:
+        """A value the pages compute from the run (the tasks page's filter choices), once per change of it,
+        or of the tables in ``reads`` when given."""
         self.connection()
         memos = self._memos  # a rebuild meanwhile replaces it: the value computed on old views is not kept
         if name not in memos:
-            memos[name] = compute()
-        return memos[name]
+            memos[name] = (compute(), reads)
+        return memos[name][0]
 
     def shards_of(self, table: str) -> str:
         """A base table's shards, each row with its ``filename`` and ``file_row_number``."""
@@ -274,12 +351,15 @@ class RunDB:
         return f"(SELECT *{absent_columns(table, paths)} FROM {source})"
 
     def row_at(self, filename: str, row: int, columns: tuple[str, ...]) -> dict[str, Any]:
-        """Some columns of one row of one shard, by its position (DuckDB skips the shard's other row groups)."""
-        return self.rows(
-            f"SELECT {', '.join(columns)} FROM read_parquet(?::VARCHAR[], file_row_number = true) "
+        """Some columns of one row of one shard, by its position (DuckDB skips the shard's other row groups);
+        a column the shard lacks (written before it was added) is None."""
+        names = ", ".join("'" + c + "'" for c in columns)
+        found = self.rows(
+            f"SELECT COLUMNS(lambda c: list_contains([{names}], c)) FROM read_parquet(?::VARCHAR[], file_row_number = true) "
             "WHERE file_row_number = ?",
             [[filename], row],
         )[0]
+        return {c: found.get(c) for c in columns}
 
     def rows(self, sql: str, params: list[Any] | None = None) -> list[dict[str, Any]]:
         return self.query(sql, params).to_pylist()

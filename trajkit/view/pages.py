@@ -4,13 +4,17 @@ columns), returned as plain dicts and lists, never markup."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from trajkit.accepted import accepted_where
-from trajkit.view.db import RunDB
+from trajkit.accepted import accepted_where, reviews_where
+from trajkit.view.db import LATEST, RunDB
+from trajkit.view.diff import diff_rows
+from trajkit.view.listing import ListQuery, by_task, list_table, review_states
+from trajkit.view.timeline import timeline
 
 PAGE_SIZE = 50
 LONG_TEXT = 1500  # characters of a message or tool result shown before it is folded
@@ -27,6 +31,7 @@ TRAJECTORY_SHARD_COLUMNS = (
     "token_ids",
     "loss_mask",
     "logprobs",
+    "calls",  # absent from shards written before trajectories v4: read as null
 )
 TASK_SORTS = {
     "task": "task_id",
@@ -39,10 +44,6 @@ TASK_SORTS = {
     "stage": "stage",
 }
 TASK_FILTERS = ("source", "mode", "server", "difficulty", "split", "stage", "reject", "review", "min_quality", "q")
-REVIEW_LATEST = (
-    "SELECT target_id, decision, note, reviewer, reviewed_at FROM reviews WHERE target_kind = ? "
-    "QUALIFY row_number() OVER (PARTITION BY target_id ORDER BY reviewed_at DESC, review_id DESC) = 1"
-)
 
 
 # ---------------------------------------------------------------- run
@@ -69,30 +70,19 @@ def run_page(db: RunDB) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- tasks
 @dataclass
-class TaskQuery:
-    """The tasks page's filters, sort and page, from the query string (unknown values are ignored)."""
+class TaskQuery(ListQuery):
+    """The tasks page's query."""
 
-    filters: dict[str, str] = field(default_factory=dict)
-    sort: str = "task"
-    desc: bool = False
-    page: int = 1
-
-    @classmethod
-    def parse(cls, params: dict[str, str]) -> TaskQuery:
-        filters = {k: params[k] for k in TASK_FILTERS if params.get(k)}
-        sort = params.get("sort", "task") if params.get("sort") in TASK_SORTS else "task"
-        try:
-            page = max(1, int(params.get("page", "1")))
-        except ValueError:
-            page = 1
-        return cls(filters, sort, params.get("dir") == "desc", page)
+    FILTERS: ClassVar[tuple[str, ...]] = TASK_FILTERS
+    SORTS: ClassVar[Mapping[str, str]] = TASK_SORTS
 
     def by_review(self) -> bool:
         """Whether the tasks are filtered on their review (the latest review of each is joined as ``rv``)."""
         return self.filters.get("review") in ("accept", "reject", "none")
 
     def where(self) -> tuple[str, list[Any]]:
-        clauses, params = [], []
+        clauses: list[str] = []
+        params: list[Any] = []
         for col in ("source", "mode", "difficulty", "split", "stage"):
             if col in self.filters:
                 clauses.append(f"{col} = ?")
@@ -129,10 +119,13 @@ def tasks_page(db: RunDB, q: TaskQuery) -> dict[str, Any]:
     tasks = tasks_table(db)
     source = f'"{tasks}" tasks'
     if q.by_review():
-        source += f" LEFT JOIN ({REVIEW_LATEST}) rv ON rv.target_id = tasks.task_id"
-        params = ["task", *params]
+        source += (
+            f" LEFT JOIN (SELECT * FROM \"{LATEST}\" WHERE target_kind = 'task') rv ON rv.target_id = tasks.task_id"
+        )
     order = f"{TASK_SORTS[q.sort]} {'DESC' if q.desc else 'ASC'} NULLS LAST, task_id"
     total = db.rows(f"SELECT count(*) AS n FROM {source}{where}", params)[0]["n"]
+    pages = max(1, -(-total // PAGE_SIZE))
+    q.page = min(q.page, pages)
     keys = db.rows(
         f"SELECT task_id FROM {source}{where} ORDER BY {order} LIMIT ? OFFSET ?",
         [*params, PAGE_SIZE, (q.page - 1) * PAGE_SIZE],
@@ -145,13 +138,13 @@ def tasks_page(db: RunDB, q: TaskQuery) -> dict[str, Any]:
         "task_id, source, mode, question, server_ids, difficulty, pass_at_1, quality_score, split, stage, reject_reason",
     )
     rows.sort(key=lambda r: ids.index(r["task_id"]))
-    reviews = {r["target_id"]: r["decision"] for r in latest_reviews(db, "task", ids)}
+    reviews = review_states(db, "task", ids)
     names = server_names(db)
     for r in rows:
         r["servers"] = [names.get(s, s) for s in r["server_ids"] or []]
         r["question"] = _clip(r["question"], 200)
         r["review"] = reviews.get(r["task_id"])
-    return {"rows": rows, "total": total, "pages": max(1, -(-total // PAGE_SIZE)), "facets": facets(db)}
+    return {"rows": rows, "total": total, "pages": pages, "facets": facets(db)}
 
 
 def tasks_table(db: RunDB) -> str:
@@ -194,15 +187,14 @@ def task_page(db: RunDB, task_id: str) -> dict[str, Any] | None:
         task["raw_output"] = db.rows("SELECT raw_output FROM tasks WHERE task_id = ?", [task_id])[0]["raw_output"]
     verifier = task.get("verifier") or {}
     light = light_tables(db)
-    trajectories = db.rows(
-        f'SELECT * EXCLUDE (_h, filename, file_row_number) FROM "{light["trajectories"]}" WHERE task_id = ?', [task_id]
-    )
+    ids = [r["traj_id"] for r in by_task(db, task_id)]
+    trajectories = db.keyed(light["trajectories"], "traj_id", ids, "* EXCLUDE (_h, filename, file_row_number, rejects)")
     notes = annotations(db, light, [t["traj_id"] for t in trajectories])
     samples = db.rows(
         f'SELECT * EXCLUDE (_h) FROM "{light["samples"]}" WHERE task_id = ? ORDER BY model, sample_index', [task_id]
     )
     verdicts = {s["traj_id"]: s for s in samples if s["traj_id"]}
-    reviews = {r["target_id"]: r["decision"] for r in latest_reviews(db, "trajectory", list(notes))}
+    reviews = review_states(db, "trajectory", list(notes))
     accepted = accepted_in(db, "trajectories", list(notes))
     for t in trajectories:
         t["accepted"] = t["traj_id"] in accepted
@@ -230,25 +222,26 @@ def task_page(db: RunDB, task_id: str) -> dict[str, Any] | None:
 
 # ---------------------------------------------------------------- trajectory
 def accepted_in(db: RunDB, table: str, ids: list[str]) -> set[str]:
-    """Which of these tasks or trajectories are accepted (trajkit/accepted.py's one definition), from an
-    in-memory list of the accepted ids built once per change of the run."""
+    """Which of these tasks or trajectories are accepted (trajkit/accepted.py's one definition): the stages'
+    part from an in-memory list built once per change of the tables it reads (a review is none of them),
+    the human part (``reviews_where``) against the in-memory reviews in force."""
     key = "task_id" if table == "tasks" else "traj_id"
-    cached = db.cached(f"accepted_{table}", lambda: f"SELECT {key} FROM {table} WHERE {accepted_where(table)}", key=key)
-    return {r[key] for r in db.keyed(cached, key, ids, key)}
+    cached = db.cached(
+        f"accepted_{table}", lambda: f"SELECT {key} FROM {table} WHERE {accepted_where(table, reviews=False)}", key=key
+    )
+    staged = {r[key] for r in db.keyed(cached, key, ids, key)}
+    if not staged:
+        return set()
+    light = tasks_table(db) if table == "tasks" else list_table(db)
+    excluded = [label.name for label in db.labels() if label.excludes]
+    human = reviews_where(table, excluded, f'"{LATEST}"')
+    return {r[key] for r in db.keyed(light, key, sorted(staged), key, human)}
 
 
 def light_tables(db: RunDB) -> dict[str, str]:
     """In-memory copies of the light columns the task and trajectory pages look up by key."""
     return {
-        "trajectories": db.cached(
-            "trajectories",
-            lambda: (
-                "SELECT traj_id, task_id, parent_id, rollout_index, model, status, reason, verdict, num_turns, "
-                "num_tool_calls, "
-                f"left(final_answer, 300) AS final_answer, filename, file_row_number FROM {db.shards_of('trajectories')}"
-            ),
-            key="traj_id",
-        ),
+        "trajectories": list_table(db),
         "trajectory_quality": db.cached(
             "trajectory_quality", lambda: "SELECT * EXCLUDE (judge_raw) FROM trajectory_quality", key="traj_id"
         ),
@@ -272,14 +265,17 @@ def light_tables(db: RunDB) -> dict[str, str]:
 
 
 def trajectory_page(db: RunDB, traj_id: str) -> dict[str, Any] | None:
+    """A trajectory with its conversation, token trace, timeline (its extensions' under it), the other
+    trajectories of its task (to diff with) and its reviews."""
     light = light_tables(db)
-    found = db.keyed(light["trajectories"], "traj_id", [traj_id])
+    found = db.keyed(light["trajectories"], "traj_id", [traj_id], "* EXCLUDE (_h, rejects)")
     if not found:
         return None
     t = found[0]
     t.update(db.row_at(t.pop("filename"), t.pop("file_row_number"), TRAJECTORY_SHARD_COLUMNS))
     t.update(annotations(db, light, [traj_id])[traj_id])
     samples = db.keyed(light["samples"], "traj_id", [traj_id], "verdict, score, details")
+    siblings = by_task(db, t["task_id"])
     return {
         "t": t,
         "accepted": bool(accepted_in(db, "trajectories", [traj_id])),
@@ -287,6 +283,9 @@ def trajectory_page(db: RunDB, traj_id: str) -> dict[str, Any] | None:
         "tokens": token_trace(t),
         "sample": samples[0] if samples else None,
         "sampling": t.get("sampling") or {},
+        "timeline": timeline(db, t, [s for s in siblings if s["parent_id"] == traj_id], light["trajectories"]),
+        "siblings": [s for s in siblings if s["traj_id"] != traj_id],
+        "labels": db.labels(),
         **reviews_of(db, "trajectory", traj_id),
     }
 
@@ -369,19 +368,35 @@ def exists(db: RunDB, kind: str, target_id: str) -> bool:
     return bool(db.keyed(table, key, [target_id], key))
 
 
-def latest_reviews(db: RunDB, kind: str, ids: list[str]) -> list[dict[str, Any]]:
-    """The review in force of each of these tasks or trajectories that has one."""
-    return db.rows(f"SELECT * FROM ({REVIEW_LATEST}) WHERE target_id IN (SELECT unnest(?::VARCHAR[]))", [kind, ids])
-
-
 def reviews_of(db: RunDB, kind: str, target_id: str) -> dict[str, Any]:
-    """Every review of one row, newest first; the first is the one in force."""
+    """Every review of one row, newest first; the first is the one in force (None when it says nothing:
+    an undo put the row back to unreviewed)."""
     history = db.rows(
-        "SELECT decision, note, reviewer, reviewed_at FROM reviews WHERE target_kind = ? AND target_id = ? "
-        "ORDER BY reviewed_at DESC, review_id DESC",
+        "SELECT decision, labels, note, reviewer, reviewed_at, batch_id FROM reviews "
+        "WHERE target_kind = ? AND target_id = ? ORDER BY reviewed_at DESC, review_id DESC",
         [kind, target_id],
     )
-    return {"review": history[0] if history else None, "review_history": history}
+    review = history[0] if history and (history[0]["decision"] or history[0]["labels"]) else None
+    return {"review": review, "review_history": history}
+
+
+def diff_page(db: RunDB, a: str | None, b: str | None) -> dict[str, Any]:
+    """Two trajectories of one task side by side, their messages aligned (``diff.diff_rows``); an error
+    message instead when one is missing or they belong to different tasks."""
+    table = list_table(db)
+    found = {r["traj_id"]: r for r in db.keyed(table, "traj_id", [x for x in (a, b) if x], "* EXCLUDE (_h, rejects)")}
+    if a not in found or b not in found:
+        return {"error": "give two trajectories of the run: ?a=ID&b=ID", "a": None, "b": None}
+    if found[a]["task_id"] != found[b]["task_id"]:
+        return {"error": "these two trajectories belong to different tasks", "a": found[a], "b": found[b]}
+    sides = []
+    for x in (a, b):
+        row = found[x]
+        row.update(db.row_at(row.pop("filename"), row.pop("file_row_number"), ("messages", "total_s")))
+        sides.append(row)
+    messages = [[message_view(m) | {"index": i} for i, m in enumerate(r["messages"] or [])] for r in sides]
+    rows = diff_rows(*messages)
+    return {"error": None, "a": sides[0], "b": sides[1], "rows": rows, "same": sum(r["kind"] == "same" for r in rows)}
 
 
 def compare_page(db: RunDB, a: str | None, b: str | None) -> dict[str, Any]:
