@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pyarrow as pa
 import yaml
 from pydantic import Field, field_validator
 
@@ -309,6 +310,8 @@ def run_card(ctx: StageContext, cfg: CardConfig) -> dict[str, Any]:
     t0 = time.monotonic()
     stats = collect(store, cfg.duckdb_memory)
     tasks, trajs = examples(store, cfg.examples, cfg.task_examples)
+    tasks = store.redactor.value(tasks)  # a second look, as the views get: shards an older trajkit wrote
+    trajs = store.redactor.table(pa.Table.from_pylist(trajs)).to_pylist() if trajs else []
     t1 = time.monotonic()
     from trajkit.data_cards.plots import render
 

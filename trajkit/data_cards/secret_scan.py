@@ -18,15 +18,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from trajkit.redact import CREDENTIALS, environment_secrets
+from trajkit.encodings import decoded_views
+from trajkit.redact import CREDENTIALS, INVISIBLE, Redactor, environment_secrets, is_messages
 
 PATTERNS: dict[str, str] = {kind: pattern for kind, (pattern, _) in CREDENTIALS.items()}  # the redactor's list
-_ANY = "|".join(f"(?:{p})" for p in PATTERNS.values())
 _COMPILED = {kind: re.compile(p) for kind, p in PATTERNS.items()}
 MAX_FINDINGS = 20
+_VISIBLE = {ord(c): None for c in INVISIBLE}
 
 
 @dataclass(frozen=True)
@@ -57,13 +59,17 @@ def redact(value: str) -> str:
 
 
 def _kind_of(text: str, literals: dict[str, str]) -> tuple[str, str] | None:
-    for kind, rx in _COMPILED.items():
-        m = rx.search(text)
-        if m:
-            return kind, redact(m.group(0))
-    for name, value in literals.items():
-        if value in text:
-            return f"value of ${name}", redact(value)
+    """The kind of the first secret in ``text`` or in a decoded form of it, with a preview that does not
+    repeat it."""
+    for view in (text, *decoded_views(text)):
+        plain = view.translate(_VISIBLE)
+        for kind, rx in _COMPILED.items():
+            m = rx.search(view)
+            if m:
+                return kind + ("" if view is text else " (decoded)"), redact(m.group(0))
+        for name, value in literals.items():
+            if value in plain:
+                return f"value of ${name}" + ("" if view is text else " (decoded)"), redact(value)
     return None
 
 
@@ -100,21 +106,21 @@ def scan_parquet(
     import pyarrow.parquet as pq
 
     literals = env_secrets() if literals is None else literals
+    redactor = Redactor(literals, every_form=True)  # what it would change is what the scan finds
     out: list[Finding] = []
     offset = 0
     for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size):
         for col_name, column in zip(batch.schema.names, batch.columns):
             for leaf_name, leaf, rows in _string_leaves(column, col_name, None):
-                hits = pc.match_substring_regex(leaf, _ANY)
-                for value in literals.values():
-                    hits = pc.or_(hits, pc.match_substring(leaf, value))
-                hits = pc.fill_null(hits, False)
-                if not pc.any(hits).as_py():
-                    continue
-                for idx in pc.indices_nonzero(hits).to_pylist()[:MAX_FINDINGS]:
+                _, hits = redactor.array(leaf)
+                for idx in [] if hits is None else np.flatnonzero(hits)[:MAX_FINDINGS].tolist():
                     row = idx if rows is None else rows[idx].as_py()
                     kind, preview = _kind_of(leaf[idx].as_py(), literals) or ("secret", "")
                     out.append(Finding(where, leaf_name, offset + row, kind, preview))
+            if not out and is_messages(column.type):  # a secret only the tool results joined hold
+                _, hits = redactor.joined(column)
+                for idx in [] if hits is None else np.flatnonzero(hits)[:MAX_FINDINGS].tolist():
+                    out.append(Finding(where, col_name, offset + idx, "secret split across tool results", ""))
         offset += batch.num_rows
         if len(out) >= MAX_FINDINGS:
             break

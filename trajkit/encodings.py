@@ -1,0 +1,74 @@
+"""Text behind an encoding: escapes (JSON ``\\u0068``, ``\\x68``, URL ``%68``) and base64 runs, decoded.
+
+A secret a tool echoes in another form is still a secret: the redactor (``trajkit.redact``) and the
+push scan look at what these decode to as well as at the text. ``unescaped`` keeps, for each decoded
+character, where it came from, so a secret found in the decoded text is replaced in the original.
+``ENCODED`` finds the strings worth decoding; it reads alike in Python's ``re`` and Arrow's RE2, so a
+column's strings are picked with a vectorized kernel and only those are decoded in Python.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Iterator
+
+_ESCAPE = r"\\u[0-9A-Fa-f]{4}|\\x[0-9A-Fa-f]{2}|%[0-9A-Fa-f]{2}"
+MIN_RUN = 20  # base64 of 15 bytes; the shortest credential form the redactor knows is longer
+_RUN = rf"[A-Za-z0-9+/]{{{MIN_RUN},}}={{0,2}}|[A-Za-z0-9_-]{{{MIN_RUN},}}={{0,2}}"
+ENCODED = f"{_ESCAPE}|{_RUN}"
+_ESCAPE_RX = re.compile(_ESCAPE)
+_RUN_RX = re.compile(_RUN)
+_MIXED = re.compile(r"[A-Z]").search  # base64 of text has capitals; hex digests and words in lower case do not
+
+
+def unescaped(text: str) -> tuple[str, list[int], list[int]] | None:
+    """``text`` with its escapes decoded (None when it has none), and for each decoded character the
+    start and end of what it came from in ``text``."""
+    if not _ESCAPE_RX.search(text):
+        return None
+    out: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    pos = 0
+    for m in _ESCAPE_RX.finditer(text):
+        out.extend(text[pos : m.start()])
+        starts.extend(range(pos, m.start()))
+        ends.extend(range(pos + 1, m.start() + 1))
+        out.append(chr(int(m[0][2:] if m[0][0] == "\\" else m[0][1:], 16)))
+        starts.append(m.start())
+        ends.append(m.end())
+        pos = m.end()
+    out.extend(text[pos:])
+    starts.extend(range(pos, len(text)))
+    ends.extend(range(pos + 1, len(text) + 1))
+    return "".join(out), starts, ends
+
+
+def base64_runs(text: str) -> Iterator[tuple[int, int, str]]:
+    """(start, end, decoded text) for every run of ``text`` that decodes as base64 (standard or URL-safe)
+    to mostly printable text (bytes read as Latin-1, one character each)."""
+    for m in _RUN_RX.finditer(text):
+        run = m[0].rstrip("=")
+        if not _MIXED(run):
+            continue
+        run = run[:-1] if len(run) % 4 == 1 else run  # a lone last character carries no whole byte
+        try:
+            raw = base64.b64decode(run + "=" * (-len(run) % 4), altchars=b"-_" if "-" in run or "_" in run else None)
+        except (binascii.Error, ValueError):
+            continue
+        decoded = raw.decode("latin-1")
+        if sum(c.isprintable() or c.isspace() for c in decoded) >= 0.9 * len(decoded):
+            yield m.start(), m.end(), decoded
+
+
+def decoded_views(text: str, depth: int = 2) -> Iterator[str]:
+    """Every decoded form of ``text``: its escapes decoded, each base64 run decoded, and those decoded
+    again (``depth`` levels: base64 of a URL-encoded token, say)."""
+    if depth <= 0:
+        return
+    plain = unescaped(text)
+    for view in ([plain[0]] if plain else []) + [d for _, _, d in base64_runs(text)]:
+        yield view
+        yield from decoded_views(view, depth - 1)
