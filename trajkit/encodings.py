@@ -15,11 +15,11 @@ import re
 from collections.abc import Iterator
 
 _ESCAPE = r"\\u[0-9A-Fa-f]{4}|\\x[0-9A-Fa-f]{2}|%[0-9A-Fa-f]{2}"
-MIN_RUN = 20  # base64 of 15 bytes; the shortest credential form the redactor knows is longer
-_RUN = rf"[A-Za-z0-9+/]{{{MIN_RUN},}}={{0,2}}|[A-Za-z0-9_-]{{{MIN_RUN},}}={{0,2}}"
-ENCODED = f"{_ESCAPE}|{_RUN}"
+MIN_RUN = 12  # base64 of 9 bytes: a short configured secret (6 characters, the floor) and a little around it
+BASE64_RUN = rf"[A-Za-z0-9+/]{{{MIN_RUN},}}={{0,2}}|[A-Za-z0-9_-]{{{MIN_RUN},}}={{0,2}}"
+ENCODED = f"{_ESCAPE}|{BASE64_RUN}"
 _ESCAPE_RX = re.compile(_ESCAPE)
-_RUN_RX = re.compile(_RUN)
+_RUN_RX = re.compile(BASE64_RUN)
 _MIXED = re.compile(r"[A-Z]").search  # base64 of text has capitals; hex digests and words in lower case do not
 
 
