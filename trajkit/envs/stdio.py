@@ -22,7 +22,6 @@ STOP_S = 2.0  # as the SDK's stdio client: the wait for the exit after stdin clo
 FLUSH_S = 0.5  # and for the last message to be written
 MAX_LINE = 32 << 20  # one JSON-RPC message from a server (a result with a few screenshots is a few MiB)
 STDERR_TAIL_CHARS = 300
-PARSE_ON_LOOP = 1 << 20  # a line longer than this is parsed in a thread
 
 
 class Stderr:
@@ -130,16 +129,9 @@ class Streams:
                         return
                     if not line:
                         break
-                    def parse(line: bytes = line) -> SessionMessage:
-                        try:  # the bytes as they came (no copy decoded first), else with bad UTF-8 replaced
-                            return SessionMessage(jsonrpc_message_adapter.validate_json(line, by_name=False))
-                        except ValueError:
-                            text = line.decode(errors="replace").removesuffix("\n")
-                            return SessionMessage(jsonrpc_message_adapter.validate_json(text, by_name=False))
-
-                    try:  # a long line parses in a thread (pydantic-core lets the loop run meanwhile): a
-                        # 30 MiB message holds no other trajectory of the process for the third of a second it takes
-                        message = await asyncio.to_thread(parse) if len(line) > PARSE_ON_LOOP else parse()
+                    text = line.decode(errors="replace").removesuffix("\n")
+                    try:
+                        message = SessionMessage(jsonrpc_message_adapter.validate_json(text, by_name=False))
                     except ValueError as e:  # not JSON-RPC: the session's message handler records the line
                         message = e
                     with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
