@@ -25,6 +25,9 @@ FORMS = {
     "\\x escapes": VALUE.replace("S", "\\x53").replace("-", "\\x2d"),
     "URL-encoded": "GET /?t=" + quote(TOKEN, safe="").replace("_", "%5F").replace("A", "%41"),
     "base64 of URL-encoded": base64.b64encode(quote(f"v={VALUE}", safe="").replace("-", "%2D").encode()).decode(),
+    "base64, URL-safe, no padding": base64.urlsafe_b64encode(("k=" + TOKEN + "?>").encode()).decode().rstrip("="),
+    "hex": "0x" + TOKEN.encode().hex(),
+    "HTML character references": "".join(f"&#{ord(c)};" if i % 2 else f"&#x{ord(c):x};" for i, c in enumerate(TOKEN)),
     "AWS secret beside its id": f"id {AWS_ID}\nsecret: {AWS_SECRET}",
     "AWS secret before its id": f'{{"secret": "{AWS_SECRET}", "id": "{AWS_ID}"}}',
 }

@@ -1,4 +1,4 @@
-"""Text behind an encoding: escapes (JSON ``\\u0068``, ``\\x68``, URL ``%68``) and base64 runs, decoded.
+"""Text behind an encoding: escapes (JSON ``\\u0068``, ``\\x68``, URL ``%68``, HTML ``&#104;``), base64 and hex runs, decoded.
 
 A secret a tool echoes in another form is still a secret: the redactor (``trajkit.redact``) and the
 push scan look at what these decode to as well as at the text. ``unescaped`` keeps, for each decoded
@@ -14,13 +14,14 @@ import binascii
 import re
 from collections.abc import Iterator
 
-_ESCAPE = r"\\u[0-9A-Fa-f]{4}|\\x[0-9A-Fa-f]{2}|%[0-9A-Fa-f]{2}"
+_ESCAPE = r"\\u[0-9A-Fa-f]{4}|\\x[0-9A-Fa-f]{2}|%[0-9A-Fa-f]{2}|&#[0-9]{1,7};|&#[xX][0-9A-Fa-f]{1,6};"
 MIN_RUN = 12  # base64 of 9 bytes: a short configured secret (6 characters, the floor) and a little around it
-BASE64_RUN = rf"[A-Za-z0-9+/]{{{MIN_RUN},}}={{0,2}}|[A-Za-z0-9_-]{{{MIN_RUN},}}={{0,2}}"
+BASE64_RUN = rf"[A-Za-z0-9+/_-]{{{MIN_RUN},}}={{0,2}}"  # standard or URL-safe, or hex digits (``hex_runs``)
 ENCODED = f"{_ESCAPE}|{BASE64_RUN}"
 _ESCAPE_RX = re.compile(_ESCAPE)
 _RUN_RX = re.compile(BASE64_RUN)
 _MIXED = re.compile(r"[A-Z]").search  # base64 of text has capitals; hex digests and words in lower case do not
+_HEX = re.compile(r"(?:[0-9a-f]{2}){12,}|(?:[0-9A-F]{2}){12,}").fullmatch  # 12 bytes or more, as hex digits
 
 
 def unescaped(text: str) -> tuple[str, list[int], list[int]] | None:
@@ -36,7 +37,7 @@ def unescaped(text: str) -> tuple[str, list[int], list[int]] | None:
         out.extend(text[pos : m.start()])
         starts.extend(range(pos, m.start()))
         ends.extend(range(pos + 1, m.start() + 1))
-        out.append(chr(int(m[0][2:] if m[0][0] == "\\" else m[0][1:], 16)))
+        out.append(_char(m[0]))
         starts.append(m.start())
         ends.append(m.end())
         pos = m.end()
@@ -46,21 +47,42 @@ def unescaped(text: str) -> tuple[str, list[int], list[int]] | None:
     return "".join(out), starts, ends
 
 
+def _char(escape: str) -> str:
+    if escape[0] == "&":  # an HTML character reference: &#104; or &#x68;
+        code = int(escape[3:-1], 16) if escape[2] in "xX" else int(escape[2:-1])
+        return chr(code) if code < 0x110000 else "\ufffd"
+    return chr(int(escape[2:] if escape[0] == "\\" else escape[1:], 16))
+
+
 def base64_runs(text: str) -> Iterator[tuple[int, int, str]]:
-    """(start, end, decoded text) for every run of ``text`` that decodes as base64 (standard or URL-safe)
-    to mostly printable text (bytes read as Latin-1, one character each)."""
+    """(start, end, decoded text) for every run of ``text`` that decodes to mostly printable text (bytes read
+    as Latin-1, one character each): as hex digits, or as base64 (standard or URL-safe) from any of its first
+    four characters (a run in binary data may start with a byte that is not part of it)."""
     for m in _RUN_RX.finditer(text):
-        run = m[0].rstrip("=")
-        if not _MIXED(run):
+        whole = m[0].rstrip("=")
+        digits = whole[2:] if whole[:2] in ("0x", "0X") else whole
+        if _HEX(digits):
+            decoded = _printable(bytes.fromhex(digits))
+        elif _MIXED(whole):
+            altchars = b"-_" if "-" in whole or "_" in whole else None
+            decoded = next((d for skip in range(4) if (d := _base64(whole[skip:], altchars)) is not None), None)
+        else:
             continue
-        run = run[:-1] if len(run) % 4 == 1 else run  # a lone last character carries no whole byte
-        try:
-            raw = base64.b64decode(run + "=" * (-len(run) % 4), altchars=b"-_" if "-" in run or "_" in run else None)
-        except (binascii.Error, ValueError):
-            continue
-        decoded = raw.decode("latin-1")
-        if sum(c.isprintable() or c.isspace() for c in decoded) >= 0.9 * len(decoded):
+        if decoded is not None:
             yield m.start(), m.end(), decoded
+
+
+def _base64(run: str, altchars: bytes | None) -> str | None:
+    run = run[:-1] if len(run) % 4 == 1 else run  # a lone last character carries no whole byte
+    try:
+        return _printable(base64.b64decode(run + "=" * (-len(run) % 4), altchars=altchars))
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _printable(raw: bytes) -> str | None:
+    decoded = raw.decode("latin-1")
+    return decoded if sum(c.isprintable() or c.isspace() for c in decoded) >= 0.9 * len(decoded) else None
 
 
 def decoded_views(text: str, depth: int = 2) -> Iterator[str]:

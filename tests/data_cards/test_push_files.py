@@ -4,6 +4,7 @@ refused in one line before any request."""
 
 from __future__ import annotations
 
+import base64
 import os
 import struct
 import zlib
@@ -102,9 +103,11 @@ def test_a_png_the_scan_cannot_read_is_refused(run_copy, hub, change, reason):
     _refused(run_copy, hub, "is a PNG the scan cannot read: .*" + reason)
 
 
-def test_a_secret_in_parquet_metadata_is_found_in_the_raw_bytes(run_copy, hub):
+@pytest.mark.parametrize("encoded", [False, True], ids=["plain", "base64"])
+def test_a_secret_in_parquet_metadata_is_found_in_the_raw_bytes(run_copy, hub, encoded):
     shard = min((run_copy / "tasks").glob("*.parquet"))
     table = pq.read_table(shard)
-    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, b"note": HOST_TOKEN.encode()}), shard)
+    note = base64.b64encode(HOST_TOKEN.encode()) if encoded else HOST_TOKEN.encode()  # (after a length byte)
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, b"note": note}), shard)
     message = _refused(run_copy, hub, "possible secret")
-    assert "Hugging Face token (raw bytes near offset" in message
+    assert "Hugging Face token" + (" (decoded)" if encoded else "") + " (raw bytes near offset" in message

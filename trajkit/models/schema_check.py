@@ -11,6 +11,7 @@ accepts the call, as for any schema that is not JSON Schema (the tool's fault, n
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +20,7 @@ class PatternError(ValueError):
     """A schema pattern RE2 does not read."""
 
 
+@functools.lru_cache(maxsize=4096)  # a schema's branches (anyOf, oneOf) test one value against one pattern again
 def search(pattern: str, text: str) -> bool:
     """Whether ``pattern`` matches somewhere in ``text`` (JSON Schema's unanchored search), by RE2."""
     import pyarrow as pa
