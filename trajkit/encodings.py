@@ -17,7 +17,11 @@ from collections.abc import Iterator
 _ESCAPE = r"\\u[0-9A-Fa-f]{4}|\\x[0-9A-Fa-f]{2}|%[0-9A-Fa-f]{2}|&#[0-9]{1,7};|&#[xX][0-9A-Fa-f]{1,6};"
 MIN_RUN = 12  # base64 of 9 bytes: a short configured secret (6 characters, the floor) and a little around it
 BASE64_RUN = rf"[A-Za-z0-9+/_-]{{{MIN_RUN},}}={{0,2}}"  # standard or URL-safe, or hex digits (``hex_runs``)
-ENCODED = f"{_ESCAPE}|{BASE64_RUN}"
+_C = "[A-Za-z0-9+/_-]"
+# what picks the strings worth decoding (RE2, vectorized): escapes, a run with a capital letter (base64 of text
+# has them; the hex ids every row holds, and words, do not), a run of 24 or more lowercase hex digits
+SUSPECT_RUN = rf"{_C}{{5,}}[A-Z]{_C}{{5,}}|[A-Z]{_C}{{11,}}|{_C}{{11,}}[A-Z]|[0-9a-f]{{24,}}"
+ENCODED = f"{_ESCAPE}|{SUSPECT_RUN}"
 _ESCAPE_RX = re.compile(_ESCAPE)
 _RUN_RX = re.compile(BASE64_RUN)
 _MIXED = re.compile(r"[A-Z]").search  # base64 of text has capitals; hex digests and words in lower case do not

@@ -323,15 +323,18 @@ class Redactor:
                         m = found.to_numpy(zero_copy_only=False)
                         mask = m if mask is None else mask | m
             encoded = pc.fill_null(pc.match_substring_regex(arr, ENCODED), False)
-            if pc.any(encoded).as_py():  # decoded in Python, only the strings that hold an encoding
-                rows = pc.indices_nonzero(encoded).to_numpy()
-                before = arr.take(pa.array(rows)).to_pylist()
-                after = [_replaced(v, self.spans(v)) for v in before]
-                moved = np.array([a != b for a, b in zip(after, before)], dtype=bool)
-                if moved.any():
+            if pc.any(encoded).as_py():  # decoded in Python: each distinct string that holds an encoding, once
+                rows = pc.indices_nonzero(encoded)
+                picked = arr.take(rows)
+                distinct = pc.unique(picked)
+                redacted = {v: r for v in distinct.to_pylist() if (r := _replaced(v, self.spans(v))) != v}
+                if redacted:
+                    which = pc.index_in(picked, pa.array(list(redacted), t))
+                    moved = pc.is_valid(which).to_numpy(zero_copy_only=False)
                     m = np.zeros(len(arr), dtype=bool)
-                    m[rows[moved]] = True
-                    arr = pc.replace_with_mask(arr, pa.array(m), pa.array([a for a, c in zip(after, moved) if c], t))
+                    m[rows.to_numpy()[moved]] = True
+                    new = pa.array(list(redacted.values()), t).take(which.filter(pc.is_valid(which)))
+                    arr = pc.replace_with_mask(arr, pa.array(m), new)
                     mask = m if mask is None else mask | m
             return arr, mask
         if pa.types.is_struct(t):

@@ -22,13 +22,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from trajkit.encodings import BASE64_RUN, base64_runs, decoded_views
+from trajkit.encodings import SUSPECT_RUN, base64_runs, decoded_views
 from trajkit.redact import CREDENTIALS, INVISIBLE, Redactor, environment_secrets, is_messages
 
 PATTERNS: dict[str, str] = {kind: pattern for kind, (pattern, _) in CREDENTIALS.items()}  # the redactor's list
 _COMPILED = {kind: re.compile(p) for kind, p in PATTERNS.items()}
 MAX_FINDINGS = 20
 _VISIBLE = {ord(c): None for c in INVISIBLE}
+_TEXT_ONLY = {"token split by an invisible character"}  # in bytes read as Latin-1, 0xAD is a soft hyphen by chance
 
 
 @dataclass(frozen=True)
@@ -61,12 +62,12 @@ def redact(value: str) -> str:
 def _kind_of(text: str, literals: dict[str, str], raw: bool = False) -> tuple[str, str] | None:
     """The kind of the first secret in ``text`` or in a decoded form of it, with a preview that does not
     repeat it. ``raw`` (a binary file's bytes): base64 runs are decoded, escapes are not (``%`` and two hex
-    digits occur by chance in compressed data)."""
+    digits occur by chance in compressed data), and invisible characters mean nothing."""
     views = [d for _, _, d in base64_runs(text)] if raw else list(decoded_views(text))
     for view in (text, *views):
-        plain = view.translate(_VISIBLE)
+        plain = view if raw else view.translate(_VISIBLE)
         for kind, rx in _COMPILED.items():
-            m = rx.search(view)
+            m = None if raw and kind in _TEXT_ONLY else rx.search(view)
             if m:
                 return kind + ("" if view is text else " (decoded)"), redact(m.group(0))
         for name, value in literals.items():
@@ -130,7 +131,7 @@ def scan_parquet(
 
 
 RAW_CHUNK = 8 * 2**20
-_RAW_ANY = "|".join(f"(?:{p})" for p in PATTERNS.values()) + "|" + BASE64_RUN
+_RAW_ANY = "|".join(f"(?:{p})" for p in PATTERNS.values()) + "|" + SUSPECT_RUN
 
 
 def scan_bytes(path: Path, where: str, literals: dict[str, str] | None = None) -> list[Finding]:
