@@ -61,7 +61,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trajkit.demo.fixture import TASK_RATINGS, data_block, ratings_xml
+from trajkit.demo.fixture import TASK_RATINGS, data_block, ratings_xml, verdict_nonce
 from trajkit.envs.servers import calculator, units
 
 Call = tuple[str, dict[str, Any]]
@@ -789,9 +789,11 @@ class Teacher:
         if text.startswith("## Task\nWrite a"):
             return generator(text, body.get("seed"))
         if "Assess the quality of a **tool-use question**" in text:
-            return ratings_xml(TASK_RATINGS)  # every world task is a clear, realistic, checkable request
+            return ratings_xml(
+                TASK_RATINGS, verdict_nonce(text)
+            )  # every world task is a clear, realistic, checkable request
         if "Assess the **response quality**" in text:
-            return trajectory_judgment(data_block(text, "Conversation"))
+            return trajectory_judgment(data_block(text, "Conversation"), verdict_nonce(text))
         return UNKNOWN
 
 
@@ -834,9 +836,9 @@ def agent(messages: list[dict[str, Any]], seed: int | None, reference: bool = Fa
 
 
 # ---------------------------------------------------------------- the judge
-def trajectory_judgment(conversation: str) -> str:
+def trajectory_judgment(conversation: str, nonce: str) -> str:
     """Completeness from whether the final answer is grounded in the last tool result; conciseness from
-    repeated calls. Reads the conversation text only."""
+    repeated calls. Reads the conversation text only; the verdict carries the call's nonce."""
     blocks = conversation.split("\n\n[")
     calls = re.findall(r"^-> call (\S+?\(.*\))$", conversation, re.MULTILINE)
     results = [b.split("\n", 1)[1] if "\n" in b else "" for b in blocks if b.startswith("tool result")]
@@ -856,4 +858,4 @@ def trajectory_judgment(conversation: str) -> str:
         completeness = ("fully complete", "The request was carried out and answered from the tool results.")
     repeated = len(calls) != len(set(calls))
     conciseness = ("redundant", "A call was repeated.") if repeated else ("very concise", "No unnecessary steps.")
-    return ratings_xml({"completeness": completeness, "conciseness": conciseness})
+    return ratings_xml({"completeness": completeness, "conciseness": conciseness}, nonce)

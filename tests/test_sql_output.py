@@ -19,3 +19,15 @@ def test_sums_csv_line_ends_and_literal_text(run_dir, tmp_path):
     assert out.read_bytes() == b"turns,half,t\n6,1.5,[image 1] [as runMain]\n"
     shown = invoke("sql", q, "--run", str(run_dir)).stdout
     assert "[image 1] [as runMain]" in shown and "6" in shown
+
+
+def test_csv_cells_that_a_spreadsheet_would_run_are_text(run_dir, tmp_path):
+    import csv
+
+    Store(run_dir).write("trajectories", "rollouts", [traj(0)])
+    cells = ['=HYPERLINK("http://x")', "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1)", "\t=1", "a=1", "1-2"]
+    values = ", ".join("'" + c.replace("'", "''") + f"' AS c{i}" for i, c in enumerate(cells)) + ", -5 AS n"
+    out = tmp_path / "o.csv"
+    invoke("sql", f"SELECT {values}", "--run", str(run_dir), "--output", str(out))
+    [_, row] = list(csv.reader(out.open(newline="")))
+    assert row == ["'" + c for c in cells[:5]] + ["a=1", "1-2", "-5"]  # numbers stay numbers

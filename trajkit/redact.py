@@ -25,6 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from trajkit.encodings import ENCODED, base64_runs, unescaped
+
 
 def clean_endpoint(url: str) -> str:
     """An endpoint for display: no user, password, query string or fragment."""
@@ -55,7 +57,9 @@ def _clean_url_value(value: Any) -> Any:
 
 # ---------------------------------------------------------------- secret values
 REDACTED = "[REDACTED]"
-SHARD_MARK = b"trajkit.redacted"  # Parquet metadata of a shard whose rows went through a Redactor when written
+# Parquet metadata of a shard whose rows went through a Redactor when written; the version names the rules
+# (2: decoded forms, tool results joined, AWS secret beside its id), so older shards are redacted again on reading
+SHARD_MARK = b"trajkit.redacted.v2"
 INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u00ad"  # zero-width characters and the soft hyphen
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS(?:W(?:OR)?D|PHRASE)?(?:_|$)|CREDENTIAL", re.IGNORECASE)
 # a header, flag or query parameter named as a secret: Authorization, Cookie, X-Api-Key, --password, ?token=
@@ -70,6 +74,15 @@ TOKEN_COLUMNS = ("token_ids", "loss_mask", "logprobs")
 CREDENTIALS: dict[str, tuple[str, str | None]] = {
     "Hugging Face token": (r"\bhf_[A-Za-z0-9]{30,}", REDACTED),
     "OpenAI or Anthropic key": (r"\bsk-(?:proj-|ant-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}", REDACTED),
+    # an unlabelled secret key beside its key id (either order): 40 base64 characters, alone, within 80 of it
+    "AWS secret access key beside its id": (
+        r"((?:AKIA|ASIA)[0-9A-Z]{16}[^A-Za-z0-9/+](?:[^\n]{0,80}[^A-Za-z0-9/+])?)[A-Za-z0-9/+]{40}([^A-Za-z0-9/+=]|$)",
+        r"\1" + REDACTED + r"\2",
+    ),
+    "AWS secret access key before its id": (
+        r"(^|[^A-Za-z0-9/+])[A-Za-z0-9/+]{40}([^A-Za-z0-9/+=](?:[^\n]{0,80}[^A-Za-z0-9/+])?(?:AKIA|ASIA)[0-9A-Z]{16})",
+        r"\1" + REDACTED + r"\2",
+    ),
     "AWS access key id": (r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b", REDACTED),
     "AWS secret access key": (r"((?i:aws_?secret_?access_?key)\W{1,4})[A-Za-z0-9/+]{40}", r"\1" + REDACTED),
     "GitHub token": (r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})", REDACTED),
@@ -82,6 +95,8 @@ CREDENTIALS: dict[str, tuple[str, str | None]] = {
     # ordinary words hold soft hyphens too; known values are redacted through invisible characters anyway
     "token split by an invisible character": (f"[A-Za-z0-9_-]{{4}}[{INVISIBLE}]+[A-Za-z0-9_-]{{4}}", None),
 }
+DECODE_DEPTH = 2  # base64 of a URL-encoded token is found; a third encoding around it is not
+_ENCODED = re.compile(ENCODED)
 FORMS = tuple((pattern, replacement) for pattern, replacement in CREDENTIALS.values() if replacement is not None)
 
 
@@ -173,10 +188,13 @@ class Redactor:
     Arrow tables. Built once per stage (``for_stage``) and applied where rows, manifests, log lines and
     call-cache entries are written, so a secret is gone before anything reaches a disk."""
 
-    def __init__(self, values: Mapping[str, str] | None = None):
+    def __init__(self, values: Mapping[str, str] | None = None, every_form: bool = False):
+        """``values``: the literal secrets, {name: value}. ``every_form``: the forms only the push scan
+        refuses (a private key, a token split by invisible characters) are replaced too (the scan's view)."""
         literals = sorted(set((values or {}).values()), key=len, reverse=True)
         rules = [(f"(?:{'|'.join(_escape(v) for v in literals)})", REDACTED)] if literals else []
-        self.rules = rules + list(FORMS)
+        forms = [(p, r or REDACTED) for p, r in CREDENTIALS.values()] if every_form else list(FORMS)
+        self.rules = rules + forms
         self._any = "|".join(f"(?:{p})" for p, _ in self.rules)  # one pass finds the strings to redact
         self._compiled = [(re.compile(p), r) for p, r in self.rules]
 
@@ -193,9 +211,21 @@ class Redactor:
         return cls(values)
 
     def text(self, text: str) -> str:
+        """``text`` with every secret replaced: as written, and behind escapes or base64 (``encodings``)."""
         for rx, replacement in self._compiled:
             text = rx.sub(replacement, text)
-        return text
+        return _replaced(text, self.spans(text)) if _ENCODED.search(text) else text
+
+    def spans(self, text: str, depth: int = DECODE_DEPTH) -> list[tuple[int, int]]:
+        """Where ``text`` holds a secret: a match as written; a base64 run, or a stretch of escapes, whose
+        decoded text holds one (decoded again, ``depth`` levels)."""
+        found = [m.span() for rx, _ in self._compiled for m in rx.finditer(text)]
+        if depth > 0:
+            found += [(a, b) for a, b, decoded in base64_runs(text) if self.spans(decoded, depth - 1)]
+            plain = unescaped(text)
+            if plain is not None:
+                found += [(plain[1][a], plain[2][b - 1]) for a, b in self.spans(plain[0], depth - 1) if b > a]
+        return found
 
     @contextlib.contextmanager
     def errors(self) -> Iterator[None]:
@@ -218,41 +248,97 @@ class Redactor:
         return data
 
     def table(self, data: pa.Table) -> pa.Table:
-        """Every string, nested ones included, redacted. A row whose text held a secret loses its token
-        trace (``token_ids``, ``loss_mask``, ``logprobs``): ids cannot be redacted without the tokenizer,
-        so such a row trains on its (redacted) messages."""
-        data = data.combine_chunks()
-        hit = np.zeros(len(data), dtype=bool)
-        columns = []
-        for col in data.columns:
-            arr, mask = self._array(col.chunk(0) if col.num_chunks else pa.array([], col.type))
-            columns.append(arr)
-            if mask is not None:
-                hit |= mask
-        if not hit.any():
+        """Every string, nested ones included, redacted; in a ``messages`` column, also a secret that only
+        the row's tool results joined hold (a token split across two results). A row whose text held a
+        secret loses its token trace (``token_ids``, ``loss_mask``, ``logprobs``): ids cannot be redacted
+        without the tokenizer, so such a row trains on its (redacted) messages."""
+        data, hits = self.changes(data)
+        if not hits:
             return data
+        hit = np.logical_or.reduce(list(hits.values()))
+        columns = data.columns
         for name in TOKEN_COLUMNS:
             if name in data.column_names:
                 i = data.column_names.index(name)
                 columns[i] = pc.if_else(pa.array(hit), pa.nulls(len(data), columns[i].type), columns[i])
         return pa.Table.from_arrays(columns, schema=data.schema)
 
-    def _array(self, arr: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
+    def changes(self, data: pa.Table) -> tuple[pa.Table, dict[str, np.ndarray]]:
+        """``data`` redacted, and for each column that changed, which rows did (the push scan's findings)."""
+        data = data.combine_chunks()
+        hits: dict[str, np.ndarray] = {}
+        columns = []
+        for name, col in zip(data.column_names, data.columns):
+            arr, mask = self.array(col.chunk(0) if col.num_chunks else pa.array([], col.type))
+            if is_messages(arr.type):
+                arr, joined = self.joined(arr)
+                mask = joined if mask is None else mask if joined is None else mask | joined
+            columns.append(arr)
+            if mask is not None and mask.any():
+                hits[name] = mask
+        return (pa.Table.from_arrays(columns, schema=data.schema) if hits else data), hits
+
+    def joined(self, arr: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
+        """A ``messages`` array whose rows' tool results, joined, held a secret no one result held: the part
+        of it in each result redacted."""
+        flat = arr.flatten()
+        role, content = flat.field("role"), flat.field("content")
+        tool = pc.fill_null(pc.and_(pc.equal(role, "tool"), pc.is_valid(content)), False)
+        parents = pc.list_parent_indices(arr).filter(tool).to_numpy()
+        counts = np.bincount(parents, minlength=len(arr))
+        if not len(parents) or counts.max() < 2:
+            return arr, None
+        offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
+        joined = pc.binary_join(pa.ListArray.from_arrays(offsets, content.filter(tool)), "")
+        suspect = pc.or_(pc.match_substring_regex(joined, self._any), pc.match_substring_regex(joined, ENCODED))
+        rows = np.flatnonzero(pc.fill_null(suspect, False).to_numpy(zero_copy_only=False) & (counts >= 2))
+        changed: dict[int, list[dict[str, Any]]] = {}
+        for i in rows.tolist():
+            messages = arr[i].as_py()
+            results = [m for m in messages if m["role"] == "tool" and m["content"] is not None]
+            if _redact_across([m["content"] for m in results], self, results):
+                changed[i] = messages
+        if not changed:
+            return arr, None
+        order = np.arange(len(arr))
+        order[list(changed)] = len(arr) + np.arange(len(changed))
+        merged = pa.concat_arrays([arr, pa.array(list(changed.values()), arr.type)]).take(pa.array(order))
+        mask = np.zeros(len(arr), dtype=bool)
+        mask[list(changed)] = True
+        return merged, mask
+
+    def array(self, arr: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
         """``arr`` redacted and which of its elements changed (None: none did)."""
         t = arr.type
+        if isinstance(t, pa.BaseExtensionType):  # JSON columns: text underneath
+            storage, mask = self.array(arr.storage)
+            return (arr if mask is None else pa.ExtensionArray.from_storage(t, storage)), mask
         if pa.types.is_string(t) or pa.types.is_large_string(t):
             mask = None
-            if not pc.any(pc.match_substring_regex(arr, self._any)).as_py():
-                return arr, mask
-            for pattern, replacement in self.rules:
-                found = pc.fill_null(pc.match_substring_regex(arr, pattern), False)
-                if pc.any(found).as_py():
-                    arr = pc.replace_substring_regex(arr, pattern, replacement)
-                    m = found.to_numpy(zero_copy_only=False)
+            if pc.any(pc.match_substring_regex(arr, self._any)).as_py():
+                for pattern, replacement in self.rules:
+                    found = pc.fill_null(pc.match_substring_regex(arr, pattern), False)
+                    if pc.any(found).as_py():
+                        arr = pc.replace_substring_regex(arr, pattern, replacement)
+                        m = found.to_numpy(zero_copy_only=False)
+                        mask = m if mask is None else mask | m
+            encoded = pc.fill_null(pc.match_substring_regex(arr, ENCODED), False)
+            if pc.any(encoded).as_py():  # decoded in Python: each distinct string that holds an encoding, once
+                rows = pc.indices_nonzero(encoded)
+                picked = arr.take(rows)
+                distinct = pc.unique(picked)
+                redacted = {v: r for v in distinct.to_pylist() if (r := _replaced(v, self.spans(v))) != v}
+                if redacted:
+                    which = pc.index_in(picked, pa.array(list(redacted), t))
+                    moved = pc.is_valid(which).to_numpy(zero_copy_only=False)
+                    m = np.zeros(len(arr), dtype=bool)
+                    m[rows.to_numpy()[moved]] = True
+                    new = pa.array(list(redacted.values()), t).take(which.filter(pc.is_valid(which)))
+                    arr = pc.replace_with_mask(arr, pa.array(m), new)
                     mask = m if mask is None else mask | m
             return arr, mask
         if pa.types.is_struct(t):
-            children = [self._array(child) for child in arr.flatten()]
+            children = [self.array(child) for child in arr.flatten()]
             masks = [m for _, m in children if m is not None]
             if not masks:
                 return arr, None
@@ -260,7 +346,7 @@ class Redactor:
             rebuilt = pa.StructArray.from_arrays([c for c, _ in children], fields=list(t), mask=nulls)
             return rebuilt, np.logical_or.reduce(masks)
         if pa.types.is_list(t):
-            values, mask = self._array(arr.flatten())
+            values, mask = self.array(arr.flatten())
             if mask is None:
                 return arr, None
             lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False)
@@ -271,3 +357,47 @@ class Redactor:
             rows[pc.list_parent_indices(arr).to_numpy()[mask]] = True
             return rebuilt, rows
         return arr, None
+
+
+def is_messages(t: pa.DataType) -> bool:
+    """A list of chat messages: structs with a role and a content."""
+    if not pa.types.is_list(t) or not pa.types.is_struct(t.value_type):
+        return False
+    names = {f.name for f in t.value_type}
+    return {"role", "content"} <= names
+
+
+def _replaced(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` with each span (overlapping ones merged) replaced by ``[REDACTED]``."""
+    out, pos = [], 0
+    for a, b in _merged(spans):
+        out += [text[pos:a], REDACTED]
+        pos = b
+    return "".join(out) + text[pos:]
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[list[int]] = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return [(a, b) for a, b in merged]
+
+
+def _redact_across(parts: list[str], redactor: Redactor, messages: list[dict[str, Any]]) -> bool:
+    """Redact, in each of ``messages`` (whose contents are ``parts``), its share of a secret that only the
+    parts joined hold. Whether any was."""
+    bounds = np.cumsum([0] + [len(p) for p in parts])
+    per_part: list[list[tuple[int, int]]] = [[] for _ in parts]
+    for a, b in _merged(redactor.spans("".join(parts))):
+        first, last = int(np.searchsorted(bounds, a, "right")) - 1, int(np.searchsorted(bounds, b, "left")) - 1
+        if first == last:
+            continue  # inside one result: redacted with it already
+        for k in range(first, last + 1):
+            per_part[k].append((max(a, bounds[k]) - bounds[k], min(b, bounds[k + 1]) - bounds[k]))
+    for message, part, spans in zip(messages, parts, per_part):
+        if spans:
+            message["content"] = _replaced(part, spans)
+    return any(per_part)

@@ -1,4 +1,9 @@
-"""Printing and writing query results (``trajkit sql``): rich tables, CSV, JSON, Parquet."""
+"""Printing and writing query results (``trajkit sql``): rich tables, CSV, JSON, Parquet.
+
+A CSV cell is opened by spreadsheets, which run a cell that starts with ``=``, ``+``, ``-`` or ``@``
+(and a tab or carriage return before one) as a formula: such a cell is written with a leading ``'``,
+the mark spreadsheets read as "text", so a tool result cannot become a formula on the reader's machine.
+"""
 
 from __future__ import annotations
 
@@ -30,6 +35,18 @@ def json_safe(value: object) -> object:
     if isinstance(value, list):
         return [json_safe(v) for v in value]
     return value
+
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: object) -> object:
+    """A value as a CSV cell: text that a spreadsheet would run as a formula gets a leading ``'``."""
+    if value is None:
+        return ""
+    if not isinstance(value, (str, int, float)):
+        value = json.dumps(value, default=_plain)
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_START) else value
 
 
 def _value(value: object) -> object:
@@ -78,12 +95,7 @@ def write_table(data: pa.Table, dest: Path | IO[str], fmt: str | None = None) ->
         writer = csv.writer(dest, lineterminator="\n")
         writer.writerow(data.column_names)
         for row in data.to_pylist():
-            writer.writerow(
-                [
-                    "" if v is None else v if isinstance(v, (str, int, float)) else json.dumps(v, default=_plain)
-                    for v in map(_value, row.values())
-                ]
-            )
+            writer.writerow([csv_cell(v) for v in map(_value, row.values())])
     elif fmt == "jsonl":
         for row in data.to_pylist():
             dest.write(json.dumps(json_safe(row), ensure_ascii=False, default=_plain, allow_nan=False) + "\n")

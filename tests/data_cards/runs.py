@@ -11,18 +11,19 @@ from trajkit.store import Store
 SERVERS = {"weather": ["get_forecast", "get_alerts"], "files": ["read_file", "search"]}
 
 
-def _messages(i: int, tool: str) -> list[dict]:
-    call = {"id": f"c{i}", "name": tool, "arguments": json.dumps({"city": f"City {i}"})}
+def _messages(i: int, tool: str, text: str = "") -> list[dict]:
+    call = {"id": f"c{i}", "name": tool, "arguments": json.dumps({"city": f"City {i}{text}"})}
     return [
-        {"role": "user", "content": f"What is the forecast for City {i}?"},
-        {"role": "assistant", "content": "", "tool_calls": [call]},
-        {"role": "tool", "content": f"sunny {i}", "tool_call_id": f"c{i}", "name": tool},
-        {"role": "assistant", "content": f"It is sunny in City {i}."},
+        {"role": "user", "content": f"What is the forecast for City {i}?{text}"},
+        {"role": "assistant", "content": "", "reasoning_content": text or None, "tool_calls": [call]},
+        {"role": "tool", "content": f"sunny {i}{text}", "tool_call_id": f"c{i}", "name": tool},
+        {"role": "assistant", "content": f"It is sunny in City {i}.{text}"},
     ]
 
 
-def build_run(root: Path, n_tasks: int = 40, secret: str | None = None) -> Store:
-    """Tasks, passk, splits, servers, trajectories (3 per task), rejected and a manifest."""
+def build_run(root: Path, n_tasks: int = 40, secret: str | None = None, text: str = "") -> Store:
+    """Tasks, passk, splits, servers, trajectories (3 per task), rejected and a manifest; ``text`` is added
+    to every question, message, tool call, model name, source and rejection reason."""
     store = Store(root, create=True)
     servers = [
         {
@@ -43,8 +44,15 @@ def build_run(root: Path, n_tasks: int = 40, secret: str | None = None) -> Store
     for i in range(n_tasks):
         tid = content_id("task", i)
         question = f"Task {i}: what is the weather in City {i}?" + (f" key={secret}" if secret and i == 7 else "")
+        question += text
         tasks.append(
-            {"task_id": tid, "question": question, "mode": "single_tool", "source": "synth", "vs_method": "vs_standard"}
+            {
+                "task_id": tid,
+                "question": question,
+                "mode": "single_tool",
+                "source": "synth" + text,
+                "vs_method": "vs_standard",
+            }
         )
         correct = i % 9
         passk.append(
@@ -61,13 +69,13 @@ def build_run(root: Path, n_tasks: int = 40, secret: str | None = None) -> Store
         splits.append({"task_id": tid, "split": "held_out" if i % 5 == 0 else "train"})
         for r in range(3):
             tool = tools[(i + r) % len(tools)]
-            msgs = _messages(i, tool)
+            msgs = _messages(i, tool, text)
             trajs.append(
                 {
                     "traj_id": content_id("traj", i, r),
                     "task_id": tid,
                     "rollout_index": r,
-                    "model": "m",
+                    "model": "m" + text,
                     "backend": "openai",
                     "messages": msgs,
                     "status": "completed" if r < 2 else "failed",
@@ -94,7 +102,7 @@ def build_run(root: Path, n_tasks: int = 40, secret: str | None = None) -> Store
                 "row_id": t["traj_id"],
                 "table_name": "trajectories",
                 "stage": "filter",
-                "reason": "too_short",
+                "reason": "too_short" + text,
             }
             for t in trajs[:5]
         ],

@@ -13,6 +13,8 @@ SECRETS = {
     "OpenAI or Anthropic key": "sk-ant-api03-" + "Zx9Yw8Vu7T" * 3,
     "AWS access key id": "AKIA" + "ABCDEFGHIJ234567",
     "AWS secret access key": "aws_secret_access_key = " + "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "AWS secret access key beside its id": "AKIA" + "ABCDEFGHIJ234567" + " wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "AWS secret access key before its id": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY," + "AKIA" + "ABCDEFGHIJ234567",
     "GitHub token": "ghp_" + "0123456789abcdefghij" * 2,
     "Google API key": "AIza" + "SyA1234567890abcdefghijklmnopqrstuv",
     "Slack token": "xoxb-1234567890-abcdefghij",

@@ -255,3 +255,57 @@ def test_an_output_schema_whose_ref_does_not_resolve_is_the_servers_fault(ref):
     ServerFault, not the validator's own error escaping the call as a crash of the trajectory."""
     reason = problem("t", json.dumps({"type": "object", "$ref": ref}), {"n": 1})
     assert reason.startswith("output schema of tool t has a $ref that does not resolve")
+
+
+async def test_a_hostile_server_costs_only_its_own_call_and_never_holds_the_loop(raw_server):
+    """Endless and huge lines, JSON nested past any parser's limit, a line that trickles forever: each fails the
+    call with a reason (the trajectory's), and a ticker on the client's loop shows a worst gap during the attack
+    under 3x its worst gap in a control phase of ordinary calls, measured in this same test."""
+    conn = Connection("raw", raw_server())
+    gaps: list[float] = []
+    stop = asyncio.Event()
+
+    async def ticks():
+        while not stop.is_set():
+            t = time.monotonic()
+            await asyncio.sleep(0.005)
+            gaps.append(time.monotonic() - t)
+
+    async def phase(calls) -> float:
+        gaps.clear()
+        stop.clear()
+        ticker = asyncio.create_task(ticks())
+        await asyncio.sleep(0.02)
+        out = [await c for c in calls]
+        stop.set()
+        await ticker
+        return max(gaps), out
+
+    servers = [Connection("raw", raw_server()) for _ in range(3)]
+    try:
+        await conn.call("echo", {"text": "warm"})
+        control, _ = await phase([conn.call("big", {"seconds": 1 << 20}) for _ in range(4)])
+        attack, faults = await phase(
+            [
+                _fault(servers[0].call("nested", {}, timeout_s=1)),  # past the parser's depth: not an answer
+                _fault(servers[1].call("big", {"seconds": 40 << 20})),  # endless: over the cap
+                _fault(servers[2].call("trickle", {}, timeout_s=1)),  # a line that never ends
+            ]
+        )
+        assert "timed out after 1s (server wrote non-JSON-RPC output" in faults[0], faults
+        assert "a message from this server was over 32 MiB" in faults[1], faults
+        assert "timed out after 1s" in faults[2], faults
+        assert attack < 3 * max(control, 0.02), (attack, control)
+        # a huge valid line is an answer, cut to the output cap; its parse holds the loop (not bounded here: see the issue)
+        assert await _fault(conn.call("big", {"seconds": 8 << 20}, max_chars=100)) == "truncated"
+    finally:
+        for c in [conn, *servers]:
+            await c.aclose()
+
+
+async def _fault(call) -> str:
+    try:
+        result = await call
+    except ServerFault as e:
+        return str(e)
+    return "truncated" if result.truncated else result.text[:100]

@@ -72,9 +72,9 @@ class Brain:
         if "## What a task looks like" in first:
             return self.generator(messages, rng)
         if "tool_selection_difficulty" in first:
-            return self.judgment(TASK_DIMS, rng)
+            return self.judgment(TASK_DIMS, rng, first)
         if "**completeness**" in first:
-            return self.judgment(TRAJ_DIMS, rng)
+            return self.judgment(TRAJ_DIMS, rng, first)
         if "simulating the **user**" in first:
             return self.user(rng)
         return "I do not recognize this prompt."
@@ -131,13 +131,14 @@ class Brain:
         return {"question": question, "target_tools": calls, "answer": answer, "answer_match": "number", "state": []}
 
     # ------------------------------------------------------------ judge
-    def judgment(self, dims: dict[str, tuple[str, ...]], rng: random.Random) -> str:
+    def judgment(self, dims: dict[str, tuple[str, ...]], rng: random.Random, prompt: str) -> str:
         if rng.random() < self.garbage:
             return "Looks fine to me overall!"
         blocks = [
             f"<{d}><reasoning>ok</reasoning><rating>{rng.choice(labels)}</rating></{d}>" for d, labels in dims.items()
         ]
-        return "<response>\n" + "\n".join(blocks) + "\n</response>"
+        nonce = re.findall(r'<response nonce="([0-9a-f]+)">', prompt)[-1]  # what the output format asks for
+        return f'<response nonce="{nonce}">\n' + "\n".join(blocks) + "\n</response>"
 
     # ------------------------------------------------------------ agent
     def agent(self, messages: list[dict], rng: random.Random) -> dict | str:

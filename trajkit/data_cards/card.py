@@ -22,12 +22,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pyarrow as pa
 import yaml
 from pydantic import Field, field_validator
 
 from trajkit.config import StageConfig, Unhashed
 from trajkit.data_cards import layout, views
-from trajkit.data_cards.markdown import fmt_bytes, fmt_num, table
+from trajkit.data_cards.markdown import Markdown, code, conversation, fence, fmt_bytes, fmt_num, in_html, table
 from trajkit.data_cards.provenance import pipeline_section
 from trajkit.data_cards.stats import CardStats, collect, examples
 from trajkit.errors import UserError
@@ -147,8 +148,6 @@ def render_body(
     reviews: tuple[int, Any],
     labels: list[tuple[str, int, bool]],
 ) -> str:
-    from trajkit.render import conversation_markdown
-
     repo = cfg.repo_id or "USER/DATASET"
     n_reviews, newest = reviews
     out = [f"# {pretty_name}", ""]
@@ -191,23 +190,23 @@ def render_body(
         "",
         table(
             ["config", "rows", "files", "contents"],
-            [[f"`{v}`", fmt_num(view_rows.get(v, 0)), views.view_glob(v), views.DOCS[v]] for v in views.VIEWS],
+            [[v, fmt_num(view_rows.get(v, 0)), views.view_glob(v), Markdown(views.DOCS[v])] for v in views.VIEWS],
         ),
         "",
         "## Tables",
         "",
         table(
             ["table", "rows", "shards", "size", "description"],
-            [[f"`{t.name}`", fmt_num(t.rows), t.shards, fmt_bytes(t.bytes), t.doc] for t in stats.tables],
+            [[t.name, fmt_num(t.rows), t.shards, fmt_bytes(t.bytes), Markdown(t.doc)] for t in stats.tables],
         ),
         "",
     ]
     for t in stats.tables:
-        out.append(f"- `{t.name}` ({layout.data_glob(t.name)}): " + ", ".join(f"`{c}`" for c in t.columns))
+        out.append(f"- {code(t.name)} ({code(layout.data_glob(t.name))}): " + ", ".join(code(c) for c in t.columns))
     out.append("")
     out += pipeline_section(manifests, stats.servers)
     out += _statistics(stats, plots)
-    out += _examples(tasks, trajs, cfg.max_example_chars, conversation_markdown)
+    out += _examples(tasks, trajs, cfg.max_example_chars)
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -250,7 +249,7 @@ def _statistics(s: CardStats, plots: dict[str, str]) -> list[str]:
             + _plot(plots, "tools", "most called tools")
             + _plot(plots, "servers", "calls by server")
         )
-        out += [table(["tool", "server", "calls"], [[f"`{t}`", sv, fmt_num(n)] for t, sv, n in s.tools]), ""]
+        out += [table(["tool", "server", "calls"], [[t, sv, fmt_num(n)] for t, sv, n in s.tools]), ""]
     if s.turns or s.tokens:
         out += ["### Turns and lengths", ""]
         out += _plot(plots, "turns", "turns per trajectory") + _plot(plots, "tool_calls", "tool calls per trajectory")
@@ -302,21 +301,25 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
-def _examples(tasks: list[dict[str, Any]], trajs: list[dict[str, Any]], max_chars: int, render: Any) -> list[str]:
+def _examples(tasks: list[dict[str, Any]], trajs: list[dict[str, Any]], max_chars: int) -> list[str]:
+    """Example tasks and trajectories, their text as code (``markdown``: nothing from the data is live)."""
     if not tasks and not trajs:
         return []
     out = ["## Examples", ""]
     for t in tasks:
-        head = f"**task** `{t['task_id']}` ({t['mode']}{', ' + t['difficulty'] if t.get('difficulty') else ''})"
+        kind = ", ".join(x for x in (t["mode"], t.get("difficulty")) if x)
         question = t["question"] if len(t["question"]) <= max_chars else t["question"][:max_chars] + " …"
-        out += [head, "", "> " + question.replace("\n", "\n> "), ""]
+        out += [f"**task** {code(t['task_id'])} ({code(kind)})", "", fence(question), ""]
     for tr in trajs:
-        summary = f"trajectory <code>{tr['traj_id']}</code> · {tr['model'] or ''} · {tr['num_turns']} turns · {tr['num_tool_calls']} tool calls"
+        summary = (
+            f"trajectory <code>{in_html(tr['traj_id'])}</code> · <code>{in_html(tr['model'] or '')}</code> · "
+            f"{tr['num_turns']} turns · {tr['num_tool_calls']} tool calls"
+        )
         out += [
             "<details>",
             f"<summary>{summary}</summary>",
             "",
-            render(tr["messages"], max_chars=max_chars),
+            conversation(tr["messages"], max_chars=max_chars),
             "",
             "</details>",
             "",
@@ -332,6 +335,8 @@ def run_card(ctx: StageContext, cfg: CardConfig) -> dict[str, Any]:
     t0 = time.monotonic()
     stats = collect(store, cfg.duckdb_memory)
     tasks, trajs = examples(store, cfg.examples, cfg.task_examples)
+    tasks = store.redactor.value(tasks)  # a second look, as the views get: shards an older trajkit wrote
+    trajs = store.redactor.table(pa.Table.from_pylist(trajs)).to_pylist() if trajs else []
     t1 = time.monotonic()
     from trajkit.data_cards.plots import render
 

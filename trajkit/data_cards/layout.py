@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,15 +39,23 @@ def data_glob(table: str) -> str:
 def data_files(store: Store) -> list[RepoFile]:
     """Every shard of every table that has one, in schema and shard order."""
     return [
-        RepoFile(p, f"data/{table}/{p.name}", p.stat().st_size) for table in store.tables() for p in store.shards(table)
+        RepoFile(p, f"data/{table}/{p.name}", p.lstat().st_size)
+        for table in store.tables()
+        for p in store.shards(table)
     ]
 
 
 def card_files(store: Store) -> list[RepoFile]:
-    """The rendered card, its views and its plots (empty if the card was not rendered)."""
+    """Every file in the card folder (empty if the card was not rendered): the README, its views and its
+    plots, and anything else found there (which ``push`` refuses). Links are listed, never followed."""
     root = card_dir(store)
-    readme = root / README
-    if not readme.is_file():
+    if not (root / README).is_file():
         return []
-    found = [readme, *sorted((root / "data").glob("*/*.parquet")), *sorted((root / PLOTS).glob("*.png"))]
-    return [RepoFile(p, p.relative_to(root).as_posix(), p.stat().st_size) for p in found]
+    found = []
+    for folder, dirs, names in os.walk(root):
+        dirs.sort()
+        for name in sorted(names) + [d for d in dirs if (Path(folder) / d).is_symlink()]:
+            path = Path(folder) / name
+            found.append(RepoFile(path, path.relative_to(root).as_posix(), path.lstat().st_size))
+    readme = [f for f in found if f.path_in_repo == README]
+    return readme + [f for f in found if f.path_in_repo != README]

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from trajkit.data_cards.markdown import fmt_num, table
+from trajkit.data_cards.markdown import code, fence, fmt_num, table
 from trajkit.redact import clean_endpoint
 
 _MODEL_KEYS = ("model", "backend", "base_url")
@@ -59,7 +59,8 @@ def pipeline_section(manifests: list[dict[str, Any]], servers: list[tuple[Any, .
         "## Pipeline",
         "",
         (
-            f"{len(manifests)} stage(s) ran between {start} and {end} with trajkit {', '.join(versions)}. "
+            f"{len(manifests)} stage(s) ran between {code(start)} and {code(end)} with trajkit "
+            f"{', '.join(code(v) for v in versions)}. "
             f"Tokens: {fmt_num(prompt)} prompt, {fmt_num(completion)} completion; cost {cost:.4f}."
         ),
         "",
@@ -70,7 +71,7 @@ def pipeline_section(manifests: list[dict[str, Any]], servers: list[tuple[Any, .
         written = ", ".join(f"{t} {fmt_num(n)}" for t, n in (m.get("outputs") or {}).items())
         rows.append(
             [
-                f"`{m['stage']}`",
+                m["stage"],
                 m.get("kind", ""),
                 m.get("finished_at", ""),
                 f"{m.get('seconds', 0):.1f}",
@@ -96,9 +97,7 @@ def pipeline_section(manifests: list[dict[str, Any]], servers: list[tuple[Any, .
         "<details>",
         "<summary>Stage parameters and counts</summary>",
         "",
-        "```yaml",
-        yaml.safe_dump(params, sort_keys=False, allow_unicode=True, width=100).rstrip(),
-        "```",
+        fence(yaml.safe_dump(params, sort_keys=False, allow_unicode=True, width=100).rstrip(), "yaml"),
         "",
         "</details>",
         "",

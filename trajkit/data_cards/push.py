@@ -6,20 +6,33 @@ large one goes up in several (at most ``files_per_commit`` files and
 data is there); rerunning an interrupted push resumes it, because
 ``huggingface_hub`` drops files whose content the repo already has. The token
 comes from ``HF_TOKEN`` or the saved login and is never printed or logged.
-Nothing is uploaded if the card or any shard holds something that looks like
-a secret.
+Nothing is uploaded unless push can vouch for every file: a regular file inside
+the run (no symbolic or hard link, nothing outside it), of a type it reads (the
+README as text, Parquet shards, PNG plots), in which the scan finds no secret:
+the strings of a Parquet file, the text and inflated chunks of a PNG, and the
+raw bytes of every file.
 """
 
 from __future__ import annotations
 
 import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from trajkit.data_cards import layout
 from trajkit.data_cards.markdown import fmt_bytes
-from trajkit.data_cards.secret_scan import MAX_FINDINGS, Finding, env_secrets, scan_parquet, scan_text
+from trajkit.data_cards.png import UnreadablePng
+from trajkit.data_cards.secret_scan import (
+    MAX_FINDINGS,
+    Finding,
+    env_secrets,
+    scan_bytes,
+    scan_parquet,
+    scan_png,
+    scan_text,
+)
 from trajkit.errors import UserError
 from trajkit.store import Store, existing_run
 
@@ -80,8 +93,32 @@ def batches(files: list[layout.RepoFile], files_per_commit: int, bytes_per_commi
     return out
 
 
+def vouch(files: list[layout.RepoFile], root: Path) -> None:
+    """A UserError naming the first file push cannot vouch for: not a regular file (a link, a folder, a
+    device), linked elsewhere (more than one hard link), outside the run, or of a type the scan does not
+    read (the README, ``data/**.parquet``, ``plots/*.png``)."""
+    inside = root.resolve()
+    for f in files:
+        st = f.local.lstat()
+        if not stat.S_ISREG(st.st_mode) or f.local.is_symlink():
+            problem = "is a symbolic link" if stat.S_ISLNK(st.st_mode) else "is not a regular file"
+        elif st.st_nlink > 1:
+            problem = f"has {st.st_nlink} hard links (its content lives elsewhere too)"
+        elif not f.local.resolve().is_relative_to(inside):
+            problem = f"lies outside the run ({f.local.resolve()})"
+        elif not _KINDS.match(f.path_in_repo):
+            problem = "is not a file push scans (README.md, data/**/*.parquet, plots/*.png)"
+        else:
+            continue
+        raise UserError(f"refusing to push: {f.local} {problem}; remove it from the run and push again")
+
+
+_KINDS = re.compile(rf"^(?:{re.escape(layout.README)}|data/[^/]+/[^/]+\.parquet|{layout.PLOTS}/[^/]+\.png)$")
+
+
 def scan(files: list[layout.RepoFile]) -> list[Finding]:
-    """Secrets in the card (text) and every shard (Parquet strings)."""
+    """Secrets in the card (text), every shard (Parquet strings), every plot (PNG chunks), and the raw
+    bytes of each. A PNG the scan cannot read is a UserError."""
     literals = env_secrets()
     found: list[Finding] = []
     for f in files:
@@ -89,6 +126,13 @@ def scan(files: list[layout.RepoFile]) -> list[Finding]:
             found += scan_text(f.local.read_text(errors="replace"), f.path_in_repo, literals)
         elif f.path_in_repo.endswith(".parquet"):
             found += scan_parquet(f.local, f.path_in_repo, literals)
+        elif f.path_in_repo.endswith(".png"):
+            try:
+                found += scan_png(f.local, f.path_in_repo, literals)
+            except UnreadablePng as e:
+                raise UserError(f"refusing to push: {f.local} is a PNG the scan cannot read: {e}") from None
+        if not found:  # what a format's reader does not show: Parquet metadata, bytes after a PNG's end
+            found += scan_bytes(f.local, f.path_in_repo, literals)
         if len(found) >= MAX_FINDINGS:
             break
     return found
@@ -113,6 +157,7 @@ def push(
         raise UserError("files and bytes per commit must be positive")
     store = existing_run(run)
     files = plan(store)
+    vouch(files, store.root)
     check_reviews_applied(store)
     findings = scan(files)
     if findings:

@@ -63,9 +63,9 @@ def reply(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) ->
     if text.startswith("## Task\nWrite a"):
         return generator(text)
     if "Assess the quality of a **tool-use question**" in text:
-        return task_judgment(data_block(text, "Question"))
+        return task_judgment(data_block(text, "Question"), verdict_nonce(text))
     if "Assess the **response quality**" in text:
-        return trajectory_judgment(data_block(text, "Question"), data_block(text, "Conversation"))
+        return trajectory_judgment(data_block(text, "Question"), data_block(text, "Conversation"), verdict_nonce(text))
     if "You are simulating the **user**" in text:
         return follow_up(data_block(text, "Conversation"))
     m = _CODE_ENTRY.search(text)
@@ -144,26 +144,33 @@ UNKNOWN_TASK_RATINGS = {
 }
 
 
-def ratings_xml(ratings: dict[str, tuple[str, str]]) -> str:
-    """Ratings ({dimension: (label, reasoning)}) in the XML the judge prompts ask for (``synth.ratings`` reads it)."""
+def ratings_xml(ratings: dict[str, tuple[str, str]], nonce: str) -> str:
+    """Ratings ({dimension: (label, reasoning)}) in the XML the judge prompts ask for (``synth.ratings`` reads it),
+    carrying the call's nonce."""
     parts = [f"<{d}><reasoning>{why}</reasoning><rating>{label}</rating></{d}>" for d, (label, why) in ratings.items()]
-    return "<response>\n" + "\n".join(parts) + "\n</response>"
+    return f'<response nonce="{nonce}">\n' + "\n".join(parts) + "\n</response>"
 
 
-def task_judgment(question: str) -> str:
+def verdict_nonce(prompt: str) -> str:
+    """The call's nonce: what the prompt's output format asks the verdict to carry."""
+    found = re.findall(r'<response nonce="([0-9a-f]+)">', prompt)
+    return found[-1] if found else ""
+
+
+def task_judgment(question: str, nonce: str) -> str:
     found = exchanges().get(question.strip())
     if found is None:
-        return ratings_xml(UNKNOWN_TASK_RATINGS)
+        return ratings_xml(UNKNOWN_TASK_RATINGS, nonce)
     task = found[0]
     ratings = dict(TASK_RATINGS)
     if len(task.tools) > 1:
         ratings["tool_selection_difficulty"] = ("medium", "Several tools are used in order.")
     if len(task.servers) > 1:
         ratings["tool_selection_difficulty"] = ("hard", "Tools of two servers must be combined.")
-    return ratings_xml(ratings)
+    return ratings_xml(ratings, nonce)
 
 
-def trajectory_judgment(question: str, conversation: str) -> str:
+def trajectory_judgment(question: str, conversation: str, nonce: str) -> str:
     """Completeness from the final answer against the world's outcome; conciseness from the call count."""
     found = exchanges().get(question.strip())
     calls = conversation.count("\n-> call ")
@@ -179,7 +186,7 @@ def trajectory_judgment(question: str, conversation: str) -> str:
         completeness = ("fully complete", "The request was carried out and answered.")
     planned = sum(len(turn) for turn in found[1].turns) if found else 0
     conciseness = ("very concise", "No unnecessary steps.") if calls <= planned else ("redundant", "Extra tool calls.")
-    return ratings_xml({"completeness": completeness, "conciseness": conciseness})
+    return ratings_xml({"completeness": completeness, "conciseness": conciseness}, nonce)
 
 
 def follow_up(conversation: str) -> str:

@@ -17,6 +17,7 @@ import re
 from typing import Any
 
 from trajkit.models.base import ToolCall, ToolCallError, ToolSchema
+from trajkit.models.schema_check import PatternError, linear
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _CLOSE = re.compile(re.escape(CLOSE))
@@ -178,7 +179,10 @@ def _violation(schema_json: str | None, arguments: dict[str, Any]) -> str | None
     validator = _validator(schema_json)
     if validator is None:
         return None
-    error = next(iter(validator.iter_errors(arguments)), None)
+    try:
+        error = next(iter(validator.iter_errors(arguments)), None)
+    except PatternError:
+        return None  # a pattern RE2 does not read: the tool's fault, not the model's (``schema_check``)
     if error is None:
         return None
     where = "/".join(str(p) for p in error.absolute_path)
@@ -195,4 +199,4 @@ def _validator(schema_json: str):
         cls.check_schema(schema)
     except jsonschema.SchemaError:
         return None  # the tool's fault, not the model's: accept the call
-    return cls(schema)
+    return linear(cls)(schema)  # patterns searched in linear time: a server's schema cannot hold the loop

@@ -21,7 +21,7 @@ from pydantic import Field
 from trajkit import schema as S
 from trajkit.config import StageConfig, Unhashed
 from trajkit.models.base import ModelSpec, SamplingParams
-from trajkit.prompts import load_prompt, quote_data, render
+from trajkit.prompts import judged_prompt, load_prompt
 from trajkit.runner import StageContext, StageSpec
 from trajkit.synth.ratings import TASK_DIMENSIONS, TRAJECTORY_DIMENSIONS, mean_score, parse_judgment
 from trajkit.synth.tool_accuracy import tool_accuracy
@@ -83,8 +83,8 @@ async def _judge_all(
     from trajkit.envs.tools import select_servers, tool_routes
 
     servers = ctx.store.rows("servers")
-    prompt_task = load_prompt("judge_task.md", cfg.prompts_dir, ("QUESTION", "TOOLS"))
-    prompt_traj = load_prompt("judge_trajectory.md", cfg.prompts_dir, ("CONVERSATION",))
+    prompt_task = load_prompt("judge_task.md", cfg.prompts_dir, ("QUESTION", "TOOLS", "NONCE"))
+    prompt_traj = load_prompt("judge_trajectory.md", cfg.prompts_dir, ("CONVERSATION", "NONCE"))
     backend = ctx.backend(cfg.model)
     params = SamplingParams(n=1, temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=cfg.seed)
     for table in ("task_quality", "trajectory_quality"):
@@ -102,15 +102,15 @@ async def _judge_all(
                 tools = tool_listing(rows, tool_routes(servers, row["server_ids"]))
             except KeyError as e:
                 tools = f"(servers unavailable: {e})"
-            prompt = render(
-                prompt_task, TOOLS=quote_data(tools), QUESTION=quote_data(row["question"]), TARGET_TOOLS=_tools(row)
-            )
+            prompt, nonce = task_prompt(prompt_task, row, tools)
             raw, failure = await ask(prompt)
-            return "task_quality", task_quality(row["task_id"], cfg.model.model, raw, failure)
+            return "task_quality", task_quality(row["task_id"], cfg.model.model, raw, failure, nonce)
         task = tasks.get(row["task_id"]) or {}
-        prompt = trajectory_prompt(prompt_traj, task, row, cfg.max_conversation_chars)
+        prompt, nonce = trajectory_prompt(prompt_traj, task, row, cfg.max_conversation_chars)
         raw, failure = await ask(prompt)
-        return "trajectory_quality", trajectory_quality(row, task.get("target_tools"), cfg.model.model, raw, failure)
+        return "trajectory_quality", trajectory_quality(
+            row, task.get("target_tools"), cfg.model.model, raw, failure, nonce
+        )
 
     try:
         await ctx.fan_out(
@@ -120,9 +120,11 @@ async def _judge_all(
         await backend.aclose()
 
 
-def task_quality(task_id: str, judge_model: str, raw: str | None, failure: str | None) -> dict[str, Any]:
+def task_quality(
+    task_id: str, judge_model: str, raw: str | None, failure: str | None, nonce: str | None
+) -> dict[str, Any]:
     """A ``task_quality`` row from the judge's text (or the reason there is none)."""
-    judgment = parse_judgment(raw, TASK_DIMENSIONS)
+    judgment = parse_judgment(raw, TASK_DIMENSIONS, nonce)
     return {
         "task_id": task_id,
         "judge_model": judge_model,
@@ -134,10 +136,15 @@ def task_quality(task_id: str, judge_model: str, raw: str | None, failure: str |
 
 
 def trajectory_quality(
-    traj: dict[str, Any], target_tools: list[str] | None, judge_model: str, raw: str | None, failure: str | None
+    traj: dict[str, Any],
+    target_tools: list[str] | None,
+    judge_model: str,
+    raw: str | None,
+    failure: str | None,
+    nonce: str | None,
 ) -> dict[str, Any]:
     """A ``trajectory_quality`` row: judged completeness and conciseness, computed tool accuracy."""
-    judgment = parse_judgment(raw, TRAJECTORY_DIMENSIONS)
+    judgment = parse_judgment(raw, TRAJECTORY_DIMENSIONS, nonce)
     share, in_order = tool_accuracy(target_tools, traj.get("tools_called"))
     return {
         "traj_id": traj["traj_id"],
@@ -150,18 +157,24 @@ def trajectory_quality(
     }
 
 
-def trajectory_prompt(template: str, task: dict[str, Any], traj: dict[str, Any], max_chars: int) -> str:
-    """The judge's prompt for one trajectory: everything it rates quoted as data (``quote_data``)."""
-    return render(
-        template,
-        QUESTION=quote_data(task.get("question") or _first_user(traj)),
-        TARGET_TOOLS=_tools(task),
-        CONVERSATION=quote_data(conversation_text(traj["messages"] or [], max_chars)),
-    )
+def task_prompt(template: str, task: dict[str, Any], tools: str) -> tuple[str, str]:
+    """The judge's prompt for one task and its nonce: everything it rates in the call's data blocks."""
+    data = {"TOOLS": tools, "QUESTION": task["question"], "TARGET_TOOLS": _tools(task)}
+    return judged_prompt(template, data)
+
+
+def trajectory_prompt(template: str, task: dict[str, Any], traj: dict[str, Any], max_chars: int) -> tuple[str, str]:
+    """The judge's prompt for one trajectory and its nonce: everything it rates in the call's data blocks."""
+    data = {
+        "QUESTION": task.get("question") or _first_user(traj),
+        "TARGET_TOOLS": _tools(task),
+        "CONVERSATION": conversation_text(traj["messages"] or [], max_chars),
+    }
+    return judged_prompt(template, data)
 
 
 def _tools(task: dict[str, Any]) -> str:
-    return quote_data(", ".join(task.get("target_tools") or []) or "(none given)")
+    return ", ".join(task.get("target_tools") or []) or "(none given)"
 
 
 def _first_user(traj: dict[str, Any]) -> str:

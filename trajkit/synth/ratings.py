@@ -90,9 +90,18 @@ def rating_value(dimension: str, rating: Any) -> float | None:
     return None
 
 
-def parse_judgment(text: str | None, dimensions: tuple[str, ...]) -> Judgment:
-    """Read a judge's ratings for ``dimensions`` from XML tags or JSON; never raises."""
+def parse_judgment(text: str | None, dimensions: tuple[str, ...], nonce: str | None = None) -> Judgment:
+    """Read a judge's ratings for ``dimensions`` from XML tags or JSON; never raises. With the call's
+    ``nonce`` (``prompts.judged_prompt``), only what is inside the last ``<response nonce="...">`` that
+    carries it is read: a verdict the judge echoed from the judged text carries none."""
     try:
+        if nonce is not None:
+            blocks = re.findall(
+                rf'<response\s+nonce="{re.escape(nonce)}"\s*>(.*?)</response\s*>', text or "", re.DOTALL
+            )
+            if not blocks:
+                return Judgment({d: None for d in dimensions}, "no verdict carrying this call's nonce")
+            text = blocks[-1]
         return _parse(text, dimensions)
     except Exception as e:  # noqa: BLE001 - a parser bug must become data, not stop a run
         return Judgment({d: None for d in dimensions}, f"parser error: {type(e).__name__}: {e}")

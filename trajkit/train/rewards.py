@@ -206,6 +206,8 @@ def tool_call_reward(
     """Share of tool calls naming an offered tool with schema-valid arguments; None without tools or calls."""
     import jsonschema
 
+    from trajkit.models.schema_check import PatternError, linear
+
     out: list[float | None] = []
     for i, completion in enumerate(completions):
         schemas = json.loads(tools_json[i] or "[]") if tools_json else []
@@ -231,9 +233,12 @@ def tool_call_reward(
                 schema = offered.get(fn.get("name"))
                 if schema is None or not isinstance(args, dict):
                     continue
-                try:
-                    jsonschema.validate(args, schema)
-                except (jsonschema.ValidationError, jsonschema.SchemaError):
+                try:  # patterns searched in linear time: a server's schema cannot stall training
+                    cls = linear(jsonschema.validators.validator_for(schema))
+                    cls.check_schema(schema)
+                    if next(cls(schema).iter_errors(args), None) is not None:
+                        continue
+                except (jsonschema.SchemaError, PatternError):
                     continue
                 valid += 1
         out.append(valid / total if total else None)

@@ -121,6 +121,18 @@ def call(rid, name: str, args: dict) -> None:
         shape = {"good": {"n": 1, "s": "aaa"}, "bad": {"n": "one"}, "slow": {"n": 1, "s": "a" * 28 + "!"}}
         shape = {k: {"structuredContent": v} for k, v in shape.items()}
         send({"jsonrpc": "2.0", "id": rid, "result": text("1") | shape.get(args.get("text"), {})})
+    elif name == "nested":  # JSON nested deeper than any parser's recursion limit, on one line
+        depth = int(args.get("depth", 100_000))
+        with lock:
+            nested = "[" * depth + "]" * depth
+            sys.stdout.write(f'{{"jsonrpc": "2.0", "id": {json.dumps(rid)}, "result": {{"content": {nested}}}}}\n')
+            sys.stdout.flush()
+    elif name == "trickle":  # a line that never ends, a byte at a time
+        while True:
+            with lock:
+                sys.stdout.write("x")
+                sys.stdout.flush()
+            time.sleep(0.01)
     elif name == "lists":
         send({"jsonrpc": "2.0", "id": rid, "result": text(str(state["lists"]))})
 
