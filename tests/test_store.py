@@ -167,20 +167,27 @@ def test_drop_rows_rewrites_only_the_stage_own_shards(run_dir):
     assert store.shards("trajectories", "other")[0].read_bytes() == other_before
 
 
-def test_unreadable_and_wrong_schema_files_are_user_errors(run_dir):
+def test_only_listed_shards_are_data(run_dir):
+    """A file no stage listed is left out and reported; a listed shard changed, truncated or lost is a user
+    error naming it, whatever its row count (issue 41 item 3)."""
     store = Store(run_dir)
     store.write("tasks", "import", toy_rows(3))
-    bad = run_dir / "tasks" / "junk-r0-000000.parquet"
-    bad.write_bytes(b"this is not parquet")
-    with pytest.raises(UserError, match="not a readable Parquet file"):
-        store.read("tasks")
-    bad.write_bytes(store.shards("tasks")[-1].read_bytes()[:200])  # truncated
-    with pytest.raises(UserError, match="not a readable Parquet file"):
-        store.read("tasks")
-    bad.unlink()
-    pq.write_table(pa.table({"task_id": ["x"], "question": [1]}), run_dir / "tasks" / "mine.parquet")
-    with pytest.raises(UserError, match="wrong schema.*missing field"):
-        store.read("tasks")
+    (shard,) = store.shards("tasks")
+    for name, data in (("junk-r0-000000.parquet", b"this is not parquet"), ("copied.parquet", shard.read_bytes())):
+        (run_dir / "tasks" / name).write_bytes(data)
+        assert len(store.read("tasks")) == 3
+        assert any(name in line and "no stage listed" in line for line in Store(run_dir).problems("tasks"))
+        (run_dir / "tasks" / name).unlink()
+    original = shard.read_bytes()
+    flipped = pa.table(store.read("tasks")).set_column(1, "question", pa.array(["x", "y", "z"]))
+    pq.write_table(flipped, shard)  # same rows, other content
+    for damage in (lambda: None, lambda: shard.write_bytes(original[:200]), shard.unlink):
+        damage()
+        with pytest.raises(UserError, match=f"{shard.name}: (changed since|listed by its stage but missing)"):
+            Store(run_dir).read("tasks")
+        assert len(Store(run_dir).problems("tasks")) == 1
+    shard.write_bytes(original)
+    assert len(Store(run_dir).read("tasks")) == 3 and not Store(run_dir).problems("tasks")
     with pytest.raises(UserError, match="run directory not found"):
         Store(run_dir / "nope")
 
@@ -195,7 +202,7 @@ def test_validate_opens_a_shard_again_only_when_it_changed(run_dir, monkeypatch)
     store.write("tasks", "more", toy_rows(2))
     assert store.validate("tasks") and opened == store.shards("tasks", "more")
     store.shards("tasks", "import")[0].write_bytes(b"this is not parquet")  # changed in place
-    with pytest.raises(UserError, match="not a readable Parquet file"):
+    with pytest.raises(UserError, match="changed since its stage wrote it"):
         store.validate("tasks")
 
 

@@ -401,16 +401,18 @@ def run_stage(
     budget_cost: float | None = None,
     progress_file: Path | None = None,
     cpus: int | None = None,
+    redo_stale: bool = False,
 ) -> dict[str, Any]:
     """Run (or resume, or skip) one stage and return its manifest. ``progress_file``: where a shard run by
     another process's executor keeps its progress (``trajkit.progress.to_file``); ``cpus``: the CPUs an
-    executor gave it (by default every CPU this process may run on)."""
+    executor gave it (by default every CPU this process may run on). A completed stage whose inputs changed
+    since it ran is stale: redone with ``redo_stale`` (a pipeline's), else refused."""
     name = name or spec.kind.split(".")[-1]
     check_runner_options(rank, world_size, budget_tokens, budget_cost)
     redactor = Redactor.for_stage(cfg)  # rows, manifests, log lines, call cache entries and errors go through it
     with redactor.errors():
         chash, pin = check_config(store, name, cfg, fresh, spec.kind)
-        done = None if fresh else _completed(store, spec, name, rank, world_size)
+        done = None if fresh else _completed(store, name, rank, world_size, redo_stale, quiet)
         if done is not None:
             if not quiet:
                 console().print(f"[dim]{name}[/]: already complete, skipped{_summary(done, spec)}", highlight=False)
@@ -420,6 +422,7 @@ def run_stage(
         made = [d for d in (store.root / STAGES_DIR, store.stage_dir(name)) if not d.is_dir() and world_size == 1]
         store = store.leased(name, rank, redactor)  # an older run of this shard still alive is fenced off from here on
         store.clean_temp(name, rank)
+        _repair(store, name, rank, world_size, quiet)
         if pin:
             config = {"stage": name, "kind": spec.kind, "config": hashed_dict(cfg), "config_hash": chash}
             store.write_json(store.stage_dir(name) / "_config.json", config)
@@ -429,7 +432,6 @@ def run_stage(
             store, name, spec.kind, rank, world_size, usage, quiet=quiet, progress_file=progress_file, share=share
         )
         started, t0 = _now(), time.monotonic()
-        inputs = {t: {"rows": store.count(t), "shards": len(store.shards(t))} for t in spec.inputs}
         extra = _execute(ctx, spec, cfg, made)
         for table in S.TABLES:  # the stage's many small shards (written as rows finished) merged into few
             store.compact(table, name, rank)
@@ -439,8 +441,9 @@ def run_stage(
             "kind": spec.kind,
             "config": clean_endpoints(cfg.model_dump(mode="json")),
             "config_hash": chash,
-            "inputs": inputs,
+            "inputs": store.reads,
             "outputs": {t: store.count(t, stage=name) for t in S.TABLES if store.shards(t, name)},
+            "shards": store.stage_shards(name, rank),
             "code_version": code_version(),
             "python": sys.version.split()[0],
             "cpus": ctx.share.cpus,
@@ -462,24 +465,77 @@ def run_stage(
         return manifest
 
 
-def _completed(store: Store, spec: StageSpec, name: str, rank: int, world_size: int) -> dict[str, Any] | None:
-    """The manifest of a shard that completed, or None; a complete stage whose shards were damaged, lost or
-    copied in twice since is named, never skipped silently."""
+def _completed(
+    store: Store, name: str, rank: int, world_size: int, redo_stale: bool, quiet: bool
+) -> dict[str, Any] | None:
+    """The manifest of a shard that completed, or None to run it. A complete stage whose shards disagree with
+    its manifest (a shard damaged, lost, changed, copied in; counts that lie) is redone, never reported
+    complete; one whose inputs changed since it ran (``stale``) is redone with ``redo_stale``, else refused
+    in one line that names the input and the ways on."""
     done = store.manifest(name, rank, world_size)
     if done is None:
         return None
-    for table in spec.outputs:
-        try:
+    why = _disagrees(store, done, name, rank)
+    if why is None and (why := stale(store, done)) is not None and not redo_stale:
+        raise UserError(
+            f"stage {name!r} is stale: {why} since it ran; rerun it with --fresh, or with --redo-stale "
+            "to redo every stale stage"
+        )
+    if why is None:
+        return done
+    _say(quiet, name, f"redone: {why}")
+    store.drop_shard(name, rank, world_size)
+    return None
+
+
+def _disagrees(store: Store, manifest: dict[str, Any], name: str, rank: int) -> str | None:
+    """Why a completed stage rank's shards are not what its manifest says, or None."""
+    for table in S.TABLES:
+        if bad := store.problems(table, name, rank):
+            return bad[0]
+    try:
+        held = store.stage_shards(name, rank)
+        for table in S.TABLES:
             store.validate(table, stage=name)
-        except UserError as e:
-            raise UserError(f"stage {name!r} is complete but {e}; rerun with --fresh to redo it") from None
-    for table, wrote in done.get("outputs", {}).items() if world_size == 1 else ():
-        if (held := store.count(table, stage=name)) != wrote:
-            raise UserError(
-                f"stage {name!r} is complete but its {table} shards hold {held} rows, not the {wrote} "
-                f"it wrote; rerun with --fresh to redo it"
-            )
-    return done
+    except UserError as e:
+        return str(e)
+    if manifest.get("shards") != held:
+        return "its shards are not the ones its manifest lists"
+    counted = {t: sum(s["rows"] for s in shards.values()) for t, shards in held.items()}
+    if manifest.get("world_size", 1) == 1 and manifest.get("outputs") != counted:
+        return "its shards do not hold the rows its manifest counts"
+    return None
+
+
+def stale(store: Store, manifest: dict[str, Any]) -> str | None:
+    """What a completed stage read that changed since (``table from stage X changed``), or None."""
+    for table, versions in manifest.get("inputs", {}).items():
+        for stage, version in versions.items() if isinstance(versions, dict) else ():
+            try:
+                now = store.version(table, stage)
+            except UserError:
+                now = None
+            if now != version:
+                return f"its input {table} from stage {stage!r} changed"
+    return None
+
+
+def _repair(store: Store, name: str, rank: int, world_size: int, quiet: bool) -> None:
+    """Before a stage rank (re)starts: its shard files no ledger lists (renamed into place by a write killed
+    before it listed them, or copied in) are removed; if one it listed is missing or changed, it starts over,
+    so a resume builds only on what it wrote."""
+    store.remove_unlisted(name, rank)
+    bad = next((line for table in S.TABLES for line in store.problems(table, name, rank)), None)
+    if bad is not None:
+        _say(quiet, name, f"starting over: {bad}")
+        store.drop_shard(name, rank, world_size)
+
+
+def _say(quiet: bool, name: str, message: str) -> None:
+    if not quiet:
+        from rich.markup import escape
+
+        console().print(f"[dim]{escape(name)}[/]: {escape(message)}", highlight=False)
 
 
 def _execute(ctx: StageContext, spec: StageSpec, cfg: StageConfig, made: list[Path]) -> dict[str, Any]:
