@@ -406,6 +406,44 @@ def test_zero_training_processes(imported):
     assert "'--num-processes'" in user_error(*args)
 
 
+def test_a_shard_no_stage_wrote_is_not_data(imported):
+    """A Parquet file dropped into a table's folder was exported as accepted; ``info`` said nothing (issue 41)."""
+    import shutil
+
+    from tests.test_cli import invoke
+
+    [shard] = (imported / "tasks").glob("*.parquet")
+    shutil.copy(shard, imported / "tasks" / "extra.parquet")
+    assert invoke("sql", "SELECT count(*) AS n FROM tasks", "-r", str(imported), "-f", "csv").output.split() == [
+        "n",
+        "3",
+    ]
+    lines = invoke("info", "-r", str(imported)).output.splitlines()
+    assert f"{imported / 'tasks' / 'extra.parquet'}: no stage listed this shard" in lines[0]
+    message = user_error("export", str(imported / "out.jsonl"), "-r", str(imported))
+    assert message.startswith(f"{imported / 'tasks' / 'extra.parquet'}: no stage listed this shard")
+    assert "(1 shard(s) disagree" in message and "remove the files no stage listed" in message
+
+
+def test_a_stale_stage_is_refused_in_one_line(imported, tmp_path):
+    """After ``decontaminate --fresh`` rejected other tasks, ``split`` said "already complete" (issue 34)."""
+    from tests.test_cli import invoke
+
+    evals = tmp_path / "evals.jsonl"
+    question = Store(imported).rows("tasks")[0]["question"]
+    evals.write_text(json.dumps({"question": question}) + "\n")
+    invoke("curate", "decontaminate", "-r", str(imported), "--eval", "humaneval")
+    invoke("curate", "split", "-r", str(imported))
+    invoke("curate", "decontaminate", "-r", str(imported), "--eval", f"mine={evals}", "--fresh")
+    message = user_error("curate", "split", "-r", str(imported))
+    assert message == (
+        "stage 'split' is stale: its input rejected from stage 'decontaminate' changed since it ran; "
+        "rerun it with --fresh, or with --redo-stale to redo it only if stale"
+    )
+    assert "split: redone: its input rejected" in invoke("curate", "split", "-r", str(imported), "--redo-stale").output
+    assert Store(imported).count("splits") == 2
+
+
 def test_a_file_where_a_table_folder_belongs(imported):
     import shutil
 

@@ -116,6 +116,8 @@ def info(run: RunExisting = Path(".")) -> None:
 
     store = existing_run(run)
     console = Console()
+    for line in store.problems():  # only the shards stages listed are read: what else is there, or changed
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     tables = Table("table", "rows", "shards", "schema", title=f"tables in {run}")
     for name in store.tables():
         paths = store.validate(name)
@@ -193,6 +195,11 @@ def export(
     store = existing_run(run)
     if output.is_dir():
         raise _user(f"{output} is a directory: give the path of a .jsonl file")
+    if problems := store.problems():
+        raise _user(
+            f"{problems[0]} ({len(problems)} shard(s) disagree with what their stages listed): remove the files "
+            "no stage listed, redo the stages of changed or missing ones with --fresh (`trajkit info` lists them)"
+        )
     conds = ([] if all_rows else [accepted_where("trajectories")]) + (
         [sql_condition(where, "--where")] if where else []
     )

@@ -29,6 +29,10 @@ Overrides = Annotated[
 ]
 Name = Annotated[str | None, typer.Option("--name", help="Stage name in the run (default: the command's name).")]
 Fresh = Annotated[bool, typer.Option("--fresh", help="Delete this stage's output and start over.")]
+RedoStale = Annotated[
+    bool,
+    typer.Option("--redo-stale", help="Redo this stage if what it read changed since it ran (else that is refused)."),
+]
 Rank = Annotated[int, typer.Option("--rank", help="This process's shard, 0-based.")]
 WorldSize = Annotated[int, typer.Option("--world-size", help="Number of shards the stage is split into.")]
 Executor = Annotated[
@@ -82,6 +86,7 @@ def run_command(
     overrides: list[str] | None = None,
     name: str | None = None,
     fresh: bool = False,
+    redo_stale: bool = False,
     rank: int = 0,
     world_size: int = 1,
     budget_tokens: int | None = None,
@@ -110,7 +115,7 @@ def run_command(
         from trajkit.executors.ray import run_on_ray
 
         name = name or spec.kind.split(".")[-1]
-        return run_on_ray(run, spec, cfg, name, fresh, world_size, address, budget_tokens, budget_cost)
+        return run_on_ray(run, spec, cfg, name, fresh, world_size, address, budget_tokens, budget_cost, redo_stale)
     store = Store(run, create=True)
     return run_stage(
         store,
@@ -122,11 +127,13 @@ def run_command(
         world_size=world_size,
         budget_tokens=budget_tokens,
         budget_cost=budget_cost,
+        redo_stale=redo_stale,
     )
 
 
 # ---------------------------------------------------------------- options generated from a stage's config
-RUNNER_PARAMS = ("run", "config", "overrides", "name", "fresh", "rank", "world_size", "executor", "address")
+RUNNER_PARAMS = ("run", "config", "overrides", "name", "fresh", "redo_stale", "rank", "world_size", "executor")
+RUNNER_PARAMS += ("address",)
 RUNNER_PARAMS += ("budget_tokens", "budget_cost")
 _RUNNER_SIGNATURE = [
     ("run", RunDir, inspect.Parameter.empty),
@@ -134,6 +141,7 @@ _RUNNER_SIGNATURE = [
     ("overrides", Overrides, None),
     ("name", Name, None),
     ("fresh", Fresh, False),
+    ("redo_stale", RedoStale, False),
     ("rank", Rank, 0),
     ("world_size", WorldSize, 1),
     ("executor", Executor, "local"),

@@ -479,7 +479,7 @@ def _completed(
     if why is None and (why := stale(store, done)) is not None and not redo_stale:
         raise UserError(
             f"stage {name!r} is stale: {why} since it ran; rerun it with --fresh, or with --redo-stale "
-            "to redo every stale stage"
+            "to redo it only if stale"
         )
     if why is None:
         return done
@@ -490,9 +490,8 @@ def _completed(
 
 def _disagrees(store: Store, manifest: dict[str, Any], name: str, rank: int) -> str | None:
     """Why a completed stage rank's shards are not what its manifest says, or None."""
-    for table in S.TABLES:
-        if bad := store.problems(table, name, rank):
-            return bad[0]
+    if bad := store.problems(None, name, rank):
+        return bad[0]
     try:
         held = store.stage_shards(name, rank)
         for table in S.TABLES:
@@ -525,9 +524,8 @@ def _repair(store: Store, name: str, rank: int, world_size: int, quiet: bool) ->
     before it listed them, or copied in) are removed; if one it listed is missing or changed, it starts over,
     so a resume builds only on what it wrote."""
     store.remove_unlisted(name, rank)
-    bad = next((line for table in S.TABLES for line in store.problems(table, name, rank)), None)
-    if bad is not None:
-        _say(quiet, name, f"starting over: {bad}")
+    if bad := store.problems(None, name, rank):
+        _say(quiet, name, f"starting over: {bad[0]}")
         store.drop_shard(name, rank, world_size)
 
 

@@ -347,10 +347,11 @@ class Store:
         listed = self.listed(table)
         return _version((p.name, listed[p.name][0]) for p in self.shards(table, stage))
 
-    def problems(self, table: str, stage: str | None = None, rank: int | None = None) -> list[str]:
-        """One line per shard file of a table (or of one stage's, one rank's) that disagrees with what the
-        stages listed: unlisted, missing or changed."""
-        return [line for _, line in self._scan(table, stage, rank)[1]]
+    def problems(self, table: str | None = None, stage: str | None = None, rank: int | None = None) -> list[str]:
+        """One line per shard file of a table (by default every table; optionally one stage's, one rank's)
+        that disagrees with what the stages listed: unlisted, missing or changed."""
+        tables = S.TABLES if table is None else (table,)
+        return [line for t in tables for _, line in self._scan(t, stage, rank)[1]]
 
     def _scan(self, table: str, stage: str | None, rank: int | None) -> tuple[list[Path], list[tuple[str, str]]]:
         """The listed shards present (covered ones left out), and the problems as (kind, line)."""

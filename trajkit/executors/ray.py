@@ -48,8 +48,9 @@ def run_on_ray(
     address: str | None = None,
     budget_tokens: int | None = None,
     budget_cost: float | None = None,
+    redo_stale: bool = False,
 ) -> dict[str, Any]:
-    """Run the stage's ``world_size`` shards on Ray; return ``{"stage", "world_size", "shards"}`` (their
+    """Run the stage's ``world_size`` shards on Ray (a stale shard redone with ``redo_stale``, else refused); return ``{"stage", "world_size", "shards"}`` (their
     manifests, rank order) and, for a stage with a report, ``"summary"``: the report over every shard's rows."""
     from trajkit.progress import SHARD_PROGRESS_S, console, display, read_shards
     from trajkit.redact import Redactor
@@ -64,7 +65,9 @@ def run_on_ray(
     with cluster(address), display(f"{name} ({world_size} shards)") as show, _progress_files(folder):
         shard = ray.remote(num_cpus=shard_cpus(ray, world_size), max_retries=SHARD_RETRIES)(_shard)
         pending = {
-            shard.remote(str(store.root), spec, cfg, name, r, world_size, budget_tokens, budget_cost, version): r
+            shard.remote(
+                str(store.root), spec, cfg, name, r, world_size, budget_tokens, budget_cost, version, redo_stale
+            ): r
             for r in range(world_size)
         }
         manifests: dict[int, dict[str, Any]] = {}
@@ -148,7 +151,7 @@ def remove_session(session: Path) -> None:
         latest.unlink(missing_ok=True)
 
 
-def _shard(root, spec, cfg, name, rank, world_size, budget_tokens, budget_cost, version) -> dict[str, Any]:
+def _shard(root, spec, cfg, name, rank, world_size, budget_tokens, budget_cost, version, redo_stale) -> dict[str, Any]:
     """One shard, inside a Ray worker: the same ``run_stage`` a hand-started rank runs, on the CPUs Ray gave it,
     once this node is found to run the driver's code ``version``."""
     import ray
@@ -176,6 +179,7 @@ def _shard(root, spec, cfg, name, rank, world_size, budget_tokens, budget_cost, 
             budget_cost=budget_cost,
             progress_file=shard_file(Store(root).stage_dir(name), rank),
             cpus=int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1)),
+            redo_stale=redo_stale,
         )
     except (UserError, StageStopped) as e:  # say where: a node that cannot start the servers or sandbox
         raise type(e)(f"shard {rank} on node {node_id[:8]} ({_address(ray, node_id)}): {e}") from None
