@@ -63,3 +63,13 @@ def relist(store, path, table: str) -> None:
     from trajkit.store import file_hash
 
     store._list(path, table, file_hash(path), pq.read_metadata(path).num_rows)
+
+
+def copy_table(source, dest, table: str) -> None:
+    """Copy one table's shards from run ``source`` into run ``dest``, listed there as their stages listed them."""
+    import shutil
+    from pathlib import Path
+
+    (Path(dest) / table).mkdir(parents=True, exist_ok=True)
+    for path in Store(source).shards(table):
+        relist(Store(dest), Path(shutil.copy(path, Path(dest) / table / path.name)), table)

@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from trajkit.clikit import Address, Overrides, RunDir, TopGroup
+from trajkit.clikit import Address, Overrides, ReuseCache, RunDir, TopGroup
 from trajkit.curate.cli import app as curate_app
 from trajkit.data_cards import cli as cards_cli
 from trajkit.eval.cli import app as eval_app
@@ -233,11 +233,12 @@ def run_cmd(
     ] = "local",
     address: Address = None,
     world_size: Annotated[int, typer.Option(help="Shards per stage (--executor ray only).")] = 1,
+    reuse_cache: ReuseCache = False,
 ) -> None:
-    """Run a pipeline file stage by stage; a rerun resumes where it stopped."""
+    """Run a pipeline file stage by stage; a rerun resumes where it stopped and redoes stale stages."""
     from trajkit.pipeline import run_pipeline
 
-    run_pipeline(pipeline, run, fresh, overrides or [], executor, address, world_size)
+    run_pipeline(pipeline, run, fresh, overrides or [], executor, address, world_size, reuse_cache)
 
 
 @app.command()
@@ -251,6 +252,7 @@ def demo(
     ] = None,
     backend: Annotated[str, typer.Option(help="Backend for --model: transformers, vllm or openai.")] = "transformers",
     base_url: Annotated[str | None, typer.Option(help="Endpoint for --backend openai (e.g. vllm serve).")] = None,
+    reuse_cache: ReuseCache = False,
 ) -> None:
     """Run the end-to-end demo pipeline (examples/demo.yaml) offline, then summarize it."""
     from trajkit.pipeline import run_pipeline
@@ -259,7 +261,7 @@ def demo(
         from trajkit.demo.real import with_model
 
         pipeline = with_model(pipeline, run, model, backend, base_url)
-    run_pipeline(pipeline, run, fresh=fresh, overrides=overrides or [])
+    run_pipeline(pipeline, run, fresh=fresh, overrides=overrides or [], reuse_cache=reuse_cache)
     from trajkit.demo.summary import print_summary
 
     print_summary(run)

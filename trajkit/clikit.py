@@ -29,6 +29,14 @@ Overrides = Annotated[
 ]
 Name = Annotated[str | None, typer.Option("--name", help="Stage name in the run (default: the command's name).")]
 Fresh = Annotated[bool, typer.Option("--fresh", help="Delete this stage's output and start over.")]
+MaxFailedCalls = Annotated[
+    float,
+    typer.Option("--max-failed-calls", help="The share of model calls that may fail before the stage fails (exit 2)."),
+]
+ReuseCache = Annotated[
+    bool,
+    typer.Option("--reuse-cache", help="With --fresh: reuse the model answers the run's call cache holds."),
+]
 RedoStale = Annotated[
     bool,
     typer.Option("--redo-stale", help="Redo this stage if what it read changed since it ran (else that is refused)."),
@@ -87,6 +95,8 @@ def run_command(
     name: str | None = None,
     fresh: bool = False,
     redo_stale: bool = False,
+    max_failed_calls: float = 0.5,
+    reuse_cache: bool = False,
     rank: int = 0,
     world_size: int = 1,
     budget_tokens: int | None = None,
@@ -110,12 +120,14 @@ def run_command(
         raise UserError(f"--executor must be local or ray, not {executor!r}")
     if executor == "ray" and rank:
         raise UserError("--rank is for the local executor; --executor ray runs every shard")
-    check_runner_options(rank, world_size, budget_tokens, budget_cost)
+    check_runner_options(rank, world_size, budget_tokens, budget_cost, max_failed_calls)
     if executor == "ray":
         from trajkit.executors.ray import run_on_ray
 
         name = name or spec.kind.split(".")[-1]
-        return run_on_ray(run, spec, cfg, name, fresh, world_size, address, budget_tokens, budget_cost, redo_stale)
+        return run_on_ray(
+            run, spec, cfg, name, fresh, world_size, address, budget_tokens, budget_cost, redo_stale, max_failed_calls
+        )
     store = Store(run, create=True)
     return run_stage(
         store,
@@ -128,12 +140,14 @@ def run_command(
         budget_tokens=budget_tokens,
         budget_cost=budget_cost,
         redo_stale=redo_stale,
+        max_failed_calls=max_failed_calls,
+        reuse_cache=reuse_cache,
     )
 
 
 # ---------------------------------------------------------------- options generated from a stage's config
 RUNNER_PARAMS = ("run", "config", "overrides", "name", "fresh", "redo_stale", "rank", "world_size", "executor")
-RUNNER_PARAMS += ("address",)
+RUNNER_PARAMS += ("address", "max_failed_calls", "reuse_cache")
 RUNNER_PARAMS += ("budget_tokens", "budget_cost")
 _RUNNER_SIGNATURE = [
     ("run", RunDir, inspect.Parameter.empty),
@@ -141,7 +155,9 @@ _RUNNER_SIGNATURE = [
     ("overrides", Overrides, None),
     ("name", Name, None),
     ("fresh", Fresh, False),
+    ("reuse_cache", ReuseCache, False),
     ("redo_stale", RedoStale, False),
+    ("max_failed_calls", MaxFailedCalls, 0.5),
     ("rank", Rank, 0),
     ("world_size", WorldSize, 1),
     ("executor", Executor, "local"),

@@ -99,6 +99,7 @@ def run_pipeline(
     executor: str = "local",
     address: str | None = None,
     world_size: int = 1,
+    reuse_cache: bool = False,
 ) -> list[dict]:
     """Run every stage of a pipeline file in order, each resumable, a stale one redone (what it read changed
     since it ran: an earlier stage redone, a recording grown); returns the manifests (with
@@ -119,7 +120,10 @@ def run_pipeline(
     if world_size != 1:
         raise UserError("trajkit run takes --world-size only with --executor ray")
     store = Store(run_dir, create=True)
-    return [run_stage(store, spec, cfg, name=name, fresh=fresh, redo_stale=True) for spec, name, cfg in plan]
+    return [
+        run_stage(store, spec, cfg, name=name, fresh=fresh, redo_stale=True, reuse_cache=reuse_cache)
+        for spec, name, cfg in plan
+    ]
 
 
 def substitute(value: Any, variables: dict[str, str], where: str | None) -> Any:

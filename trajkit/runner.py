@@ -288,10 +288,12 @@ class StageContext:
     # ------------------------------------------------------------ models
     def backend(self, spec: ModelSpec) -> Backend:
         """The backend of a model spec for this stage: its calls counted into the stage's usage (and budget),
-        kept in the run's call cache, redacted as the stage's rows are."""
+        kept in the run's call cache, redacted as the stage's rows are; a stage run ``--fresh`` reuses no answer
+        the cache held before (unless ``--reuse-cache``), resumed or not."""
         from trajkit.models import make_backend
 
-        return make_backend(spec, self.usage, self.store.root / "_cache", self.store.redactor)
+        since = (self.store.stage_config(self.name) or {}).get("cache_since")
+        return make_backend(spec, self.usage, self.store.root / "_cache", self.store.redactor, since)
 
     # ------------------------------------------------------------ reporting
     def log(self, message: str) -> None:
@@ -377,8 +379,13 @@ def check_config(store: Store, name: str, cfg: StageConfig, fresh: bool, kind: s
     return chash, previous is None
 
 
-def check_runner_options(rank: int, world_size: int, budget_tokens: int | None, budget_cost: float | None) -> None:
-    """The shard and budgets a stage runs under: at least one shard, a rank among them, budgets that are numbers >= 0."""
+def check_runner_options(
+    rank: int, world_size: int, budget_tokens: int | None, budget_cost: float | None, max_failed_calls: float = 0.5
+) -> None:
+    """The shard and budgets a stage runs under: at least one shard, a rank among them, budgets that are numbers >= 0,
+    a share of failed calls from 0 to 1."""
+    if not 0 <= max_failed_calls <= 1:  # NaN fails too
+        raise UserError(f"--max-failed-calls must be a share from 0 to 1, not {max_failed_calls}")
     if world_size < 1:
         raise UserError(f"--world-size must be at least 1, not {world_size}")
     if not 0 <= rank < world_size:
@@ -402,13 +409,18 @@ def run_stage(
     progress_file: Path | None = None,
     cpus: int | None = None,
     redo_stale: bool = False,
+    max_failed_calls: float = 0.5,
+    reuse_cache: bool = False,
 ) -> dict[str, Any]:
     """Run (or resume, or skip) one stage and return its manifest. ``progress_file``: where a shard run by
     another process's executor keeps its progress (``trajkit.progress.to_file``); ``cpus``: the CPUs an
-    executor gave it (by default every CPU this process may run on). A completed stage whose inputs changed
-    since it ran is stale: redone with ``redo_stale`` (a pipeline's), else refused."""
+    executor gave it (by default every CPU this process may run on); ``reuse_cache``: a ``fresh`` run may
+    take answers the call cache held before it. A completed stage whose inputs changed
+    since it ran is stale: redone with ``redo_stale`` (a pipeline's), else refused. A stage more than
+    ``max_failed_calls`` of whose model calls failed did no real work: a user error naming the endpoint and
+    the error, its manifest unwritten (a rerun retries those calls)."""
     name = name or spec.kind.split(".")[-1]
-    check_runner_options(rank, world_size, budget_tokens, budget_cost)
+    check_runner_options(rank, world_size, budget_tokens, budget_cost, max_failed_calls)
     redactor = Redactor.for_stage(cfg)  # rows, manifests, log lines, call cache entries and errors go through it
     with redactor.errors():
         chash, pin = check_config(store, name, cfg, fresh, spec.kind)
@@ -425,6 +437,10 @@ def run_stage(
         _repair(store, name, rank, world_size, quiet)
         if pin:
             config = {"stage": name, "kind": spec.kind, "config": hashed_dict(cfg), "config_hash": chash}
+            if fresh and not reuse_cache:
+                config["cache_since"] = time.time()
+                if (store.root / "_cache").is_dir():
+                    _say(quiet, name, "fresh: no answer the call cache held is reused (--reuse-cache reuses them)")
             store.write_json(store.stage_dir(name) / "_config.json", config)
         usage = Usage(budget_tokens, budget_cost, served_file=store.stage_dir(name) / "_served.json")
         share = Share(cpus or machine_cpus(), (os.path.realpath(store.root),))
@@ -433,6 +449,7 @@ def run_stage(
         )
         started, t0 = _now(), time.monotonic()
         extra = _execute(ctx, spec, cfg, made)
+        _check_calls(ctx.usage, name, max_failed_calls)
         for table in S.TABLES:  # the stage's many small shards (written as rows finished) merged into few
             store.compact(table, name, rank)
         ctx.recount()
@@ -569,8 +586,22 @@ def _execute(ctx: StageContext, spec: StageSpec, cfg: StageConfig, made: list[Pa
         ctx.flush()
 
 
+def _check_calls(usage: Usage, name: str, max_failed: float) -> None:
+    """A stage more than ``max_failed`` of whose model calls got no answer did no real work: one line naming
+    the model, its endpoint and the last error (exit 2: the endpoint is the user's environment)."""
+    if usage.calls and usage.failed_calls / usage.calls > max_failed:
+        raise UserError(
+            f"stage {name!r}: {usage.failed_calls} of {usage.calls} model calls failed ({usage.failure}); "
+            "fix the endpoint and rerun to retry them (--max-failed-calls sets the share a stage may lose)"
+        )
+
+
 def _summary(manifest: dict[str, Any], spec: StageSpec) -> str:
-    """`` (tasks 12, rejected 3)``: the rows a stage wrote; nothing for a stage that writes no table (card)."""
+    """`` (tasks 12, rejected 3; 40 model calls, 8 from the cache)``: the rows a stage wrote (nothing for a
+    stage that writes no table: card) and, for a stage that called a model, how many calls the cache answered."""
     counts = manifest.get("counts", {})
     rows = ", ".join(f"{k.split('.', 1)[1]} {v}" for k, v in counts.items() if k.startswith("rows."))
-    return f" ({rows or 'no rows'})" if rows or spec.outputs else ""
+    usage = manifest.get("usage", {})
+    calls, cached = usage.get("calls", 0), usage.get("cached_calls", 0)
+    said = f"; {calls + cached} model calls, {cached} from the cache" if calls + cached else ""
+    return f" ({rows or 'no rows'}{said})" if rows or spec.outputs or said else ""
