@@ -76,7 +76,7 @@ app.command("push")(cards_cli.push)
 app.command("view")(view_cli.view)
 
 RunExisting = Annotated[Path, typer.Option("--run", "-r", help="Run directory.")]
-DEMO_PIPELINE = Path(__file__).resolve().parent.parent / "examples" / "demo.yaml"
+DEMO_PIPELINE = Path(__file__).resolve().parent / "demo" / "demo.yaml"  # in the wheel; examples/demo.yaml links here
 
 
 @app.command()
