@@ -156,3 +156,27 @@ def test_stale_is_never_complete(run_dir, tmp_path):
     pipeline.write_text("stages:\n  - {stage: 'tests.test_resume_config:LABEL', name: label}\n")
     run_pipeline(pipeline, run_dir)
     assert Store(run_dir).count("splits") == 3
+
+
+def _from_log(ctx, cfg) -> dict:
+    """Reads a log a recorder appends to (as ``curate traces`` reads the recording proxy's) into tasks."""
+    log = ctx.store.root / "calls.log"
+    ctx.store.note_input(log)
+    lines = log.read_text().splitlines()
+    ctx.write("tasks", [{"task_id": content_id("log", q), "mode": "imported", "question": q} for q in lines])
+    return {}
+
+
+FROM_LOG = StageSpec("test.from_log", _Nothing, _from_log, outputs=("tasks",), help="tasks from a log")
+
+
+def test_a_stage_that_read_a_recording_is_stale_once_it_grew(run_dir):
+    store = Store(run_dir, create=True)
+    (run_dir / "calls.log").write_text("q1\n")
+    assert run_stage(store, FROM_LOG, _Nothing(), quiet=True)["outputs"] == {"tasks": 1}
+    assert run_stage(store, FROM_LOG, _Nothing(), quiet=True)["outputs"] == {"tasks": 1}  # unchanged: complete
+    with (run_dir / "calls.log").open("a") as f:
+        f.write("q2\n")
+    with pytest.raises(UserError, match="stage 'from_log' is stale: its input file calls.log changed"):
+        run_stage(store, FROM_LOG, _Nothing(), quiet=True)
+    assert run_stage(store, FROM_LOG, _Nothing(), quiet=True, redo_stale=True)["outputs"] == {"tasks": 2}

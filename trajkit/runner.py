@@ -45,7 +45,7 @@ from trajkit.errors import Fenced, StageStopped, UserError
 from trajkit.models.accounting import Usage
 from trajkit.progress import console, display, to_file
 from trajkit.redact import Redactor, clean_endpoints
-from trajkit.store import STAGES_DIR, ShardWriter, Store, remove_empty_tree
+from trajkit.store import FILE_INPUTS, STAGES_DIR, ShardWriter, Store, remove_empty_tree
 
 if TYPE_CHECKING:
     from trajkit.models.base import Backend, ModelSpec
@@ -524,15 +524,20 @@ def _disagrees(store: Store, manifest: dict[str, Any], name: str, rank: int) -> 
 
 
 def stale(store: Store, manifest: dict[str, Any]) -> str | None:
-    """What a completed stage read that changed since (``table from stage X changed``), or None."""
+    """What a completed stage read that changed since (``table from stage X changed``, ``file F changed``),
+    or None."""
     for table, versions in manifest.get("inputs", {}).items():
-        for stage, version in versions.items() if isinstance(versions, dict) else ():
+        for source, version in versions.items() if isinstance(versions, dict) else ():
+            if table == FILE_INPUTS:
+                if store.file_version(source) != version:
+                    return f"its input file {source} changed"
+                continue
             try:
-                now = store.version(table, stage)
+                now = store.version(table, source)
             except UserError:
                 now = None
             if now != version:
-                return f"its input {table} from stage {stage!r} changed"
+                return f"its input {table} from stage {source!r} changed"
     return None
 
 

@@ -39,6 +39,7 @@ from trajkit.errors import Fenced, UserError
 from trajkit.redact import SHARD_MARK, Redactor, environment_secrets
 
 STAGES_DIR = "_stages"
+FILE_INPUTS = "files"  # in a manifest's inputs, beside the tables: files read, by path, with their versions
 LEDGER_PREFIX = "_shards-r"  # _stages/<stage>/_shards-r<rank>.jsonl: the shards a stage rank wrote, with hashes
 TMP_PREFIX = ".tmp-"
 # a stage's shard: ``stage-r<rank>-<seq>.parquet``, or ``stage-r<rank>-<seq>-<last>.parquet`` for the shard
@@ -341,6 +342,17 @@ class Store:
                 if st != own:
                     self.reads.setdefault(table, {})[st] = _version((p.name, listed[p.name][0]) for p in group)
         return paths
+
+    def note_input(self, path: Path) -> None:
+        """Record a file besides the tables that a stage run reads (a recording's call log, which grows while
+        the proxy records), by content hash, so the stage is stale once the file changes (``file_version``)."""
+        if self.reads is not None:
+            self.reads.setdefault(FILE_INPUTS, {})[os.path.relpath(path, self.root)] = self.file_version(path)
+
+    def file_version(self, path: Path | str) -> str | None:
+        """The version of a file a stage read (relative paths are the run's): a hash of its content, or None."""
+        path = self.root / path
+        return file_hash(path)[:16] if path.is_file() else None
 
     def version(self, table: str, stage: str) -> str:
         """The version of one stage's shards of a table: a hash of their names and content hashes."""
