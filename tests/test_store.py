@@ -290,3 +290,15 @@ def test_compaction_merges_a_stages_shards_keeping_rows_and_order_and_survives_a
     assert store.shards("tasks", "gen")[-1].name == "gen-r0-000004.parquet"
     store.drop_stage("gen")
     assert [r["task_id"] for r in store.read("tasks").to_pylist()] == ["o"]
+
+
+def ids_map_to_one_row(store: Store) -> None:
+    """Every table's view holds one row per id, and ``trajkit show`` opens each task id it lists."""
+    from tests.test_cli import invoke
+    from trajkit import schema as S
+
+    for name, table in S.TABLES.items():
+        counted = store.sql(f'SELECT count(*) AS n, count(DISTINCT "{table.key}") AS ids FROM "{name}"').to_pylist()
+        assert counted[0]["n"] == counted[0]["ids"], name
+    for task in store.rows("tasks", ["task_id"]):
+        assert "give more characters" not in invoke("show", task["task_id"], "-r", str(store.root)).output

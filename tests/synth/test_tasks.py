@@ -11,6 +11,7 @@ import pytest
 
 from tests.fixtures.synth import model, stage, with_servers
 from tests.synth.brain import Brain
+from tests.test_store import ids_map_to_one_row
 from trajkit.envs.config import ServerConfig
 from trajkit.envs.discovery import discover
 from trajkit.errors import StageStopped, UserError
@@ -201,3 +202,20 @@ def test_a_dead_endpoint_fails_the_stage_and_fresh_reuses_no_answer(synth_run, t
     with pytest.raises(UserError, match="2 of 2 model calls failed"):  # resumed, still fresh: no old answer
         stage(synth_run, "synth.tasks", gone)
     assert stage(synth_run, "synth.tasks", gone, max_failed_calls=1.0)["usage"]["failed_calls"] == 2
+
+
+def test_task_ids_are_unique_across_stages_and_generators(synth_run):
+    """A second tasks stage (another name, another generator model) reused the ids of the first for other
+    questions (issue 34 item 1): a task's id is its content, written once; the second provenance is a reject."""
+    with ScriptedServer(Brain(garbage=0)) as a, ScriptedServer(Brain(garbage=0), model="other") as b:
+        stage(synth_run, "synth.tasks", _config(a, k=2), name="tasks-a")
+        second = _config(b, k=2) | {"model": model(b) | {"model": "other"}}
+        manifest = stage(synth_run, "synth.tasks", second, name="tasks-b")
+    store = Store(synth_run)
+    dupes = [r for r in store.rows("rejected") if r["reason"] == "duplicate_task"]
+    assert len(dupes) == manifest["counts"]["rejected.duplicate_task"] == 4  # the same 4 questions, seeded alike
+    written = {t["task_id"]: t for t in store.rows("tasks")}
+    assert len(written) == 4 and all(t["generator_model"] == "scripted" for t in written.values())
+    assert {d["detail"].split()[0] for d in dupes} == set(written)  # each names the task it repeats
+    assert all("other, request " in d["detail"] and d["row_id"] not in written for d in dupes)
+    ids_map_to_one_row(store)
