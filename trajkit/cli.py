@@ -297,6 +297,8 @@ def main() -> None:
     from trajkit.verify.isolation import ProtectionMissing
 
     atexit.register(_lighter_teardown)
+    if not sys.stdout.isatty():  # a pipe or a file: rich's 80 columns cut long option names in --help
+        os.environ.setdefault("COLUMNS", "120")
     try:
         app()
     except (UserError, ProtectionMissing) as e:
