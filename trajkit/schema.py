@@ -50,6 +50,7 @@ REASON_CODES = (
     "target_reached",  # cancelled: the stage's target was reached
     "conversation_ended",  # the user simulator ended the conversation (no extension)
     "extension_failed",  # the user simulator gave no usable follow-up
+    "state_not_reproducible",  # an extension's replay of the earlier turns' calls gave other results
 )
 
 TRANSIENT = ("model_error", "timeout")  # the reason codes of faults a rerun may cure: stages retry them
