@@ -287,15 +287,17 @@ async def run_episode(
 
 async def _replay(ep: _Episode, sessions: Episode, routes: list[ToolRoute]) -> None:
     """Before an extension's turn, the world its earlier turns left: their calls to this trajectory's stateful
-    servers are replayed in order on its fresh instances, each result compared with the one recorded; any
-    difference (a state the calls do not rebuild) fails the extension as ``state_not_reproducible``."""
+    stdio servers are replayed in order on its fresh instances, each result compared with the one recorded; any
+    difference (a state the calls do not rebuild) fails the extension as ``state_not_reproducible``. (An HTTP
+    server has no fresh instance: its state is the one it kept.)"""
     by_name = {r.name: r for r in routes}
     recorded = {m["tool_call_id"]: m["content"] or "" for m in ep.messages if m["role"] == "tool"}
     calls = [c for m in ep.messages if m["role"] == "assistant" for c in m.get("tool_calls") or []]
     for c in calls:
         route = by_name.get(c["name"])
-        if route is None or sessions.env.stateless[sessions.server_name(route.server_id)]:
-            continue  # a call that failed in its turn, or one whose server keeps no state
+        name = route and sessions.server_name(route.server_id)
+        if route is None or sessions.env.stateless[name] or sessions.rows[name]["transport"] != "stdio":
+            continue  # a call that failed in its turn, or one whose server keeps no state of its own
         out, _, _ = await ep._call(sessions, c["name"], c["arguments"], by_name)
         if out.text != recorded.get(c["id"]):
             ep.stop(
