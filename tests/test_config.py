@@ -61,3 +61,15 @@ def test_bad_files_and_overrides_are_user_errors(tmp_path):
         read_yaml(tmp_path / "list.yaml")
     with pytest.raises(UserError, match="not KEY=VALUE"):
         build(Example, {"name": "x"}, overrides=["oops"])
+
+
+def test_a_nested_field_of_an_unset_model_can_be_set_alone():
+    """``--set user_model.cache=false`` failed unless the whole user model was given (issue 34 item 4)."""
+    from trajkit.synth.extend import ExtendConfig
+
+    agent = {"model": "m", "backend": "openai", "base_url": "http://127.0.0.1:1/v1"}
+    cfg = build(ExtendConfig, {"model": agent}, overrides=["user_model.cache=false"])
+    assert (cfg.user_model.model, cfg.user_model.base_url, cfg.user_model.cache) == ("m", agent["base_url"], False)
+    assert cfg.model.cache and build(ExtendConfig, {"model": agent}).user_model is None
+    other = build(ExtendConfig, {"model": agent}, overrides=["user_model.model=u", "user_model.backend=openai"])
+    assert (other.user_model.model, other.user_model.base_url) == ("u", None)
