@@ -500,10 +500,14 @@ def test_a_field_mapping_given_twice_or_empty(tmp_path):
     assert "source_params are the keyword arguments of a source_fn" in message
 
 
-def test_split_null_as_a_flag_says_how(tmp_path):
-    """``--split null`` is the text 'null'; the message said 'or null' without saying how to give it."""
-    message = user_error("eval", "passk", "-r", str(tmp_path), "--model", "m", "--split", "null")
+def test_split_null_as_a_flag(tmp_path):
+    """``--split null`` was refused though ``--help`` offers null; another split name says how to give null."""
+    from trajkit.clikit import run_command
+
+    message = user_error("eval", "passk", "-r", str(tmp_path), "--model", "m", "--split", "nul")
     assert "or null for every task (--set split=null)" in message
+    with pytest.raises(UserError, match="no tasks in the run"):  # split null: every task, and the run has none
+        run_command("eval.passk", tmp_path / "run", {"split": "null", "models": [{"model": "m", "backend": "openai"}]})
 
 
 @pytest.mark.parametrize(

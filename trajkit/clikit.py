@@ -115,7 +115,11 @@ def run_command(
 
     spec = get_stage(kind)
     from_file = read_yaml(config) if config else {}
-    cfg = build(spec.config, from_file, options, overrides=overrides or [], where=kind)
+    # ``--split null`` for a field that may be null: null, as ``--set split=null`` says (an unset option is None)
+    nulls = [k for k, v in options.items() if v == "null" and _unwrap(spec.config.model_fields[k].annotation)[1]]
+    options = {k: v for k, v in options.items() if k not in nulls}
+    overrides = [*(overrides or []), *(f"{k}=null" for k in nulls)]
+    cfg = build(spec.config, from_file, options, overrides=overrides, where=kind)
     if executor not in ("local", "ray"):
         raise UserError(f"--executor must be local or ray, not {executor!r}")
     if executor == "ray" and rank:
