@@ -332,7 +332,7 @@ class Store:
         bad = [line for kind, line in problems if kind != "unlisted"]
         if bad:
             raise UserError(f"{bad[0]}; `trajkit info {self.root}` lists every such shard")
-        if self.reads is not None and paths:
+        if self.reads is not None and paths and rank is None:  # a stage's shards of every rank: its version
             own = safe_name(self.lease.stage) if self.lease is not None else None
             by_stage: dict[str, list[Path]] = {}
             for p in paths:
