@@ -68,4 +68,4 @@ def test_the_installed_wheel_synthesizes_without_the_checkout(tmp_path, calculat
     manifests = sorted((work / "run" / "_stages").glob("*/_manifest.json"))
     assert [p.parent.name for p in manifests] == ["harvest", "judge", "rollouts", "tasks"]
     counts = {p.parent.name: json.loads(p.read_text())["outputs"] for p in manifests}
-    assert counts["tasks"]["tasks"] == 4 and counts["rollouts"]["trajectories"] >= 1
+    assert counts["tasks"]["tasks"] >= 1 and counts["rollouts"]["trajectories"] >= 1
