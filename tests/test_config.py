@@ -73,3 +73,13 @@ def test_a_nested_field_of_an_unset_model_can_be_set_alone():
     assert cfg.model.cache and build(ExtendConfig, {"model": agent}).user_model is None
     other = build(ExtendConfig, {"model": agent}, overrides=["user_model.model=u", "user_model.backend=openai"])
     assert (other.user_model.model, other.user_model.base_url) == ("u", None)
+
+
+def test_a_null_in_a_file_is_null_and_an_option_not_given_is_not():
+    """``split: null`` in a pipeline file became the default split (held_out): a null was taken for "not given"."""
+    from trajkit.config import given_options
+    from trajkit.eval.passk import EvalPasskConfig
+
+    models = {"models": [{"model": "m", "backend": "openai"}]}
+    assert build(EvalPasskConfig, models | {"split": None}).split is None
+    assert build(EvalPasskConfig, models, given_options({"split": None, "n": 3})).split == "held_out"

@@ -107,7 +107,7 @@ def run_command(
     """Build a stage's config from YAML, options and overrides, validate it, run the stage: its shard
     ``rank`` here (returns its manifest), or with ``executor="ray"`` all ``world_size`` shards on Ray
     (returns their manifests as ``shards`` and a reporting stage's ``summary`` over all of them)."""
-    from trajkit.config import build, read_yaml
+    from trajkit.config import build, given_options, read_yaml
     from trajkit.errors import UserError
     from trajkit.runner import check_runner_options, run_stage
     from trajkit.stages import get_stage
@@ -119,7 +119,7 @@ def run_command(
     nulls = [k for k, v in options.items() if v == "null" and _unwrap(spec.config.model_fields[k].annotation)[1]]
     options = {k: v for k, v in options.items() if k not in nulls}
     overrides = [*(overrides or []), *(f"{k}=null" for k in nulls)]
-    cfg = build(spec.config, from_file, options, overrides=overrides, where=kind)
+    cfg = build(spec.config, from_file, given_options(options), overrides=overrides, where=kind)
     if executor not in ("local", "ray"):
         raise UserError(f"--executor must be local or ray, not {executor!r}")
     if executor == "ray" and rank:
