@@ -82,4 +82,4 @@ def test_a_null_in_a_file_is_null_and_an_option_not_given_is_not():
 
     models = {"models": [{"model": "m", "backend": "openai"}]}
     assert build(EvalPasskConfig, models | {"split": None}).split is None
-    assert build(EvalPasskConfig, models, given_options({"split": None, "n": 3})).split == "held_out"
+    assert build(EvalPasskConfig, models, given_options({"split": None, "n": 12})).split == "held_out"
