@@ -594,9 +594,10 @@ def _execute(ctx: StageContext, spec: StageSpec, cfg: StageConfig, made: list[Pa
 def _check_calls(usage: Usage, name: str, max_failed: float) -> None:
     """A stage more than ``max_failed`` of whose model calls got no answer did no real work: one line naming
     the model, its endpoint and the last error (exit 2: the endpoint is the user's environment)."""
-    if usage.calls and usage.failed_calls / usage.calls > max_failed:
+    answered = usage.calls + usage.cached_calls  # a cached answer is an answer
+    if usage.failed_calls and usage.failed_calls / answered > max_failed:
         raise UserError(
-            f"stage {name!r}: {usage.failed_calls} of {usage.calls} model calls failed ({usage.failure}); "
+            f"stage {name!r}: {usage.failed_calls} of {answered} model calls failed ({usage.failure}); "
             "fix the endpoint and rerun to retry them (--max-failed-calls sets the share a stage may lose)"
         )
 
