@@ -248,7 +248,7 @@ async def _request(
         if candidate is None:
             out.append((base, reason, detail))
             return
-        fields, reject, why = to_task(candidate, index, req.mode)
+        fields, reject, why = to_task(candidate, index)
         prob = candidate.get("probability")
         base.update(fields, vs_probability=prob if cfg.method != "direct" else None)
         base["task_id"] = task_id(base)
