@@ -187,6 +187,7 @@ def test_a_run_written_before_verdict_and_reason_code_reads_them_as_null(run_dir
     import pyarrow.parquet as pq
 
     from tests.test_cli import invoke
+    from tests.toy_stage import relist
     from trajkit import schema as S
 
     s = Store(run_dir)
@@ -196,6 +197,7 @@ def test_a_run_written_before_verdict_and_reason_code_reads_them_as_null(run_dir
         for path in s.shards(table):
             old = pq.read_table(path).drop_columns(list(S.table(table).added))
             pq.write_table(old.replace_schema_metadata({S.VERSION_KEY: b"1", S.TABLE_KEY: table.encode()}), path)
+            relist(s, path, table)
     assert "verdict" not in pq.read_schema(s.shards("trajectories")[0]).names
     rows = s.rows("trajectories")
     assert [(r["traj_id"], r["verdict"], r["reason_code"]) for r in rows] == [("a", None, None), ("b", None, None)]

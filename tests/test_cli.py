@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.test_store import traj
-from tests.toy_stage import TOY, ToyConfig
+from tests.toy_stage import TOY, ToyConfig, relist
 from trajkit.runner import run_stage
 from trajkit.store import Store
 
@@ -156,12 +156,14 @@ def test_user_errors_are_one_line_exit_2(filled_run, tmp_path):
     cfg.write_text("stages: [\n")
     assert "not valid YAML" in one_line_error(trajkit("run", str(cfg), "--run", str(filled_run), check=False))
     shard = next((filled_run / "tasks").glob("*.parquet"))
-    (filled_run / "tasks" / "truncated.parquet").write_bytes(shard.read_bytes()[:100])
-    assert "not a readable Parquet file" in one_line_error(
+    original = shard.read_bytes()
+    shard.write_bytes(original[:100])
+    assert "changed since its stage wrote it" in one_line_error(
         trajkit("sql", "SELECT 1 FROM tasks", "--run", str(filled_run), check=False)
     )
-    (filled_run / "tasks" / "truncated.parquet").write_bytes(b"garbage" * 10)
-    assert "not a readable Parquet file" in one_line_error(trajkit("info", "--run", str(filled_run), check=False))
-    (filled_run / "tasks" / "truncated.parquet").unlink()
-    pq.write_table(pq.read_table(shard).drop_columns(["question"]), filled_run / "tasks" / "wrong.parquet")
+    shard.write_bytes(original)
+    pq.write_table(pq.read_table(shard).drop_columns(["question"]), shard)
+    relist(Store(filled_run), shard, "tasks")  # as a trajkit that wrote another schema would
     assert "wrong schema" in one_line_error(trajkit("sql", "SELECT 1", "--run", str(filled_run), check=False))
+    shard.write_bytes(original)
+    relist(Store(filled_run), shard, "tasks")

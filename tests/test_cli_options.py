@@ -175,3 +175,15 @@ def test_each_stage_has_one_help_text_and_its_command_shows_it():
     generated = {f"{group}.{name}" for group, name in STAGES}
     for kind in [*REGISTRY, "trajkit.demo.warmup:WARMUP"]:
         assert bool(get_stage(kind).help) == (kind in generated), kind
+
+
+def test_help_in_a_pipe_cuts_no_option_name():
+    """Piped (``trajkit synth tasks --help | less``), rich's 80 columns cut ``--requests-per-mode,--req…``."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TERMINAL_WIDTH")}
+    cmd = [sys.executable, "-m", "trajkit.cli", "synth", "tasks", "--help"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
+    assert "--requests-per-mode,--requests" in out and "…" not in out

@@ -95,3 +95,25 @@ def _models(annotation: object) -> list[type]:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
     return [m for arg in typing.get_args(annotation) for m in _models(arg)]
+
+
+def test_a_nested_field_of_an_unset_model_can_be_set_alone():
+    """``--set user_model.cache=false`` failed unless the whole user model was given (issue 34 item 4)."""
+    from trajkit.synth.extend import ExtendConfig
+
+    agent = {"model": "m", "backend": "openai", "base_url": "http://127.0.0.1:1/v1"}
+    cfg = build(ExtendConfig, {"model": agent}, overrides=["user_model.cache=false"])
+    assert (cfg.user_model.model, cfg.user_model.base_url, cfg.user_model.cache) == ("m", agent["base_url"], False)
+    assert cfg.model.cache and build(ExtendConfig, {"model": agent}).user_model is None
+    other = build(ExtendConfig, {"model": agent}, overrides=["user_model.model=u", "user_model.backend=openai"])
+    assert (other.user_model.model, other.user_model.base_url) == ("u", None)
+
+
+def test_a_null_in_a_file_is_null_and_an_option_not_given_is_not():
+    """``split: null`` in a pipeline file became the default split (held_out): a null was taken for "not given"."""
+    from trajkit.config import given_options
+    from trajkit.eval.passk import EvalPasskConfig
+
+    models = {"models": [{"model": "m", "backend": "openai"}]}
+    assert build(EvalPasskConfig, models | {"split": None}).split is None
+    assert build(EvalPasskConfig, models, given_options({"split": None, "n": 12})).split == "held_out"

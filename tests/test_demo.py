@@ -166,6 +166,12 @@ def test_summary_queries_run_and_rerun_resumes(demo_run, capsys):
     assert {m["stage"]: m["finished_at"] for m in Store(demo_run).manifests()} == before
 
 
+def test_ids_map_to_one_row(demo_run):
+    from tests.test_store import ids_map_to_one_row
+
+    ids_map_to_one_row(Store(demo_run))
+
+
 def test_model_option_derives_the_pipeline_without_the_warmup(tmp_path):
     from trajkit.demo.real import with_model
 

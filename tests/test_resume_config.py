@@ -102,3 +102,81 @@ def test_differences_of_a_list_of_models_are_named_item_by_item():
     assert config_differences(one, two) == [
         'models: [{"model": "a", "backend": "openai"}] -> [{"model": "a"}, {"model": "c"}]'
     ]
+
+
+class _Nothing(StageConfig):
+    pass
+
+
+def _label(ctx, cfg) -> dict:
+    """Reads every task (and the rejects) and labels the tasks not rejected as train."""
+    rejected = ctx.store.rejected("tasks")
+    ctx.write("splits", [{"task_id": t, "split": "train"} for t in sorted(ctx.store.ids("tasks")) if t not in rejected])
+    return {}
+
+
+LABEL = StageSpec("test.label", _Nothing, _label, outputs=("splits",), help="labels every task train")
+
+
+def test_stale_is_never_complete(run_dir, tmp_path):
+    """A stage whose input changed since it ran (a stage it read redone, a recording that grew) is refused in
+    one line naming the input and the ways on; --redo-stale and pipelines redo it (issue 34 item 5)."""
+    from tests.toy_stage import TOY, ToyConfig, toy_rows
+    from trajkit.pipeline import run_pipeline
+
+    store = Store(run_dir, create=True)
+    run_stage(store, TOY, ToyConfig(n=4, shard_rows=2), quiet=True)
+    run_stage(store, LABEL, _Nothing(), name="label", quiet=True)
+    assert run_stage(store, LABEL, _Nothing(), name="label", quiet=True)["outputs"] == {"splits": 4}
+    store.write("tasks", "toy", toy_rows(6)[4:])  # a recorder appends to the stage it records into
+    with pytest.raises(UserError, match="stage 'label' is stale: its input tasks from stage 'toy' changed"):
+        run_stage(store, LABEL, _Nothing(), name="label", quiet=True)
+    assert run_stage(store, LABEL, _Nothing(), name="label", quiet=True, redo_stale=True)["outputs"] == {"splits": 6}
+    # rejects are inputs too: a stage that rejects rows redone since
+    store.write(
+        "rejected",
+        "check",
+        [
+            {
+                "reject_id": "r",
+                "row_id": toy_rows(1)[0]["task_id"],
+                "table_name": "tasks",
+                "stage": "check",
+                "reason": "x",
+            }
+        ],
+    )
+    assert run_stage(store, LABEL, _Nothing(), name="label", quiet=True, fresh=True)["outputs"] == {"splits": 5}
+    store.drop_stage("check")
+    with pytest.raises(UserError, match="its input rejected from stage 'check' changed"):
+        run_stage(store, LABEL, _Nothing(), name="label", quiet=True)
+    # a pipeline redoes a stale stage itself
+    run_stage(store, TOY, ToyConfig(n=3, shard_rows=2), quiet=True, fresh=True)
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text("stages:\n  - {stage: 'tests.test_resume_config:LABEL', name: label}\n")
+    run_pipeline(pipeline, run_dir)
+    assert Store(run_dir).count("splits") == 3
+
+
+def _from_log(ctx, cfg) -> dict:
+    """Reads a log a recorder appends to (as ``curate traces`` reads the recording proxy's) into tasks."""
+    log = ctx.store.root / "calls.log"
+    ctx.store.note_input(log)
+    lines = log.read_text().splitlines()
+    ctx.write("tasks", [{"task_id": content_id("log", q), "mode": "imported", "question": q} for q in lines])
+    return {}
+
+
+FROM_LOG = StageSpec("test.from_log", _Nothing, _from_log, outputs=("tasks",), help="tasks from a log")
+
+
+def test_a_stage_that_read_a_recording_is_stale_once_it_grew(run_dir):
+    store = Store(run_dir, create=True)
+    (run_dir / "calls.log").write_text("q1\n")
+    assert run_stage(store, FROM_LOG, _Nothing(), quiet=True)["outputs"] == {"tasks": 1}
+    assert run_stage(store, FROM_LOG, _Nothing(), quiet=True)["outputs"] == {"tasks": 1}  # unchanged: complete
+    with (run_dir / "calls.log").open("a") as f:
+        f.write("q2\n")
+    with pytest.raises(UserError, match="stage 'from_log' is stale: its input file calls.log changed"):
+        run_stage(store, FROM_LOG, _Nothing(), quiet=True)
+    assert run_stage(store, FROM_LOG, _Nothing(), quiet=True, redo_stale=True)["outputs"] == {"tasks": 2}

@@ -283,8 +283,9 @@ def test_a_server_whose_url_held_a_secret_needs_its_servers_file(leaked_run):
 
 
 def test_card_views_redact_again_only_shards_not_redacted_when_written(run_dir, monkeypatch):
-    """Shards the store wrote carry the redaction mark and are not redacted twice; a shard copied in by
-    hand (or written before redaction existed) is."""
+    """Shards the store wrote carry the redaction mark and are not redacted twice; a shard a stage listed
+    unmarked (written before redaction existed) is."""
+    from tests.toy_stage import relist
     from trajkit.data_cards.views import write_views
 
     secret = "late-secret-9f8e7d6c5b4a"
@@ -298,11 +299,12 @@ def test_card_views_redact_again_only_shards_not_redacted_when_written(run_dir, 
     sft = pq.read_table(run_dir / "card" / "data" / "sft" / "train-00000.parquet").to_pylist()
     assert secret in json.dumps(sft)  # marked shards are taken as written (push scans what leaves)
 
-    copied = store.table_dir("trajectories") / "copied.parquet"
+    old = store.table_dir("trajectories") / "old-r0-000000.parquet"
     pq.write_table(
         S.to_batch("trajectories", [{"traj_id": "y", "task_id": "a", "status": "completed", "messages": said}]),
-        copied,
+        old,
     )
+    relist(store, old, "trajectories")
     assert not store.redacted("trajectories")
     write_views(store, run_dir / "card")
     sft = pq.read_table(run_dir / "card" / "data" / "sft" / "train-00000.parquet").to_pylist()

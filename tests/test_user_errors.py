@@ -73,11 +73,35 @@ def test_empty_sql(imported):
     assert user_error("sql", "  \n ", "-r", str(imported)) == "the SQL query is empty"
 
 
-def test_damaged_shard_of_a_complete_stage_is_named_on_rerun(imported):
+def test_damaged_shard_of_a_complete_stage_is_redone_on_rerun(imported):
+    """Resume trusts a complete stage only while its shards are the ones its manifest lists (issue 38 item 5,
+    issue 41 item 3): a shard truncated, rewritten with the same rows, lost or copied in twice redoes it."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.test_cli import invoke
+
+    args = ("curate", "import", "-r", str(imported), "--preset", "humaneval", "--limit", "3")
     [shard] = (imported / "tasks").glob("*.parquet")
-    shard.write_bytes(shard.read_bytes()[:100])
-    message = user_error("curate", "import", "-r", str(imported), "--preset", "humaneval", "--limit", "3")
-    assert "stage 'import' is complete but" in message and shard.name in message and "--fresh" in message
+    original = shard.read_bytes()
+    data = pq.read_table(shard)
+    relabelled = data.set_column(data.schema.get_field_index("source_id"), "source_id", pa.array(["a", "b", "c"]))
+    manifest = imported / "_stages" / "import" / "_manifest.json"
+    lying = json.loads(manifest.read_text()) | {"outputs": {"tasks": 4}}
+    for damage in (
+        lambda: shard.write_bytes(original[:100]),
+        lambda: pq.write_table(relabelled, shard),  # the same rows, one field changed
+        shard.unlink,
+        lambda: shutil.copy(shard, shard.with_name(shard.name.replace("000000", "000001"))),
+        lambda: manifest.write_text(json.dumps(lying)),  # counts that disagree with the shards
+    ):
+        damage()
+        assert "import: redone:" in invoke(*args).output
+        assert Store(imported).count("tasks") == 3 and not Store(imported).problems("tasks")
+        assert [p.name for p in (imported / "tasks").glob("*.parquet")] == [shard.name]
+        assert "already complete" in invoke(*args).output
 
 
 def test_export_to_a_directory(imported, tmp_path):
@@ -382,15 +406,48 @@ def test_zero_training_processes(imported):
     assert "'--num-processes'" in user_error(*args)
 
 
-def test_a_complete_stage_whose_shards_went_or_doubled(imported):
+def test_a_shard_no_stage_wrote_is_not_data(imported):
+    """A Parquet file dropped into a table's folder was exported as accepted; ``info`` said nothing (issue 41)."""
     import shutil
 
-    args = ("curate", "import", "-r", str(imported), "--preset", "humaneval", "--limit", "3")
+    from tests.test_cli import invoke
+
     [shard] = (imported / "tasks").glob("*.parquet")
-    shutil.copy(shard, shard.with_name(shard.name.replace("000000", "000001")))
-    assert "its tasks shards hold 6 rows, not the 3 it wrote; rerun with --fresh" in user_error(*args)
+    shutil.copy(shard, imported / "tasks" / "extra.parquet")
+    assert invoke("sql", "SELECT count(*) AS n FROM tasks", "-r", str(imported), "-f", "csv").output.split() == [
+        "n",
+        "3",
+    ]
+    lines = invoke("info", "-r", str(imported)).output.splitlines()
+    assert f"{imported / 'tasks' / 'extra.parquet'}: no stage listed this shard" in lines[0]
+    message = user_error("export", str(imported / "out.jsonl"), "-r", str(imported))
+    assert message.startswith(f"{imported / 'tasks' / 'extra.parquet'}: no stage listed this shard")
+    assert "(1 shard(s) disagree" in message and "remove the files no stage listed" in message
+
+
+def test_a_stale_stage_is_refused_in_one_line(imported, tmp_path):
+    """After ``decontaminate --fresh`` rejected other tasks, ``split`` said "already complete" (issue 34)."""
+    from tests.test_cli import invoke
+
+    evals = tmp_path / "evals.jsonl"
+    question = Store(imported).rows("tasks")[0]["question"]
+    evals.write_text(json.dumps({"question": question}) + "\n")
+    invoke("curate", "decontaminate", "-r", str(imported), "--eval", "humaneval")
+    invoke("curate", "split", "-r", str(imported))
+    invoke("curate", "decontaminate", "-r", str(imported), "--eval", f"mine={evals}", "--fresh")
+    message = user_error("curate", "split", "-r", str(imported))
+    assert message == (
+        "stage 'split' is stale: its input rejected from stage 'decontaminate' changed since it ran; "
+        "rerun it with --fresh, or with --redo-stale to redo it only if stale"
+    )
+    assert "split: redone: its input rejected" in invoke("curate", "split", "-r", str(imported), "--redo-stale").output
+    assert Store(imported).count("splits") == 2
+
+
+def test_a_file_where_a_table_folder_belongs(imported):
+    import shutil
+
     shutil.rmtree(imported / "tasks")
-    assert "its tasks shards hold 0 rows, not the 3 it wrote" in user_error(*args)
     (imported / "tasks").write_text("a file where the table's folder belongs")
     assert "tasks: a file where the tasks table's folder belongs" in user_error("sql", "SELECT 1", "-r", str(imported))
 
@@ -443,10 +500,14 @@ def test_a_field_mapping_given_twice_or_empty(tmp_path):
     assert "source_params are the keyword arguments of a source_fn" in message
 
 
-def test_split_null_as_a_flag_says_how(tmp_path):
-    """``--split null`` is the text 'null'; the message said 'or null' without saying how to give it."""
-    message = user_error("eval", "passk", "-r", str(tmp_path), "--model", "m", "--split", "null")
+def test_split_null_as_a_flag(tmp_path):
+    """``--split null`` was refused though ``--help`` offers null; another split name says how to give null."""
+    from trajkit.clikit import run_command
+
+    message = user_error("eval", "passk", "-r", str(tmp_path), "--model", "m", "--split", "nul")
     assert "or null for every task (--set split=null)" in message
+    with pytest.raises(UserError, match="no tasks in the run"):  # split null: every task, and the run has none
+        run_command("eval.passk", tmp_path / "run", {"split": "null", "models": [{"model": "m", "backend": "openai"}]})
 
 
 @pytest.mark.parametrize(
@@ -459,9 +520,12 @@ def test_split_null_as_a_flag_says_how(tmp_path):
 def test_a_shard_of_a_newer_trajkit_or_another_table(imported, metadata, expected):
     import pyarrow.parquet as pq
 
+    from tests.toy_stage import relist
+
     [shard] = (imported / "tasks").glob("*.parquet")
     data = pq.read_table(shard)
     pq.write_table(data.replace_schema_metadata({**data.schema.metadata, **metadata}), shard)
+    relist(Store(imported), shard, "tasks")
     assert expected in user_error("sql", "SELECT count(*) FROM tasks", "-r", str(imported))
 
 

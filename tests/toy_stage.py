@@ -53,3 +53,23 @@ TOY = StageSpec("test.toy", ToyConfig, run_toy, outputs=("tasks",), help="A toy 
 if __name__ == "__main__":
     run_dir, n, shard_rows, sleep_s = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
     run_stage(Store(run_dir, create=True), TOY, ToyConfig(n=n, shard_rows=shard_rows, sleep_s=sleep_s), quiet=True)
+
+
+def relist(store, path, table: str) -> None:
+    """List a shard rewritten by hand as the trajkit that wrote it would have (an older or newer version's
+    shard in a run it listed): its current content hash goes into its stage's ledger."""
+    import pyarrow.parquet as pq
+
+    from trajkit.store import file_hash
+
+    store._list(path, table, file_hash(path), pq.read_metadata(path).num_rows)
+
+
+def copy_table(source, dest, table: str) -> None:
+    """Copy one table's shards from run ``source`` into run ``dest``, listed there as their stages listed them."""
+    import shutil
+    from pathlib import Path
+
+    (Path(dest) / table).mkdir(parents=True, exist_ok=True)
+    for path in Store(source).shards(table):
+        relist(Store(dest), Path(shutil.copy(path, Path(dest) / table / path.name)), table)

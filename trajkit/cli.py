@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from trajkit.clikit import Address, Overrides, RunDir, TopGroup
+from trajkit.clikit import Address, Overrides, ReuseCache, RunDir, TopGroup
 from trajkit.curate.cli import app as curate_app
 from trajkit.data_cards import cli as cards_cli
 from trajkit.eval.cli import app as eval_app
@@ -80,7 +80,7 @@ app.command("push")(cards_cli.push)
 app.command("view")(view_cli.view)
 
 RunExisting = Annotated[Path, typer.Option("--run", "-r", help="Run directory.")]
-DEMO_PIPELINE = Path(__file__).resolve().parent.parent / "examples" / "demo.yaml"
+DEMO_PIPELINE = Path(__file__).resolve().parent / "demo" / "demo.yaml"  # in the wheel; examples/demo.yaml links here
 
 
 @app.command()
@@ -120,6 +120,11 @@ def info(run: RunExisting = Path(".")) -> None:
 
     store = existing_run(run)
     console = Console()
+    for line in store.problems():  # only the shards stages listed are read: what else is there, or changed
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    for stage in sorted(store.legacy_stages()):
+        line = f"stage {stage!r} was written before stages listed their shards: its shards are taken as found"
+        console.print(line + " (a rerun with --fresh lists them)", markup=False, highlight=False, soft_wrap=True)
     tables = Table("table", "rows", "shards", "schema", title=f"tables in {run}")
     for name in store.tables():
         paths = store.validate(name)
@@ -201,6 +206,11 @@ def export(
     store = existing_run(run)
     if output.is_dir():
         raise _user(f"{output} is a directory: give the path of a .jsonl file")
+    if problems := store.problems():
+        raise _user(
+            f"{problems[0]} ({len(problems)} shard(s) disagree with what their stages listed): remove the files "
+            "no stage listed, redo the stages of changed or missing ones with --fresh (`trajkit info` lists them)"
+        )
     sql = query(store, all_rows, where, label or (), without_label or ())
     rows = store.redactor.table(store.sql(sql)).to_pylist()  # a second look: shards an older trajkit wrote
     try:
@@ -231,11 +241,12 @@ def run_cmd(
     ] = "local",
     address: Address = None,
     world_size: Annotated[int, typer.Option(help="Shards per stage (--executor ray only).")] = 1,
+    reuse_cache: ReuseCache = False,
 ) -> None:
-    """Run a pipeline file stage by stage; a rerun resumes where it stopped."""
+    """Run a pipeline file stage by stage; a rerun resumes where it stopped and redoes stale stages."""
     from trajkit.pipeline import run_pipeline
 
-    run_pipeline(pipeline, run, fresh, overrides or [], executor, address, world_size)
+    run_pipeline(pipeline, run, fresh, overrides or [], executor, address, world_size, reuse_cache)
 
 
 @app.command()
@@ -256,6 +267,7 @@ def demo(
             "agent SFT and GRPO train, evaluated before SFT, after SFT and after GRPO (slow on a CPU)."
         ),
     ] = None,
+    reuse_cache: ReuseCache = False,
 ) -> None:
     """Run the end-to-end demo pipeline (examples/demo.yaml) offline, then summarize it."""
     from trajkit.pipeline import run_pipeline
@@ -271,7 +283,7 @@ def demo(
         from trajkit.demo.real import with_model
 
         pipeline = with_model(pipeline, run, model, backend, base_url)
-    run_pipeline(pipeline, run, fresh=fresh, overrides=overrides or [])
+    run_pipeline(pipeline, run, fresh=fresh, overrides=overrides or [], reuse_cache=reuse_cache)
     from trajkit.demo.summary import print_summary
 
     print_summary(run)
@@ -307,6 +319,8 @@ def main() -> None:
     from trajkit.errors import StageStopped, UserError
 
     atexit.register(_lighter_teardown)
+    if not sys.stdout.isatty():  # a pipe or a file: rich's 80 columns cut long option names in --help
+        os.environ.setdefault("COLUMNS", "120")
     try:
         app()
     except (UserError, ProtectionMissing) as e:

@@ -29,6 +29,18 @@ Overrides = Annotated[
 ]
 Name = Annotated[str | None, typer.Option("--name", help="Stage name in the run (default: the command's name).")]
 Fresh = Annotated[bool, typer.Option("--fresh", help="Delete this stage's output and start over.")]
+MaxFailedCalls = Annotated[
+    float,
+    typer.Option("--max-failed-calls", help="The share of model calls that may fail before the stage fails (exit 2)."),
+]
+ReuseCache = Annotated[
+    bool,
+    typer.Option("--reuse-cache", help="With --fresh: reuse the model answers the run's call cache holds."),
+]
+RedoStale = Annotated[
+    bool,
+    typer.Option("--redo-stale", help="Redo this stage if what it read changed since it ran (else that is refused)."),
+]
 Rank = Annotated[int, typer.Option("--rank", help="This process's shard, 0-based.")]
 WorldSize = Annotated[int, typer.Option("--world-size", help="Number of shards the stage is split into.")]
 Executor = Annotated[
@@ -82,6 +94,9 @@ def run_command(
     overrides: list[str] | None = None,
     name: str | None = None,
     fresh: bool = False,
+    redo_stale: bool = False,
+    max_failed_calls: float = 0.5,
+    reuse_cache: bool = False,
     rank: int = 0,
     world_size: int = 1,
     budget_tokens: int | None = None,
@@ -92,7 +107,7 @@ def run_command(
     """Build a stage's config from YAML, options and overrides, validate it, run the stage: its shard
     ``rank`` here (returns its manifest), or with ``executor="ray"`` all ``world_size`` shards on Ray
     (returns their manifests as ``shards`` and a reporting stage's ``summary`` over all of them)."""
-    from trajkit.config import build, read_yaml
+    from trajkit.config import build, given_options, read_yaml
     from trajkit.errors import UserError
     from trajkit.runner import check_runner_options, run_stage
     from trajkit.stages import get_stage
@@ -100,17 +115,23 @@ def run_command(
 
     spec = get_stage(kind)
     from_file = read_yaml(config) if config else {}
-    cfg = build(spec.config, from_file, options, overrides=overrides or [], where=kind)
+    # ``--split null`` for a field that may be null: null, as ``--set split=null`` says (an unset option is None)
+    nulls = [k for k, v in options.items() if v == "null" and _unwrap(spec.config.model_fields[k].annotation)[1]]
+    options = {k: v for k, v in options.items() if k not in nulls}
+    overrides = [*(overrides or []), *(f"{k}=null" for k in nulls)]
+    cfg = build(spec.config, from_file, given_options(options), overrides=overrides, where=kind)
     if executor not in ("local", "ray"):
         raise UserError(f"--executor must be local or ray, not {executor!r}")
     if executor == "ray" and rank:
         raise UserError("--rank is for the local executor; --executor ray runs every shard")
-    check_runner_options(rank, world_size, budget_tokens, budget_cost)
+    check_runner_options(rank, world_size, budget_tokens, budget_cost, max_failed_calls)
     if executor == "ray":
         from trajkit.executors.ray import run_on_ray
 
         name = name or spec.kind.split(".")[-1]
-        return run_on_ray(run, spec, cfg, name, fresh, world_size, address, budget_tokens, budget_cost)
+        return run_on_ray(
+            run, spec, cfg, name, fresh, world_size, address, budget_tokens, budget_cost, redo_stale, max_failed_calls
+        )
     store = Store(run, create=True)
     return run_stage(
         store,
@@ -122,11 +143,15 @@ def run_command(
         world_size=world_size,
         budget_tokens=budget_tokens,
         budget_cost=budget_cost,
+        redo_stale=redo_stale,
+        max_failed_calls=max_failed_calls,
+        reuse_cache=reuse_cache,
     )
 
 
 # ---------------------------------------------------------------- options generated from a stage's config
-RUNNER_PARAMS = ("run", "config", "overrides", "name", "fresh", "rank", "world_size", "executor", "address")
+RUNNER_PARAMS = ("run", "config", "overrides", "name", "fresh", "redo_stale", "rank", "world_size", "executor")
+RUNNER_PARAMS += ("address", "max_failed_calls", "reuse_cache")
 RUNNER_PARAMS += ("budget_tokens", "budget_cost")
 _RUNNER_SIGNATURE = [
     ("run", RunDir, inspect.Parameter.empty),
@@ -134,6 +159,9 @@ _RUNNER_SIGNATURE = [
     ("overrides", Overrides, None),
     ("name", Name, None),
     ("fresh", Fresh, False),
+    ("reuse_cache", ReuseCache, False),
+    ("redo_stale", RedoStale, False),
+    ("max_failed_calls", MaxFailedCalls, 0.5),
     ("rank", Rank, 0),
     ("world_size", WorldSize, 1),
     ("executor", Executor, "local"),

@@ -163,14 +163,15 @@ def merge(base: dict[str, Any], updates: dict[str, Any]) -> dict[str, Any]:
 
 
 def build(cls: type[C], *sources: dict[str, Any] | None, overrides: list[str] = (), where: str = "") -> C:
-    """Merge mappings (later wins) and ``a.b=value`` overrides, then validate.
+    """Merge mappings (later wins) and ``a.b=value`` overrides, then validate. A null in a mapping is null
+    (``split: null`` in a pipeline file); a command's options leave out those not given (``given_options``).
 
     Every validation error is reported at once, in one line.
     """
     data: dict[str, Any] = {}
     for src in sources:
         if src:
-            data = merge(data, {k: v for k, v in src.items() if v is not None})
+            data = merge(data, src)
     for item in overrides:
         keys, value = parse_override(item)
         node = data
@@ -183,6 +184,11 @@ def build(cls: type[C], *sources: dict[str, Any] | None, overrides: list[str] = 
         return cls.model_validate(data)
     except ValidationError as e:
         raise UserError(format_errors(e, where or cls.__name__)) from None
+
+
+def given_options(options: dict[str, Any]) -> dict[str, Any]:
+    """A command's options without those not given (None)."""
+    return {k: v for k, v in options.items() if v is not None}
 
 
 def format_errors(e: ValidationError, where: str) -> str:

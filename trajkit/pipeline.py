@@ -99,8 +99,10 @@ def run_pipeline(
     executor: str = "local",
     address: str | None = None,
     world_size: int = 1,
+    reuse_cache: bool = False,
 ) -> list[dict]:
-    """Run every stage of a pipeline file in order, each resumable; returns the manifests (with
+    """Run every stage of a pipeline file in order, each resumable, a stale one redone (what it read changed
+    since it ran: an earlier stage redone, a recording grown); returns the manifests (with
     ``executor="ray"``, each stage's ``world_size`` shards on one Ray cluster, all their manifests)."""
     check_runner_options(0, world_size, None, None)
     plan = load_pipeline(path, overrides, {"run": str(run_dir), "here": str(Path(path).resolve().parent)})
@@ -111,14 +113,17 @@ def run_pipeline(
             return [
                 m
                 for spec, name, cfg in plan
-                for m in run_on_ray(Path(run_dir), spec, cfg, name, fresh, world_size)["shards"]
+                for m in run_on_ray(Path(run_dir), spec, cfg, name, fresh, world_size, redo_stale=True)["shards"]
             ]
     if executor not in ("local", "ray"):
         raise UserError(f"--executor must be local or ray, not {executor!r}")
     if world_size != 1:
         raise UserError("trajkit run takes --world-size only with --executor ray")
     store = Store(run_dir, create=True)
-    return [run_stage(store, spec, cfg, name=name, fresh=fresh) for spec, name, cfg in plan]
+    return [
+        run_stage(store, spec, cfg, name=name, fresh=fresh, redo_stale=True, reuse_cache=reuse_cache)
+        for spec, name, cfg in plan
+    ]
 
 
 def substitute(value: Any, variables: dict[str, str], where: str | None) -> Any:

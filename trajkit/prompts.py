@@ -1,4 +1,4 @@
-"""Prompt files: the defaults in ``examples/prompts/``, overridable by a directory of the same names.
+"""Prompt files: the defaults in ``trajkit/synth/prompts/`` (``examples/prompts/`` links there), overridable by a directory of the same names.
 
 A template holds ``{NAME}`` placeholders (upper case) that the stage fills;
 every other brace is left alone, so prompts can show JSON. A file that lacks a
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from trajkit.errors import UserError
 
-DEFAULT_DIR = Path(__file__).resolve().parents[1] / "examples" / "prompts"
+DEFAULT_DIR = Path(__file__).resolve().parent / "synth" / "prompts"  # in the wheel; examples/prompts links here
 PLACEHOLDER = re.compile(r"\{([A-Z][A-Z_]*)\}")
 
 

@@ -44,7 +44,7 @@ from trajkit.errors import Fenced, StageStopped, UserError
 from trajkit.models.accounting import Usage
 from trajkit.progress import console, display, to_file
 from trajkit.redact import Redactor, clean_endpoints
-from trajkit.store import STAGES_DIR, ShardWriter, Store, remove_empty_tree
+from trajkit.store import FILE_INPUTS, STAGES_DIR, ShardWriter, Store, remove_empty_tree
 
 if TYPE_CHECKING:
     from trajkit.models.base import Backend, ModelSpec
@@ -287,10 +287,12 @@ class StageContext:
     # ------------------------------------------------------------ models
     def backend(self, spec: ModelSpec) -> Backend:
         """The backend of a model spec for this stage: its calls counted into the stage's usage (and budget),
-        kept in the run's call cache, redacted as the stage's rows are."""
+        kept in the run's call cache, redacted as the stage's rows are; a stage run ``--fresh`` reuses no answer
+        the cache held before (unless ``--reuse-cache``), resumed or not."""
         from trajkit.models import make_backend
 
-        return make_backend(spec, self.usage, self.store.root / "_cache", self.store.redactor)
+        since = (self.store.stage_config(self.name) or {}).get("cache_since")
+        return make_backend(spec, self.usage, self.store.root / "_cache", self.store.redactor, since)
 
     # ------------------------------------------------------------ reporting
     def log(self, message: str) -> None:
@@ -376,8 +378,13 @@ def check_config(store: Store, name: str, cfg: StageConfig, fresh: bool, kind: s
     return chash, previous is None
 
 
-def check_runner_options(rank: int, world_size: int, budget_tokens: int | None, budget_cost: float | None) -> None:
-    """The shard and budgets a stage runs under: at least one shard, a rank among them, budgets that are numbers >= 0."""
+def check_runner_options(
+    rank: int, world_size: int, budget_tokens: int | None, budget_cost: float | None, max_failed_calls: float = 0.5
+) -> None:
+    """The shard and budgets a stage runs under: at least one shard, a rank among them, budgets that are numbers >= 0,
+    a share of failed calls from 0 to 1."""
+    if not 0 <= max_failed_calls <= 1:  # NaN fails too
+        raise UserError(f"--max-failed-calls must be a share from 0 to 1, not {max_failed_calls}")
     if world_size < 1:
         raise UserError(f"--world-size must be at least 1, not {world_size}")
     if not 0 <= rank < world_size:
@@ -400,16 +407,23 @@ def run_stage(
     budget_cost: float | None = None,
     progress_file: Path | None = None,
     cpus: int | None = None,
+    redo_stale: bool = False,
+    max_failed_calls: float = 0.5,
+    reuse_cache: bool = False,
 ) -> dict[str, Any]:
     """Run (or resume, or skip) one stage and return its manifest. ``progress_file``: where a shard run by
     another process's executor keeps its progress (``trajkit.progress.to_file``); ``cpus``: the CPUs an
-    executor gave it (by default every CPU this process may run on)."""
+    executor gave it (by default every CPU this process may run on); ``reuse_cache``: a ``fresh`` run may
+    take answers the call cache held before it. A completed stage whose inputs changed
+    since it ran is stale: redone with ``redo_stale`` (a pipeline's), else refused. A stage more than
+    ``max_failed_calls`` of whose model calls failed did no real work: a user error naming the endpoint and
+    the error, its manifest unwritten (a rerun retries those calls)."""
     name = name or spec.kind.split(".")[-1]
-    check_runner_options(rank, world_size, budget_tokens, budget_cost)
+    check_runner_options(rank, world_size, budget_tokens, budget_cost, max_failed_calls)
     redactor = Redactor.for_stage(cfg)  # rows, manifests, log lines, call cache entries and errors go through it
     with redactor.errors():
         chash, pin = check_config(store, name, cfg, fresh, spec.kind)
-        done = None if fresh else _completed(store, spec, name, rank, world_size)
+        done = None if fresh else _completed(store, name, rank, world_size, redo_stale, quiet)
         if done is not None:
             if not quiet:
                 console().print(f"[dim]{name}[/]: already complete, skipped{_summary(done, spec)}", highlight=False)
@@ -419,8 +433,13 @@ def run_stage(
         made = [d for d in (store.root / STAGES_DIR, store.stage_dir(name)) if not d.is_dir() and world_size == 1]
         store = store.leased(name, rank, redactor)  # an older run of this shard still alive is fenced off from here on
         store.clean_temp(name, rank)
+        _repair(store, name, rank, world_size, quiet)
         if pin:
             config = {"stage": name, "kind": spec.kind, "config": hashed_dict(cfg), "config_hash": chash}
+            if fresh and not reuse_cache:
+                config["cache_since"] = time.time()
+                if (store.root / "_cache").is_dir():
+                    _say(quiet, name, "fresh: no answer the call cache held is reused (--reuse-cache reuses them)")
             store.write_json(store.stage_dir(name) / "_config.json", config)
         usage = Usage(budget_tokens, budget_cost, served_file=store.stage_dir(name) / "_served.json")
         share = Share(cpus or machine_cpus())
@@ -428,8 +447,8 @@ def run_stage(
             store, name, spec.kind, rank, world_size, usage, quiet=quiet, progress_file=progress_file, share=share
         )
         started, t0 = _now(), time.monotonic()
-        inputs = {t: {"rows": store.count(t), "shards": len(store.shards(t))} for t in spec.inputs}
         extra = _execute(ctx, spec, cfg, made)
+        _check_calls(ctx.usage, name, max_failed_calls)
         for table in S.TABLES:  # the stage's many small shards (written as rows finished) merged into few
             store.compact(table, name, rank)
         ctx.recount()
@@ -438,8 +457,9 @@ def run_stage(
             "kind": spec.kind,
             "config": clean_endpoints(cfg.model_dump(mode="json")),
             "config_hash": chash,
-            "inputs": inputs,
+            "inputs": store.reads,
             "outputs": {t: store.count(t, stage=name) for t in S.TABLES if store.shards(t, name)},
+            "shards": store.stage_shards(name, rank),
             "code_version": code_version(),
             "python": sys.version.split()[0],
             "cpus": ctx.share.cpus,
@@ -461,24 +481,82 @@ def run_stage(
         return manifest
 
 
-def _completed(store: Store, spec: StageSpec, name: str, rank: int, world_size: int) -> dict[str, Any] | None:
-    """The manifest of a shard that completed, or None; a complete stage whose shards were damaged, lost or
-    copied in twice since is named, never skipped silently."""
+def _completed(
+    store: Store, name: str, rank: int, world_size: int, redo_stale: bool, quiet: bool
+) -> dict[str, Any] | None:
+    """The manifest of a shard that completed, or None to run it. A complete stage whose shards disagree with
+    its manifest (a shard damaged, lost, changed, copied in; counts that lie) is redone, never reported
+    complete; one whose inputs changed since it ran (``stale``) is redone with ``redo_stale``, else refused
+    in one line that names the input and the ways on."""
     done = store.manifest(name, rank, world_size)
     if done is None:
         return None
-    for table in spec.outputs:
-        try:
+    why = _disagrees(store, done, name, rank)
+    if why is None and (why := stale(store, done)) is not None and not redo_stale:
+        raise UserError(
+            f"stage {name!r} is stale: {why} since it ran; rerun it with --fresh, or with --redo-stale "
+            "to redo it only if stale"
+        )
+    if why is None:
+        return done
+    _say(quiet, name, f"redone: {why}")
+    store.drop_shard(name, rank, world_size)
+    return None
+
+
+def _disagrees(store: Store, manifest: dict[str, Any], name: str, rank: int) -> str | None:
+    """Why a completed stage rank's shards are not what its manifest says, or None."""
+    if bad := store.problems(None, name, rank):
+        return bad[0]
+    try:
+        held = store.stage_shards(name, rank)
+        for table in S.TABLES:
             store.validate(table, stage=name)
-        except UserError as e:
-            raise UserError(f"stage {name!r} is complete but {e}; rerun with --fresh to redo it") from None
-    for table, wrote in done.get("outputs", {}).items() if world_size == 1 else ():
-        if (held := store.count(table, stage=name)) != wrote:
-            raise UserError(
-                f"stage {name!r} is complete but its {table} shards hold {held} rows, not the {wrote} "
-                f"it wrote; rerun with --fresh to redo it"
-            )
-    return done
+    except UserError as e:
+        return str(e)
+    if "shards" not in manifest:
+        return "its manifest was written before stages listed their shards (an older trajkit)"
+    if manifest.get("shards") != held:
+        return "its shards are not the ones its manifest lists"
+    counted = {t: sum(s["rows"] for s in shards.values()) for t, shards in held.items()}
+    if manifest.get("world_size", 1) == 1 and manifest.get("outputs") != counted:
+        return "its shards do not hold the rows its manifest counts"
+    return None
+
+
+def stale(store: Store, manifest: dict[str, Any]) -> str | None:
+    """What a completed stage read that changed since (``table from stage X changed``, ``file F changed``),
+    or None."""
+    for table, versions in manifest.get("inputs", {}).items():
+        for source, version in versions.items() if isinstance(versions, dict) else ():
+            if table == FILE_INPUTS:
+                if store.file_version(source) != version:
+                    return f"its input file {source} changed"
+                continue
+            try:
+                now = store.version(table, source)
+            except UserError:
+                now = None
+            if now != version:
+                return f"its input {table} from stage {source!r} changed"
+    return None
+
+
+def _repair(store: Store, name: str, rank: int, world_size: int, quiet: bool) -> None:
+    """Before a stage rank (re)starts: its shard files no ledger lists (renamed into place by a write killed
+    before it listed them, or copied in) are removed; if one it listed is missing or changed, it starts over,
+    so a resume builds only on what it wrote."""
+    store.remove_unlisted(name, rank)
+    if bad := store.problems(None, name, rank):
+        _say(quiet, name, f"starting over: {bad[0]}")
+        store.drop_shard(name, rank, world_size)
+
+
+def _say(quiet: bool, name: str, message: str) -> None:
+    if not quiet:
+        from rich.markup import escape
+
+        console().print(f"[dim]{escape(name)}[/]: {escape(message)}", highlight=False)
 
 
 def _execute(ctx: StageContext, spec: StageSpec, cfg: StageConfig, made: list[Path]) -> dict[str, Any]:
@@ -514,8 +592,23 @@ def _execute(ctx: StageContext, spec: StageSpec, cfg: StageConfig, made: list[Pa
         ctx.flush()
 
 
+def _check_calls(usage: Usage, name: str, max_failed: float) -> None:
+    """A stage more than ``max_failed`` of whose model calls got no answer did no real work: one line naming
+    the model, its endpoint and the last error (exit 2: the endpoint is the user's environment)."""
+    answered = usage.calls + usage.cached_calls  # a cached answer is an answer
+    if usage.failed_calls and usage.failed_calls / answered > max_failed:
+        raise UserError(
+            f"stage {name!r}: {usage.failed_calls} of {answered} model calls failed ({usage.failure}); "
+            "fix the endpoint and rerun to retry them (--max-failed-calls sets the share a stage may lose)"
+        )
+
+
 def _summary(manifest: dict[str, Any], spec: StageSpec) -> str:
-    """`` (tasks 12, rejected 3)``: the rows a stage wrote; nothing for a stage that writes no table (card)."""
+    """`` (tasks 12, rejected 3; 40 model calls, 8 from the cache)``: the rows a stage wrote (nothing for a
+    stage that writes no table: card) and, for a stage that called a model, how many calls the cache answered."""
     counts = manifest.get("counts", {})
     rows = ", ".join(f"{k.split('.', 1)[1]} {v}" for k, v in counts.items() if k.startswith("rows."))
-    return f" ({rows or 'no rows'})" if rows or spec.outputs else ""
+    usage = manifest.get("usage", {})
+    calls, cached = usage.get("calls", 0), usage.get("cached_calls", 0)
+    said = f"; {calls + cached} model calls, {cached} from the cache" if calls + cached else ""
+    return f" ({rows or 'no rows'}{said})" if rows or spec.outputs or said else ""

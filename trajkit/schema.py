@@ -54,6 +54,7 @@ REASON_CODES = (
     "conversation_ended",  # the user simulator ended the conversation (no extension)
     "extension_failed",  # the user simulator gave no usable follow-up
     "interrupted",  # the recording proxy stopped before the upstream answered the call
+    "state_not_reproducible",  # an extension's replay of the earlier turns' calls gave other results
 )
 
 TRANSIENT = ("model_error", "timeout")  # the reason codes of faults a rerun may cure: stages retry them

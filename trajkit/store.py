@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import json
 import os
 import re
@@ -38,6 +39,8 @@ from trajkit.errors import Fenced, UserError
 from trajkit.redact import SHARD_MARK, Redactor, environment_secrets
 
 STAGES_DIR = "_stages"
+FILE_INPUTS = "files"  # in a manifest's inputs, beside the tables: files read, by path, with their versions
+LEDGER_PREFIX = "_shards-r"  # _stages/<stage>/_shards-r<rank>.jsonl: the shards a stage rank wrote, with hashes
 TMP_PREFIX = ".tmp-"
 # a stage's shard: ``stage-r<rank>-<seq>.parquet``, or ``stage-r<rank>-<seq>-<last>.parquet`` for the shard
 # that compacted shards seq..last when the stage completed (``Store.compact``); stage names hold no "-"
@@ -74,14 +77,17 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_parquet_atomic(path: Path, data: pa.Table, lease: Lease | None = None) -> None:
-    """Write a shard to a temporary file of its own, then (``lease`` still held) rename it into place."""
+def _write_parquet_atomic(path: Path, data: pa.Table, lease: Lease | None = None) -> str:
+    """Write a shard to a temporary file of its own, then (``lease`` still held) rename it into place;
+    returns its content hash."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{TMP_PREFIX}{path.name}.{uuid.uuid4().hex[:8]}")
-    with open(tmp, "wb") as f:
+    with open(tmp, "w+b") as f:
         pq.write_table(data, f, compression="zstd", row_group_size=64 * 1024)
         f.flush()
         os.fsync(f.fileno())
+        f.seek(0)
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
     if lease is not None:
         try:
             lease.check()
@@ -90,6 +96,13 @@ def _write_parquet_atomic(path: Path, data: pa.Table, lease: Lease | None = None
             raise
     os.replace(tmp, path)  # fails if a newer run cleaned the temporary file after checking: fenced as well
     _fsync_dir(path.parent)
+    return digest
+
+
+def file_hash(path: Path) -> str:
+    """The content hash a shard is listed with (sha256 of its bytes)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 class Lease:
@@ -155,7 +168,7 @@ class ShardWriter:
         path = self.store.table_dir(self.table) / f"{self.stage}-r{self.rank}-{self._seq:06d}.parquet"
         shard = self.store.redactor.table(shard)  # once per shard: a call per small write cost more than the stage
         shard = shard.replace_schema_metadata({**(shard.schema.metadata or {}), SHARD_MARK: b"1"})
-        _write_parquet_atomic(path, shard.combine_chunks(), self.store.lease)
+        self.store._commit(path, self.table, shard.combine_chunks())
         self._seq += 1
         self.rows_written += len(shard)
 
@@ -185,8 +198,16 @@ def _compact_groups(small: list[tuple[int, Path]]) -> list[list[tuple[int, Path]
 
 # what every reader of a manifest or stage config relies on: key -> type (required keys first)
 MANIFEST_KEYS = {"stage": str, "kind": str, "config_hash": str, "finished_at": str, "seconds": (int, float)}
-MANIFEST_OPTIONAL = {"outputs": dict, "usage": dict, "counts": dict, "config": dict, "inputs": dict}
+MANIFEST_OPTIONAL = {"outputs": dict, "usage": dict, "counts": dict, "config": dict, "inputs": dict, "shards": dict}
 CONFIG_KEYS = {"config": dict, "config_hash": str}
+
+
+def _json_or_none(path: Path) -> Any:
+    """A JSON file's value, or None when it cannot be read or parsed."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _read_json(
@@ -267,6 +288,10 @@ class Store:
         self._redactor = redactor
         self.lease: Lease | None = None  # set on the store a stage run writes through (``leased``)
         self._checked: dict[Path, tuple[int, int]] = {}  # shards ``validate`` found good: (mtime_ns, size)
+        self._hashes: dict[Path, tuple[tuple[int, int, int], str]] = {}  # (inode, mtime_ns, size), content hash
+        self._ledgers: dict[Path, tuple[tuple[int, int, int], list[dict[str, Any]]]] = {}
+        self.reads: dict[str, dict[str, str]] | None = None  # a stage run's: table -> stage -> version it read
+        self._legacy: set[str] | None = None  # ``legacy_stages``, found once
 
     @property
     def redactor(self) -> Redactor:
@@ -286,6 +311,7 @@ class Store:
         store = copy.copy(self)
         store.lease = Lease(self.stage_dir(stage) / f"_lease-r{rank}", stage, rank)
         store.redactor = redactor
+        store.reads = {}
         return store
 
     def write_json(self, path: Path, obj: Any) -> None:
@@ -305,19 +331,190 @@ class Store:
         return [t for t in S.TABLES if self.shards(t)]
 
     def shards(self, table: str, stage: str | None = None, rank: int | None = None) -> list[Path]:
-        """A table's shard files in a stable order (stage, rank, sequence); optionally one
-        stage's (and one rank's) only. Parquet files copied in by hand belong to no stage. A shard
-        that a compacted one covers (left behind by a compaction that was killed) is not listed."""
+        """A table's shard files in a stable order (stage, rank, sequence); optionally one stage's (and one
+        rank's) only. Only shards a stage listed as it wrote them are data: a file no stage listed (copied in,
+        or renamed into place by a write killed before it was listed) is left out, and a listed shard that is
+        missing or whose content hash changed is a user error naming it (``problems`` says all of them). A
+        shard that a compacted one covers (left behind by a compaction that was killed) is not listed. A
+        stage's run records, per table and stage, the version of what it read (``reads``)."""
+        paths, problems = self._scan(table, stage, rank)
+        bad = [line for kind, line in problems if kind != "unlisted"]
+        if bad:
+            raise UserError(f"{bad[0]}; `trajkit info {self.root}` lists every such shard")
+        if self.reads is not None and paths and rank is None:  # a stage's shards of every rank: its version
+            own = safe_name(self.lease.stage) if self.lease is not None else None
+            by_stage: dict[str, list[Path]] = {}
+            for p in paths:
+                by_stage.setdefault(SHARD_RE.match(p.name)["stage"], []).append(p)
+            listed = self.listed(table)
+            for st, group in by_stage.items():
+                if st != own:
+                    self.reads.setdefault(table, {})[st] = _version((p.name, listed[p.name][0]) for p in group)
+        return paths
+
+    def note_input(self, path: Path) -> None:
+        """Record a file besides the tables that a stage run reads (a recording's call log, which grows while
+        the proxy records), by content hash, so the stage is stale once the file changes (``file_version``)."""
+        if self.reads is not None:
+            self.reads.setdefault(FILE_INPUTS, {})[os.path.relpath(path, self.root)] = self.file_version(path)
+
+    def file_version(self, path: Path | str) -> str | None:
+        """The version of a file a stage read (relative paths are the run's): a hash of its content, or None."""
+        path = self.root / path
+        return file_hash(path)[:16] if path.is_file() else None
+
+    def version(self, table: str, stage: str) -> str:
+        """The version of one stage's shards of a table: a hash of their names and content hashes."""
+        listed = self.listed(table)
+        return _version((p.name, listed[p.name][0]) for p in self.shards(table, stage))
+
+    def problems(self, table: str | None = None, stage: str | None = None, rank: int | None = None) -> list[str]:
+        """One line per shard file of a table (by default every table; optionally one stage's, one rank's)
+        that disagrees with what the stages listed: unlisted, missing or changed."""
+        tables = S.TABLES if table is None else (table,)
+        return [line for t in tables for _, line in self._scan(t, stage, rank)[1]]
+
+    def _scan(self, table: str, stage: str | None, rank: int | None) -> tuple[list[Path], list[tuple[str, str]]]:
+        """The listed shards present (covered ones left out), and the problems as (kind, line)."""
+        listed = self.listed(table)
         entries = self._entries(table, stage, rank)
-        covers = {(st, rk): [] for st, rk, *_ in entries}
-        for st, rk, seq, last, _ in entries:
+        present = {p.name for *_, p in entries}
+        problems = []
+        good = []
+        for e in entries:
+            p = e[-1]
+            digest = listed.get(p.name, (None, 0))[0]
+            if digest is None:
+                problems.append(("unlisted", f"{p}: no stage listed this shard (copied in, or left by a killed write)"))
+            elif self._hash(p) != digest:
+                problems.append(("changed", f"{p}: changed since its stage wrote it (not the content hash listed)"))
+            else:
+                good.append(e)
+        covers: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        for st, rk, seq, last, _ in good:
             if last is not None:
-                covers[st, rk].append((seq, last))
-        return [
-            p
-            for st, rk, seq, last, p in entries
-            if last is not None or not any(a <= seq <= b for a, b in covers[st, rk])
-        ]
+                covers.setdefault((st, rk), []).append((seq, last))
+
+        def covered(st: str, rk: int, seq: int, last: int | None) -> bool:
+            return last is None and any(a <= seq <= b for a, b in covers.get((st, rk), ()))
+
+        for name, (digest, _) in listed.items():
+            m = SHARD_RE.match(name)
+            if digest is None or name in present or m is None:
+                continue
+            st, rk, seq, last = m["stage"], int(m["rank"]), int(m["seq"]), m["last"] and int(m["last"])
+            mine = (stage is None or st == safe_name(stage)) and (rank is None or rk == rank)
+            if mine and not covered(st, rk, seq, last):
+                problems.append(("missing", f"{self.table_dir(table) / name}: listed by its stage but missing"))
+        return [p for st, rk, seq, last, p in good if not covered(st, rk, seq, last)], problems
+
+    def listed(self, table: str) -> dict[str, tuple[str | None, int]]:
+        """The shards of a table that stages listed as they wrote them: file name -> (content hash, rows);
+        the hash is None for a shard its stage removed since (merged by a compaction, its rows dropped)."""
+        out: dict[str, tuple[str | None, int]] = {}
+        root = self.root / STAGES_DIR
+        for ledger in sorted(root.glob(f"*/{LEDGER_PREFIX}*.jsonl")) if root.is_dir() else ():
+            for entry in self._ledger(ledger):
+                if entry["table"] == table:
+                    out[entry["shard"]] = (entry["sha256"], entry["rows"])
+        legacy = self.legacy_stages()
+        for p in sorted(self.table_dir(table).glob("*.parquet")) if legacy else ():
+            m = SHARD_RE.match(p.name)
+            if m and m["stage"] in legacy and p.name not in out:
+                out[p.name] = (self._hash(p), pq.read_metadata(p).num_rows)
+        return out
+
+    def legacy_stages(self) -> set[str]:
+        """Stages that completed before stages listed their shards (manifests without ``shards``, no ledger):
+        their shards are taken as found, so a run an older trajkit wrote reads as it did (``trajkit info``
+        names them; a rerun with ``--fresh`` lists them)."""
+        if self._legacy is None:
+            root = self.root / STAGES_DIR
+            self._legacy = {
+                d.name
+                for d in (root.iterdir() if root.is_dir() else ())
+                if d.is_dir()
+                and not any(d.glob(f"{LEDGER_PREFIX}*.jsonl"))
+                and (manifests := list(d.glob("_manifest*.json")))
+                and all("shards" not in (_json_or_none(m) or {"shards": None}) for m in manifests)
+            }
+        return self._legacy
+
+    def _ledger(self, path: Path) -> list[dict[str, Any]]:
+        """A stage rank's ledger: what it listed, in order (a line torn by a kill, or not a listing, is skipped)."""
+        try:
+            st = path.stat()
+        except OSError:
+            return []
+        seen = (st.st_ino, st.st_mtime_ns, st.st_size)
+        cached = self._ledgers.get(path)
+        if cached is not None and cached[0] == seen:
+            return cached[1]
+        entries = []
+        for line in path.read_bytes().splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if (
+                isinstance(entry, dict)
+                and isinstance(entry.get("table"), str)
+                and isinstance(entry.get("shard"), str)
+                and isinstance(entry.get("sha256"), str | None)
+                and isinstance(entry.get("rows"), int)
+            ):
+                entries.append(entry)
+        self._ledgers[path] = (seen, entries)
+        return entries
+
+    def _hash(self, path: Path) -> str | None:
+        """A shard file's content hash (kept while its inode, size and modification time hold)."""
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        seen = (st.st_ino, st.st_mtime_ns, st.st_size)
+        cached = self._hashes.get(path)
+        if cached is None or cached[0] != seen:
+            cached = self._hashes[path] = (seen, file_hash(path))
+        return cached[1]
+
+    def _commit(self, path: Path, table: str, data: pa.Table) -> None:
+        """Write a shard (the lease checked) and list it, with its content hash and rows, in its stage rank's
+        ledger; a write killed between the two leaves a shard no stage listed, which the rerun removes."""
+        digest = _write_parquet_atomic(path, data, self.lease)
+        self._list(path, table, digest, len(data))
+
+    def _remove(self, path: Path, table: str) -> None:
+        """Delete one of this store's shards and strike it from its stage rank's ledger."""
+        path.unlink(missing_ok=True)
+        self._list(path, table, None, 0)
+
+    def _list(self, path: Path, table: str, digest: str | None, rows: int) -> None:
+        m = SHARD_RE.match(path.name)
+        ledger = self.root / STAGES_DIR / m["stage"] / f"{LEDGER_PREFIX}{m['rank']}.jsonl"
+        ledger.parent.mkdir(parents=True, exist_ok=True)
+        line = json.dumps({"table": table, "shard": path.name, "sha256": digest, "rows": rows}) + "\n"
+        fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if digest is not None:
+            st = path.stat()
+            self._hashes[path] = ((st.st_ino, st.st_mtime_ns, st.st_size), digest)
+
+    def stage_shards(self, stage: str, rank: int) -> dict[str, dict[str, dict[str, Any]]]:
+        """What one stage rank listed and holds now: table -> shard name -> its content hash and rows
+        (a manifest records it; a resume compares)."""
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for table in S.TABLES:
+            listed = self.listed(table)
+            for p in self.shards(table, stage, rank):
+                digest, rows = listed[p.name]
+                out.setdefault(table, {})[p.name] = {"sha256": digest, "rows": rows}
+        return out
 
     def _entries(self, table: str, stage: str | None, rank: int | None) -> list[tuple[str, int, int, int | None, Path]]:
         """Every shard file as (stage, rank, seq, last seq if compacted, path), sorted, covered ones too."""
@@ -348,7 +545,7 @@ class Store:
         small = []
         for _, _, seq, last, p in self._entries(table, stage, rank):
             if p not in listed:  # covered by a compacted shard: a killed compaction's leftover
-                p.unlink(missing_ok=True)
+                self._remove(p, table)
                 removed += 1
             elif last is None:
                 small.append((seq, p))
@@ -361,9 +558,9 @@ class Store:
             marked = all(SHARD_MARK in (t.schema.metadata or {}) for t in parts)
             data = pa.concat_tables(parts).combine_chunks()
             meta = {k: v for k, v in (data.schema.metadata or {}).items() if marked or k != SHARD_MARK}
-            _write_parquet_atomic(path, data.replace_schema_metadata(meta), self.lease)
+            self._commit(path, table, data.replace_schema_metadata(meta))
             for _, p in group:
-                p.unlink(missing_ok=True)
+                self._remove(p, table)
                 removed += 1
         return removed
 
@@ -500,6 +697,25 @@ class Store:
                 p.unlink()
         shutil.rmtree(self.stage_dir(stage), ignore_errors=True)
 
+    def drop_shard(self, stage: str, rank: int, world_size: int) -> None:
+        """Delete one stage rank's manifest, shards and ledger (a stage rank redone; its config stays)."""
+        self.manifest_path(stage, rank, world_size).unlink(missing_ok=True)
+        for t in S.TABLES:
+            for *_, p in self._entries(t, stage, rank):
+                p.unlink()
+        (self.stage_dir(stage) / f"{LEDGER_PREFIX}{rank}.jsonl").unlink(missing_ok=True)
+
+    def remove_unlisted(self, stage: str, rank: int) -> int:
+        """Delete a stage rank's shard files that its ledger does not list; returns how many."""
+        removed = 0
+        for t in S.TABLES:
+            listed = self.listed(t)
+            for *_, p in self._entries(t, stage, rank):
+                if listed.get(p.name, (None, 0))[0] is None:
+                    p.unlink(missing_ok=True)
+                    removed += 1
+        return removed
+
     def drop_rows(self, table: str, stage: str, ids: set[str]) -> int:
         """Remove rows with these ids from this stage's own shards (to retry aborted work).
 
@@ -519,11 +735,11 @@ class Store:
             if n:
                 kept = data.filter(keep)
                 if len(kept):
-                    _write_parquet_atomic(p, kept, self.lease)
+                    self._commit(p, table, kept)
                 else:
                     if self.lease is not None:
                         self.lease.check()
-                    p.unlink()
+                    self._remove(p, table)
                 removed += n
         return removed
 
@@ -700,6 +916,11 @@ def absent_columns(table: str, paths: list[Path]) -> str:
     return "".join(
         f", CAST(NULL AS {_duck_type(tbl.schema.field(c).type)}) AS {_q(c)}" for c in tbl.added if c in missing
     )
+
+
+def _version(shards: Iterable[tuple[str, str | None]]) -> str:
+    """A version of a set of shards: a hash of their names and content hashes."""
+    return hashlib.sha256("".join(f"{name} {digest}\n" for name, digest in sorted(shards)).encode()).hexdigest()[:16]
 
 
 def _files(paths: list[Path]) -> str:

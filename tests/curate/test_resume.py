@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.curate.helpers import run, write_jsonl
-from trajkit.store import SHARD_RE, Store
+from trajkit.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 20_000  # two shards of the store's 10,000 rows: the kill lands between them
@@ -42,10 +42,10 @@ def _cli(run_dir: Path, *args: str) -> subprocess.Popen:
 
 
 def _kill_after_first_shard(proc: subprocess.Popen, table_dir: Path, stage: str) -> None:
-    """SIGKILL the process as soon as one complete shard of the stage is on disk."""
+    """SIGKILL the process as soon as one complete shard of the stage is on disk and listed."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
-        if any((m := SHARD_RE.match(p.name)) and m["stage"] == stage for p in table_dir.glob("*.parquet")):
+        if (table_dir.parent / "_stages").is_dir() and Store(table_dir.parent).shards(table_dir.name, stage):
             break
         time.sleep(0.005)
     assert proc.poll() is None, f"the stage finished before it could be killed: {proc.stderr.read()}"

@@ -15,6 +15,7 @@ from tests.test_cli import trajkit
 from tests.test_user_errors import user_error
 from trajkit.config import build
 from trajkit.curate.threads import Call, group, trajectory_row
+from trajkit.errors import UserError
 from trajkit.models.record import SESSION_HEADER, RecordingProxy
 from trajkit.models.scripted_server import ScriptedServer
 from trajkit.runner import run_stage
@@ -197,7 +198,7 @@ def test_recorded_trajectories_go_through_judge_filter_export_and_sql(recorded, 
     # SFT examples and the card read them as any rows: both accepted trajectories, the card's task table says how
     assert sorted(r["traj_id"] for r in sft_rows(store)) == sorted(r["traj_id"] for r in rows)
     trajkit("card", "--run", str(run_dir), "--examples", "0")
-    assert "| trace | recorded | 2 |" in (run_dir / "card" / "README.md").read_text()
+    assert "| `trace` | `recorded` | 2 |" in (run_dir / "card" / "README.md").read_text()
 
 
 def test_a_task_file_attaches_verifiers_and_recorded_attempts_get_verdicts(recorded, tmp_path):
@@ -230,6 +231,22 @@ def test_a_task_file_attaches_verifiers_and_recorded_attempts_get_verdicts(recor
     }
     assert all(t["verifier"]["kind"] == "custom" for t in other.rows("tasks"))
     assert manifest["counts"]["skipped.unknown_task"] == 1
+
+
+def test_a_recording_that_grew_makes_its_traces_stage_stale(recorded, tmp_path):
+    """The stage versions the call log it read: once the proxy records more, a rerun is refused in one line as
+    stale (never "complete"), and --redo-stale reads the grown recording."""
+    run_dir, up = recorded
+    other = Store(tmp_path / "copy", create=True)
+    shutil.copytree(run_dir / "_record", other.root / "_record")
+    run(other, "curate.traces")
+    with RecordingProxy(up.base_url, other.root) as proxy:
+        calculator_agent(proxy.base_url, "What is 1 plus 1?")
+    spec = get_stage("curate.traces")
+    with pytest.raises(UserError, match="stage 'traces' is stale: its input file .* changed"):
+        run_stage(other, spec, build(spec.config, {}), quiet=True)
+    run_stage(other, spec, build(spec.config, {}), quiet=True, redo_stale=True)
+    assert len(other.rows("trajectories")) == 3
 
 
 def test_secrets_in_what_the_agent_sent_are_redacted_in_rows_and_the_cache(run_dir, monkeypatch):

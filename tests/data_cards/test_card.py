@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 
 import pytest
 import typer
@@ -12,6 +11,7 @@ from typer.testing import CliRunner
 
 from tests.data_cards.conftest import render_card
 from tests.data_cards.runs import build_run
+from tests.toy_stage import copy_table
 from trajkit.data_cards import cli
 from trajkit.data_cards.card import size_category
 from trajkit.errors import UserError
@@ -106,7 +106,7 @@ def test_card_cli_renders_afresh_each_time(carded_run, run_dir):
     app = typer.Typer()
     app.command("card")(cli.card)
     app.command("push")(cli.push)
-    shutil.copytree(carded_run / "tasks", run_dir / "tasks")  # a run with tasks only: no plots
+    copy_table(carded_run, run_dir, "tasks")  # a run with tasks only: no plots
     args = ["card", "--run", str(run_dir), "--title", "Weather agents", "--license", "cc-by-4.0"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
@@ -118,7 +118,7 @@ def test_card_cli_renders_afresh_each_time(carded_run, run_dir):
     assert meta["pretty_name"] == "Weather agents" and meta["license"] == "cc-by-4.0"
     # tasks only: the rl view (every task, unjudged) is the default; no trajectories, so no sft view
     assert [c["config_name"] for c in meta["configs"]] == ["rl", "tasks"] and meta["configs"][0]["default"]
-    shutil.copytree(carded_run / "splits", run_dir / "splits")  # the run changed: the card follows
+    copy_table(carded_run, run_dir, "splits")  # the run changed: the card follows
     assert CliRunner().invoke(app, args).exit_code == 0
     meta = _front((run_dir / "card" / "README.md").read_text())
     assert [c["config_name"] for c in meta["configs"]] == ["rl", "tasks", "splits"]

@@ -12,6 +12,7 @@ import typer
 from typer.testing import CliRunner
 
 from tests.data_cards.conftest import TOKEN
+from tests.toy_stage import relist
 from trajkit import schema as S
 from trajkit.accepted import accepted_ids
 from trajkit.data_cards import cli, layout
@@ -137,6 +138,7 @@ def test_secret_in_a_shard_is_refused_before_any_request(run_copy, hub):
     rows[17]["messages"][1]["tool_calls"][0]["arguments"] = f'{{"api_key": "{secret}"}}'
     (shard,) = build.shards("trajectories")  # rewritten by hand: the store would redact the key
     pq.write_table(S.to_batch("trajectories", rows), shard)
+    relist(build, shard, "trajectories")  # as a trajkit that did not redact would have listed it
     with pytest.raises(UserError) as err:
         push(run_copy, "alice/tool-traj", endpoint=hub.url)
     message = str(err.value)

@@ -359,3 +359,32 @@ async def test_token_ids_loss_mask_and_logprobs_cover_the_trajectory(raw_env):
     assert {lp for lp, m in zip(row["logprobs"], row["loss_mask"]) if m == 0} == {0.0}
     assert row["policy_version"] == 4
     S.to_batch("trajectories", [row])
+
+
+async def test_an_extension_continues_the_world_its_first_turn_left(
+    example_servers, example_servers_config, scripted_openai
+):
+    """Turn 2 ran on a fresh stateful server: turn 1's writes were gone (issue 34 item 2). Turn 1's calls are
+    replayed first; a replay that gives another result than the recorded one is ``state_not_reproducible``."""
+    ids = {r["name"]: r["server_id"] for r in example_servers}
+    task = {"task_id": "kv-1", "question": "And what is the color now?", "server_ids": [ids["kv"]], "verifier": None}
+
+    def history(recorded: str) -> list[dict]:
+        set_color = {"id": "c1", "name": "set", "arguments": json.dumps({"key": "color", "value": "blue"})}
+        return [
+            {"role": "user", "content": "Remember that the color is blue."},
+            {"role": "assistant", "content": "", "tool_calls": [set_color]},
+            {"role": "tool", "content": recorded, "tool_call_id": "c1", "name": "set"},
+            {"role": "assistant", "content": "Done."},
+        ]
+
+    script = steps(*[None] * 2, {"tool_calls": [call("get", key="color")]}, lambda m: f"It is {tool_results(m)[-1]}.")
+    server, backend = scripted_openai(script)
+    async with ToolEnv(example_servers, config=example_servers_config) as env:
+        row = await run_episode(task, backend, env, PARAMS, AgentLimits(), history=history("ok: color = blue"))
+        assert (row["status"], row["final_answer"]) == ("completed", "It is blue.")
+        assert tool_results(row["messages"]) == ["ok: color = blue", "blue"]  # the replay adds no message
+        other = await run_episode(task, backend, env, PARAMS, AgentLimits(), history=history("ok: color = red"))
+    assert (other["status"], other["reason_code"]) == ("failed", "state_not_reproducible")
+    assert "'ok: color = blue', not the recorded 'ok: color = red'" in other["reason"]
+    assert len(server.chat_requests) == 2  # the failed extension asked the model nothing

@@ -174,6 +174,24 @@ def test_vscode_servers_and_inputs_from_the_environment_or_set(tmp_path, monkeyp
     assert cfg["perplexity"].env == {"PERPLEXITY_API_KEY": "from-env"} and cfg["github"].transport == "http"
 
 
+def test_vscode_predefined_variables(tmp_path, monkeypatch):
+    """``${workspaceFolder}`` and ``${userHome}`` in a VS Code ``.vscode/mcp.json`` were taken for environment
+    variables and refused (issue 34)."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "proj" / ".vscode").mkdir(parents=True)
+    entry = {
+        "command": "python",
+        "args": ["${workspaceFolder}${/}server.py", "--name", "${workspaceFolderBasename}"],
+        "env": {"DATA": "${userHome}/data", "KEEP": "${OTHER}"},
+    }
+    path = tmp_path / "proj" / ".vscode" / "mcp.json"
+    path.write_text(json.dumps({"servers": {"fs": entry}}))
+    cfg = load_servers_config(path)["fs"]
+    assert cfg.args == [f"{tmp_path / 'proj'}/server.py", "--name", "proj"]
+    assert cfg.env == {"DATA": f"{tmp_path / 'home'}/data", "KEEP": "${OTHER}"}  # ${VAR}: from the environment
+    assert load_servers_config(write(tmp_path, {"servers": {"fs": entry}}))["fs"].args[0] == f"{tmp_path}/server.py"
+
+
 def test_session_dir_and_variables_expand_in_every_field(monkeypatch):
     monkeypatch.setenv("TK_BIN", "/opt/bin")
     monkeypatch.setenv("TK_TOKEN", "t0k")

@@ -53,7 +53,8 @@ def test_replays_held_out_turns_and_scores_them(run_dir):
                 spec("down", down.base_url, retries=0),
             ]
         )
-        manifest = run_stage(store, EVAL_TOOLS, cfg, name="eval-tools", quiet=True)
+        # one of three models is down on purpose: its rows say so, the stage may lose its calls
+        manifest = run_stage(store, EVAL_TOOLS, cfg, name="eval-tools", quiet=True, max_failed_calls=1.0)
         requests = len(good_bad.chat_requests)
         rows = {(r["model"], r["traj_id"], r["turn"]): r for r in store.rows("eval_tools", stage="eval-tools")}
 
@@ -108,7 +109,7 @@ def test_replays_held_out_turns_and_scores_them(run_dir):
         # a killed run resumes: turns already scored are not asked again; failed requests are asked again
         assert len(down.chat_requests) == 4
         store.manifest_path("eval-tools").unlink()
-        again = run_stage(store, EVAL_TOOLS, cfg, name="eval-tools", quiet=True)
+        again = run_stage(store, EVAL_TOOLS, cfg, name="eval-tools", quiet=True, max_failed_calls=1.0)
         assert len(good_bad.chat_requests) == requests and store.count("eval_tools") == 12
         assert len(down.chat_requests) == 8 and again["counts"]["retried"] == 4
 

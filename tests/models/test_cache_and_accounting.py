@@ -59,6 +59,7 @@ def test_a_rerun_pays_nothing_twice(tmp_path):
         "completion_tokens": 3 * 2 * 3,
         "calls": 3,
         "cached_calls": 0,
+        "failed_calls": 0,
         "cost": round((3 * prompt * 2.0 + 18 * 10.0) / 1e6, 6),
     }
     assert second_usage.as_dict() == {
@@ -66,6 +67,7 @@ def test_a_rerun_pays_nothing_twice(tmp_path):
         "completion_tokens": 0,
         "calls": 0,
         "cached_calls": 3,
+        "failed_calls": 0,
         "cost": 0.0,
         "served": {"scripted": "scripted"},
     }
@@ -186,6 +188,7 @@ def test_a_budget_cap_stops_a_stage_cleanly_and_the_rerun_pays_only_for_the_rest
         "completion_tokens": 9,
         "calls": 3,
         "cached_calls": 1,
+        "failed_calls": 0,
         "cost": 0.0,
         "served": {"scripted": "scripted"},
     }

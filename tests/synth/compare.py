@@ -9,6 +9,7 @@ from trajkit import schema as S
 from trajkit.store import Store
 
 TIMINGS = ("model_s", "tools_s", "total_s")
+CALL_TIMINGS = ("start_s", "seconds")  # of each entry of a trajectory's calls
 OUTPUTS = {
     "tasks": ("tasks", "rejected"),
     "rollouts": ("trajectories",),
@@ -26,6 +27,8 @@ def stage_rows(run: Path, table: str, stage: str) -> dict[str, dict[str, Any]]:
     for r in rows:
         assert r[key] not in out, f"duplicate {table} row {r[key]} from stage {stage}"
         out[r[key]] = {k: v for k, v in r.items() if k not in TIMINGS}
+        if r.get("calls") is not None:
+            out[r[key]]["calls"] = [{k: v for k, v in c.items() if k not in CALL_TIMINGS} for c in r["calls"]]
     return out
 
 

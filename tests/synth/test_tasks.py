@@ -11,6 +11,7 @@ import pytest
 
 from tests.fixtures.synth import model, stage, with_servers
 from tests.synth.brain import Brain
+from tests.test_store import ids_map_to_one_row
 from trajkit.envs.config import ServerConfig
 from trajkit.envs.discovery import discover
 from trajkit.errors import StageStopped, UserError
@@ -176,3 +177,45 @@ def test_prompt_shows_each_tools_parameters(tmp_path):
         "- `sound`: A short WAV clip.\n"
     )
     assert listing in prompt
+
+
+def test_a_dead_endpoint_fails_the_stage_and_fresh_reuses_no_answer(synth_run, tmp_path):
+    """A wrong port ended "done", exit 0; with the call cache on, a dead endpoint "succeeded" from old answers;
+    ``--fresh`` replayed the cache silently (issue 34 items 3 and 4)."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    with ScriptedServer(Brain(garbage=0)) as server:
+        cfg = _config(server, k=1)
+        first = stage(synth_run, "synth.tasks", cfg)
+        assert first["usage"]["calls"] == 2 and first["usage"]["cached_calls"] == 0
+        assert first["usage"]["failed_calls"] == 0
+    gone = _config(server, k=1) | {"model": model(server) | {"base_url": dead, "max_retries": 0}}
+    again = stage(synth_run, "synth.tasks", gone, fresh=True, reuse_cache=True)  # the user asked: old answers
+    assert again["usage"]["cached_calls"] == 2 and again["usage"]["calls"] == 0
+    with pytest.raises(UserError) as e:
+        stage(synth_run, "synth.tasks", gone, fresh=True)
+    assert str(e.value).startswith(f"stage 'tasks': 2 of 2 model calls failed (scripted at {dead}: ")
+    assert "\n" not in str(e.value) and Store(synth_run).manifest("tasks") is None
+    with pytest.raises(UserError, match="2 of 2 model calls failed"):  # resumed, still fresh: no old answer
+        stage(synth_run, "synth.tasks", gone)
+    assert stage(synth_run, "synth.tasks", gone, max_failed_calls=1.0)["usage"]["failed_calls"] == 2
+
+
+def test_task_ids_are_unique_across_stages_and_generators(synth_run):
+    """A second tasks stage (another name, another generator model) reused the ids of the first for other
+    questions (issue 34 item 1): a task's id is its content, written once; the second provenance is a reject."""
+    with ScriptedServer(Brain(garbage=0)) as a, ScriptedServer(Brain(garbage=0), model="other") as b:
+        stage(synth_run, "synth.tasks", _config(a, k=2), name="tasks-a")
+        second = _config(b, k=2) | {"model": model(b) | {"model": "other"}}
+        manifest = stage(synth_run, "synth.tasks", second, name="tasks-b")
+    store = Store(synth_run)
+    dupes = [r for r in store.rows("rejected") if r["reason"] == "duplicate_task"]
+    assert len(dupes) == manifest["counts"]["rejected.duplicate_task"] == 4  # the same 4 questions, seeded alike
+    written = {t["task_id"]: t for t in store.rows("tasks")}
+    assert len(written) == 4 and all(t["generator_model"] == "scripted" for t in written.values())
+    assert {d["detail"].split()[0] for d in dupes} == set(written)  # each names the task it repeats
+    assert all("other, request " in d["detail"] and d["row_id"] not in written for d in dupes)
+    ids_map_to_one_row(store)

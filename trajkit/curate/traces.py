@@ -90,6 +90,10 @@ def verifiers_by_task(path: str, questions: dict[str, str | None]) -> tuple[dict
 
 
 async def run_traces(ctx: StageContext, cfg: TracesConfig) -> dict[str, Any]:
+    from trajkit.models.calllog import log_path
+
+    # what it reads, versioned before it is read: a recording that grows afterwards makes this stage stale
+    ctx.store.note_input(Path(cfg.path) if cfg.path is not None else log_path(ctx.store.root))
     if cfg.path is not None:
         calls, fmt = file_calls(Path(cfg.path), cfg.format)
         source, backend, skipped = "imported", None, {}

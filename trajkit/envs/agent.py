@@ -307,11 +307,37 @@ async def run_episode(
     if ep.status is None:
         try:
             async with env.episode(server_ids) as sessions:
-                await _loop(ep, sessions, routes, params)
+                await _replay(ep, sessions, routes)
+                if ep.status is None:
+                    await _loop(ep, sessions, routes, params)
                 await ep.probe(sessions)
         except ServerFault as e:
             ep.stop("failed", str(e), e.code)
     return _row(task, backend, params, ep, routes, rollout_index, policy_version, parent_id, time.monotonic() - t_start)
+
+
+async def _replay(ep: _Episode, sessions: Episode, routes: list[ToolRoute]) -> None:
+    """Before an extension's turn, the world its earlier turns left: their calls to this trajectory's stateful
+    stdio servers are replayed in order on its fresh instances, each result compared with the one recorded; any
+    difference (a state the calls do not rebuild) fails the extension as ``state_not_reproducible``. (An HTTP
+    server has no fresh instance: its state is the one it kept.)"""
+    by_name = {r.name: r for r in routes}
+    recorded = {m["tool_call_id"]: m["content"] or "" for m in ep.messages if m["role"] == "tool"}
+    calls = [c for m in ep.messages if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    for c in calls:
+        route = by_name.get(c["name"])
+        name = route and sessions.server_name(route.server_id)
+        if route is None or sessions.env.stateless[name] or sessions.rows[name]["transport"] != "stdio":
+            continue  # a call that failed in its turn, or one whose server keeps no state of its own
+        out, _, _ = await ep._call(sessions, c["name"], c["arguments"], by_name)
+        if out.text != recorded.get(c["id"]):
+            ep.stop(
+                "failed",
+                f"state not reproducible: {c['name']} replayed on a fresh {route.server} gave "
+                f"{out.text[:100]!r}, not the recorded {(recorded.get(c['id']) or '')[:100]!r}",
+                "state_not_reproducible",
+            )
+            return
 
 
 async def _loop(ep: _Episode, sessions: Episode, routes: list[ToolRoute], params: SamplingParams) -> None:

@@ -158,6 +158,9 @@ class ServerConfig(BaseModel):
 SESSION_DIR = "${SESSION_DIR}"
 IGNORED_KEYS = {"autoApprove", "alwaysAllow", "transportType"}  # other clients' UI settings
 _INPUT = re.compile(r"\$\{input:([^}]+)\}")
+# VS Code's predefined variables a server entry may use (``workspaceFolder``: the folder whose ``.vscode/`` holds
+# the file, else the file's folder)
+_PREDEFINED = re.compile(r"\$\{(workspaceFolder|workspaceFolderBasename|userHome|pathSeparator|/)\}")
 log = logging.getLogger("trajkit.envs")
 _noted: set[str] = set()
 
@@ -174,11 +177,28 @@ def input_variable(input_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", input_id).upper()
 
 
-def _fill_inputs(entry: dict[str, Any], inputs: Mapping[str, str], declared: dict[str, str]) -> dict[str, Any]:
-    """``entry`` with every ``${input:ID}`` of its strings filled; a missing value is a one-line UserError."""
+def predefined_variables(path: Path) -> dict[str, str]:
+    """VS Code's predefined variables for a servers file at ``path``."""
+    folder = path.resolve().parent
+    workspace = folder.parent if folder.name == ".vscode" else folder
+    return {
+        "workspaceFolder": str(workspace),
+        "workspaceFolderBasename": workspace.name,
+        "userHome": os.path.expanduser("~"),
+        "pathSeparator": os.sep,
+        "/": os.sep,
+    }
+
+
+def _fill_inputs(
+    entry: dict[str, Any], inputs: Mapping[str, str], declared: dict[str, str], predefined: Mapping[str, str]
+) -> dict[str, Any]:
+    """``entry`` with every ``${input:ID}`` and VS Code predefined variable (``${workspaceFolder}``, ...) of its
+    strings filled; a missing input is a one-line UserError."""
 
     def fill(value: Any) -> Any:
         if isinstance(value, str):
+            value = _PREDEFINED.sub(lambda m: predefined.get(m.group(1), m.group(0)), value)
             return _INPUT.sub(lambda m: value_of(m.group(1)), value)
         if isinstance(value, list):
             return [fill(v) for v in value]
@@ -201,11 +221,15 @@ def _fill_inputs(entry: dict[str, Any], inputs: Mapping[str, str], declared: dic
 
 
 def parse_servers_config(
-    data: Any, where: str = "servers config", inputs: Mapping[str, str] | None = None
+    data: Any,
+    where: str = "servers config",
+    inputs: Mapping[str, str] | None = None,
+    predefined: Mapping[str, str] | None = None,
 ) -> dict[str, ServerConfig]:
     """Validate a servers mapping (already parsed JSON); all problems in one line.
 
-    ``inputs``: values for VS Code's ``${input:ID}`` (before the environment).
+    ``inputs``: values for VS Code's ``${input:ID}`` (before the environment); ``predefined``: its predefined
+    variables (``predefined_variables`` of the file).
     """
     declared: dict[str, str] = {}
     if isinstance(data, dict) and ("mcpServers" in data or "servers" in data):
@@ -232,7 +256,7 @@ def parse_servers_config(
             _note(f"{where}: server {name!r}: ignoring unknown key(s) {', '.join(unknown)}")
         entry = {k: v for k, v in entry.items() if k in known}
         try:
-            entry = _fill_inputs(entry, inputs or {}, declared)
+            entry = _fill_inputs(entry, inputs or {}, declared, predefined or {})
         except UserError as e:
             raise UserError(f"{where}: server {name!r}: {e}") from None
         try:
@@ -260,7 +284,7 @@ def load_servers_config(path: str | Path, inputs: Mapping[str, str] | None = Non
         data = json.loads(p.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise UserError(f"{p}: not valid JSON ({e})") from None
-    return parse_servers_config(data, str(p), inputs)
+    return parse_servers_config(data, str(p), inputs, predefined_variables(p))
 
 
 def expand(value: str, environ: Mapping[str, str] | None = None) -> str:

@@ -48,8 +48,10 @@ def run_on_ray(
     address: str | None = None,
     budget_tokens: int | None = None,
     budget_cost: float | None = None,
+    redo_stale: bool = False,
+    max_failed_calls: float = 0.5,
 ) -> dict[str, Any]:
-    """Run the stage's ``world_size`` shards on Ray; return ``{"stage", "world_size", "shards"}`` (their
+    """Run the stage's ``world_size`` shards on Ray (a stale shard redone with ``redo_stale``, else refused); return ``{"stage", "world_size", "shards"}`` (their
     manifests, rank order) and, for a stage with a report, ``"summary"``: the report over every shard's rows."""
     from trajkit.progress import SHARD_PROGRESS_S, console, display, read_shards
     from trajkit.redact import Redactor
@@ -64,7 +66,18 @@ def run_on_ray(
     with cluster(address), display(f"{name} ({world_size} shards)") as show, _progress_files(folder):
         shard = ray.remote(num_cpus=shard_cpus(ray, world_size), max_retries=SHARD_RETRIES)(_shard)
         pending = {
-            shard.remote(str(store.root), spec, cfg, name, r, world_size, budget_tokens, budget_cost, version): r
+            shard.remote(
+                str(store.root),
+                spec,
+                cfg,
+                name,
+                r,
+                world_size,
+                budget_tokens,
+                budget_cost,
+                version,
+                (redo_stale, max_failed_calls),
+            ): r
             for r in range(world_size)
         }
         manifests: dict[int, dict[str, Any]] = {}
@@ -148,8 +161,9 @@ def remove_session(session: Path) -> None:
         latest.unlink(missing_ok=True)
 
 
-def _shard(root, spec, cfg, name, rank, world_size, budget_tokens, budget_cost, version) -> dict[str, Any]:
-    """One shard, inside a Ray worker: the same ``run_stage`` a hand-started rank runs, on the CPUs Ray gave it,
+def _shard(root, spec, cfg, name, rank, world_size, budget_tokens, budget_cost, version, checks) -> dict[str, Any]:
+    """One shard, inside a Ray worker: the same ``run_stage`` a hand-started rank runs (``checks``: its
+    ``redo_stale`` and ``max_failed_calls``), on the CPUs Ray gave it,
     once this node is found to run the driver's code ``version``."""
     import ray
 
@@ -176,6 +190,8 @@ def _shard(root, spec, cfg, name, rank, world_size, budget_tokens, budget_cost, 
             budget_cost=budget_cost,
             progress_file=shard_file(Store(root).stage_dir(name), rank),
             cpus=int(ray.get_runtime_context().get_assigned_resources().get("CPU", 1)),
+            redo_stale=checks[0],
+            max_failed_calls=checks[1],
         )
     except (UserError, StageStopped) as e:  # say where: a node that cannot start the servers or sandbox
         raise type(e)(f"shard {rank} on node {node_id[:8]} ({_address(ray, node_id)}): {e}") from None

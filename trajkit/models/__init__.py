@@ -64,13 +64,18 @@ def backend_class(name: str) -> type[Backend]:
 
 
 def make_backend(
-    spec: ModelSpec, usage: Usage | None = None, cache_dir: Path | None = None, redactor: Redactor | None = None
+    spec: ModelSpec,
+    usage: Usage | None = None,
+    cache_dir: Path | None = None,
+    redactor: Redactor | None = None,
+    cache_since: float | None = None,
 ) -> Backend:
     """The backend for ``spec.backend`` (``BACKENDS``), behind the call cache and token/cost accounting.
 
     The cache is used when ``spec.cache`` and a ``cache_dir`` are given (see
     ``trajkit.models.cache`` for what a key holds; entries go through ``redactor``,
-    a stage's: ``StageContext.backend`` passes it); every call, cached or not,
+    a stage's: ``StageContext.backend`` passes it; answers kept before ``cache_since`` are not reused: a stage
+    run ``--fresh``); every call, cached or not,
     is counted into ``usage`` (see ``trajkit.models.accounting``). Nothing is
     loaded until the first call; an ``openai`` endpoint is asked which model it
     serves (recorded into ``usage``, which refuses a stage that mixes models).
@@ -79,7 +84,7 @@ def make_backend(
     if spec.cache and cache_dir is not None:
         from trajkit.models.cache import CachedBackend, CallCache
 
-        backend = CachedBackend(backend, CallCache(Path(cache_dir), redactor))
+        backend = CachedBackend(backend, CallCache(Path(cache_dir), redactor, cache_since))
     if usage is not None:
         from trajkit.models.accounting import AccountedBackend
 

@@ -34,6 +34,8 @@ class Usage:
     completion_tokens: int = 0
     calls: int = 0
     cached_calls: int = 0
+    failed_calls: int = 0  # calls (counted in ``calls``) that got no answer: every completion an error
+    failure: str | None = None  # the last failed call's model, endpoint and error
     cost: float = 0.0
     endpoints: dict[str, dict[str, float]] = field(default_factory=dict)  # openai: url -> requests, errors, seconds
     served: dict[str, str] = field(default_factory=dict)  # openai: model name -> what its endpoints report serving
@@ -66,6 +68,11 @@ class Usage:
         self.cost += cost
         self.check()
 
+    def failed(self, where: str, error: str) -> None:
+        """Count a call that got no answer (already counted by ``add``), and keep where and why."""
+        self.failed_calls += 1
+        self.failure = f"{where}: {error.splitlines()[0] if error.strip() else 'no error text'}"
+
     def check(self) -> None:
         total = self.prompt_tokens + self.completion_tokens
         if self.max_tokens is not None and total > self.max_tokens:
@@ -79,6 +86,7 @@ class Usage:
             "completion_tokens": self.completion_tokens,
             "calls": self.calls,
             "cached_calls": self.cached_calls,
+            "failed_calls": self.failed_calls,
             "cost": round(self.cost, 6),
             **({"endpoints": _endpoint_summary(self.endpoints)} if self.endpoints else {}),
             **({"served": dict(sorted(self.served.items()))} if self.served else {}),
@@ -124,6 +132,10 @@ class AccountedBackend(Backend):
         completion = sum(c.completion_tokens for c in out)
         cost = call_cost(prompt, completion, self.spec.price_input_per_mtok, self.spec.price_output_per_mtok)
         self.usage.add(prompt, completion, cost, cached)
+        if out and all(c.error for c in out):
+            urls = self.spec.base_url if isinstance(self.spec.base_url, list) else [self.spec.base_url]
+            where = self.spec.model + "".join(f" at {clean_endpoint(u)}" for u in urls if u)
+            self.usage.failed(where, out[0].error)
         return out
 
     async def aclose(self) -> None:

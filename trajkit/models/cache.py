@@ -129,9 +129,11 @@ def _setup(db: sqlite3.Connection, patience_s: float = 60.0) -> None:
 class CallCache:
     """A sqlite table from call key to the completions that call returned."""
 
-    def __init__(self, cache_dir: Path, redactor: Redactor | None = None):
-        """``redactor``: what stored completions pass through (a stage's; by default the environment's secrets)."""
+    def __init__(self, cache_dir: Path, redactor: Redactor | None = None, since: float | None = None):
+        """``redactor``: what stored completions pass through (a stage's; by default the environment's secrets);
+        ``since``: a time before which answers are not reused (a stage run ``--fresh``)."""
         self.redactor = redactor or Redactor(environment_secrets())
+        self.since = since
         cache_dir = Path(cache_dir)
         cache_dir.mkdir(parents=True, exist_ok=True)
         self.path = cache_dir / "calls.sqlite"
@@ -146,7 +148,9 @@ class CallCache:
 
     def get(self, key: str) -> list[Completion] | None:
         with self._lock:
-            row = self._db.execute("SELECT completions FROM calls WHERE key = ?", (key,)).fetchone()
+            row = self._db.execute(
+                "SELECT completions FROM calls WHERE key = ? AND created >= ?", (key, self.since or 0)
+            ).fetchone()
         return None if row is None else [_decode(d) for d in json.loads(row[0])]
 
     def put(self, key: str, model: str, completions: list[Completion], identity: str | None = None) -> None:

@@ -22,9 +22,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from trajkit import schema as S
+from trajkit.config import merge
 from trajkit.envs.agent import episode_head
 from trajkit.envs.options import ServerPoolOptions
 from trajkit.errors import UserError
@@ -44,7 +45,19 @@ class ExtendConfig(ServerPoolOptions):
     """Config of ``synth.extend``."""
 
     model: ModelSpec = Field(description="The agent model that continues the conversation.")
-    user_model: ModelSpec | None = Field(None, description="The user-simulator model (default: the agent model).")
+    user_model: ModelSpec | None = Field(
+        None, description="The user-simulator model (default: the agent model; a field set alone changes only it)."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _user_model_from_model(cls, data: Any) -> Any:
+        """``--set user_model.cache=false`` alone: the user model is the agent model with that field changed."""
+        user, agent = (data.get("user_model"), data.get("model")) if isinstance(data, dict) else (None, None)
+        if isinstance(user, dict) and "model" not in user and isinstance(agent, dict):
+            return {**data, "user_model": merge(agent, user)}
+        return data
+
     rounds: int = Field(1, ge=1, description="Follow-ups per conversation; round r extends round r-1's rows.")
     where: str = Field(DEFAULT_WHERE, description="SQL condition on the trajectories view choosing the parents.")
     max_tokens: int = Field(1024, ge=1, description="Per agent model call.")

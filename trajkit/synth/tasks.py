@@ -92,8 +92,18 @@ class Request:
     draw: sampling_.Draw
 
 
-def task_id(request_id: str, candidate_index: int) -> str:
-    return S.content_id(request_id, candidate_index)
+def candidate_id(request_id: str, candidate_index: int, generator: str) -> str:
+    """The id of a generator's candidate for a request: a task row's id until its question is known (a failed
+    call, an output that holds no task), and a duplicate's ``rejected`` row id."""
+    return S.content_id(request_id, candidate_index, generator)
+
+
+def task_id(row: dict[str, Any]) -> str:
+    """A task's id: a hash of what defines it (question, servers, target tools, verifier), so the same task
+    from two requests, stages or generators is one id in a run; a row without a question keeps its candidate's."""
+    if row["question"] is None:
+        return row["task_id"]
+    return S.content_id("task", row["question"], sorted(row["server_ids"]), row["target_tools"], row["verifier"])
 
 
 def turn_seed(request_id: str, turn: int) -> int:
@@ -154,7 +164,8 @@ async def run_tasks(ctx: StageContext, cfg: TasksConfig) -> dict[str, Any]:
     requests, skipped = plan_requests(cfg, servers)
     for mode, n in skipped.items():
         ctx.counts[f"skipped.{mode}.no_eligible_servers"] += n
-    todo = ctx.todo(requests, "tasks", key=lambda r: task_id(r.request_id, 0), shard=lambda r: r.request_id)
+    done = {r["source_id"] for r in ctx.store.rows("tasks", ["source_id"], stage=ctx.name)}
+    todo = ctx.todo(requests, done, key=lambda r: r.request_id)
     ctx.log(f"{len(todo)} requests to run ({cfg.method}, k={cfg.k}) over {len(servers)} servers")
     await _generate(ctx, cfg, prompts, todo, rows)
     return {"requests": len(requests), "method": cfg.method}
@@ -166,16 +177,29 @@ async def _generate(
     from trajkit.envs.tools import tool_routes
 
     backend = ctx.backend(cfg.model)
+    seen = ctx.store.ids("tasks")  # every stage's: a task written before is not written again
 
     async def one(req: Request) -> list[tuple[dict[str, Any], str | None, str | None]]:
         routes = tool_routes(servers_rows, [s["server_id"] for s in req.draw.servers])
         return await _request(backend, cfg, prompts, req, routes)
 
-    def keep(_: Request, results: list[tuple[dict[str, Any], str | None, str | None]]) -> int:
-        for row, reason, detail in results:
+    def keep(req: Request, results: list[tuple[dict[str, Any], str | None, str | None]]) -> int:
+        rows = []
+        for i, (row, reason, detail) in enumerate(results):
+            if row["task_id"] in seen:  # the provenance of a task written before: kept as a reject of its own
+                where = f"{row['generator_model']}, request {req.request_id}"
+                ctx.reject(
+                    "tasks",
+                    candidate_id(req.request_id, i, cfg.model.model),
+                    "duplicate_task",
+                    f"{row['task_id']} ({where})",
+                )
+                continue
+            seen.add(row["task_id"])
             if reason:
                 ctx.reject("tasks", row["task_id"], reason, detail)
-        ctx.write("tasks", [row for row, _, _ in results])
+            rows.append(row)
+        ctx.write("tasks", rows)
         return len(results)
 
     flush = (cfg.flush_rows, ("rejected", "tasks"))
@@ -227,6 +251,7 @@ async def _request(
         fields, reject, why = to_task(candidate, index)
         prob = candidate.get("probability")
         base.update(fields, vs_probability=prob if cfg.method != "direct" else None)
+        base["task_id"] = task_id(base)
         if cfg.tail is not None and prob is not None and prob >= cfg.tail:
             base["metadata"] = json.dumps({**json.loads(base["metadata"]), "above_tail": True}, sort_keys=True)
         out.append((base, reject, why))
@@ -279,7 +304,7 @@ def _base_row(cfg: TasksConfig, req: Request, i: int, raw: str | None, meta: dic
         **meta,
     }
     return {
-        "task_id": task_id(req.request_id, i),
+        "task_id": candidate_id(req.request_id, i, cfg.model.model),
         "source": "synth",
         "source_id": req.request_id,
         "question": None,

@@ -67,14 +67,15 @@ def sft(
                 args += [flag, str(value)]
         _relaunch(accelerate_config, num_processes, args)
         return
-    from trajkit.config import build, read_yaml
+    from trajkit.config import build, given_options, read_yaml
     from trajkit.stages import get_stage
     from trajkit.store import Store
     from trajkit.train.launch import run_on_every_rank
 
     spec = get_stage("train.sft")
     options = {"model": model, "source": source, "output_dir": str(output_dir) if output_dir else None}
-    cfg = build(spec.config, read_yaml(config) if config else {}, options, overrides=overrides or [], where="train.sft")
+    from_file = read_yaml(config) if config else {}
+    cfg = build(spec.config, from_file, given_options(options), overrides=overrides or [], where="train.sft")
     run_on_every_rank(Store(run, create=True), spec, cfg, name or "sft", fresh)
 
 
