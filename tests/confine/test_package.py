@@ -9,6 +9,7 @@ import importlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -77,11 +78,15 @@ def test_the_folder_holds_only_the_package_and_is_made_again_or_private(tmp_path
         assert start.folder() == private and os.listdir(shared) == ["__main__.py"]
 
 
-def test_servers_launchers_start_from_the_folder_in_isolated_mode():
+def test_servers_launchers_start_from_the_folder_in_isolated_mode_and_leave_it_as_it_was():
+    """``-B`` on every start: Python caching the compiled ``__main__.py`` in the folder made it unsound, and the
+    next ``folder`` made it again under launchers starting from it (servers failed to start, now and then)."""
     cfg = ServerConfig(command=sys.executable, args=["-c", "pass"])
     argv = contain.wrap("s", cfg, sys.executable, ["-c", "pass"])
-    assert argv[:5] == [sys.executable, "-I", "-S", start.folder(), "launcher"]
+    assert argv[:6] == [sys.executable, "-B", "-I", "-S", start.folder(), "launcher"]
     assert argv[argv.index("--") :] == ["--", sys.executable, "-c", "pass"]
+    subprocess.run(start.command(sys.executable, "no_such_module"), capture_output=True, check=False, timeout=60)
+    assert sorted(os.listdir(start.folder())) == ["__main__.py", "confine"]
 
 
 PROGRAM = r"""
@@ -114,11 +119,11 @@ def _look(sandbox: Sandbox, roots: list[str]) -> dict:
 
 
 def test_a_sandbox_program_reaches_no_trajkit_code(sandbox_pool):
-    """The workers run ``python -s -B FOLDER worker`` (``-I`` but ``-E``: the pool builds their whole environment,
+    """The workers run ``python -B -s FOLDER worker`` (``-I`` but ``-E``: the pool builds their whole environment,
     and its ``PYTHONHASHSEED`` must hold); a program in the sandbox imports neither trajkit nor the jail, has none
     of their modules loaded, and finds no file of either anywhere."""
     workers = [p.cmdline() for p in psutil.Process().children(recursive=True) if p.cmdline()[-1:] == ["worker"]]
-    assert [sys.executable, "-s", "-B", start.folder(), "worker"] in workers
+    assert [sys.executable, "-B", "-s", start.folder(), "worker"] in workers
     assert sandbox_pool.protections["mount_namespace"]
     assert _look(sandbox_pool, ["/"]) == {"imported": [], "found": [], "loaded": []}
 

@@ -1,6 +1,6 @@
 """Run one stdio MCP server contained for one trajectory.
 
-``python -I -S FOLDER launcher SPEC_JSON -- COMMAND ARGS...`` (``start.command``; standard library only, and no
+``python -B -I -S FOLDER launcher SPEC_JSON -- COMMAND ARGS...`` (``start.command``; standard library only, and no
 site-packages, so that a start imports no packages; ``trajkit.envs.contain.wrap`` gives this command line)
 enters new mount, pid and IPC namespaces (and a network namespace when the spec says
 ``network: false``), makes every host mount read-only, and puts a copy-on-write overlay

@@ -1,7 +1,7 @@
 """A Python stdio MCP server's zygote: a fork server of its instances (what it shares with the sandbox's is in
 ``zygote.py``).
 
-``PYTHON FOLDER server_zygote serve CONTROL_FD CLIENT_PID SPEC -- ENTRY...`` (``start.command``) runs on the
+``PYTHON -B FOLDER server_zygote serve CONTROL_FD CLIENT_PID SPEC -- ENTRY...`` (``start.command``) runs on the
 server's own interpreter, with its environment and cwd (ENTRY is ``-m MODULE ARGS...`` or ``SCRIPT ARGS...``, as the server's
 config says). In a mount namespace of its own where the host is read-only (``launcher._contain`` with
 SPEC: no writable path), locked so (a user namespace's copy of it: the server's body runs with our

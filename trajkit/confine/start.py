@@ -18,15 +18,19 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 
 PACKAGE = os.path.dirname(os.path.abspath(__file__))
 _LINKS = {"confine": PACKAGE, "__main__.py": os.path.join(PACKAGE, "__main__.py")}
 _private: list[str] = []  # a folder of this process's own, where the shared one's name is taken
+_making = threading.Lock()  # one thread of a process makes or mends the folder; the others wait and use it
 
 
 def command(python: str, module: str, *args: str, flags: tuple[str, ...] = ()) -> list[str]:
-    """The command line that runs ``module`` of this package with ``args`` on the interpreter ``python``."""
-    return [python, *flags, folder(), module, *args]
+    """The command line that runs ``module`` of this package with ``args`` on the interpreter ``python``; always
+    ``-B``: Python would otherwise cache the compiled ``__main__.py`` in FOLDER, which then holds more than the
+    two links, and the next ``folder`` would make it again under processes starting from it."""
+    return [python, "-B", *flags, folder(), module, *args]
 
 
 def folder() -> str:
@@ -38,6 +42,13 @@ def folder() -> str:
     shared = os.path.join(tempfile.gettempdir(), f"trajkit-confine-{os.geteuid()}-{digest}")
     if _sound(shared):
         return shared
+    with _making:
+        return _make(shared)
+
+
+def _make(shared: str) -> str:
+    if _sound(shared):  # another thread made it meanwhile
+        return shared
     if _private and _sound(_private[0]):
         return _private[0]
     fresh = tempfile.mkdtemp(prefix=os.path.basename(shared) + ".")
@@ -45,8 +56,12 @@ def folder() -> str:
         os.symlink(target, os.path.join(fresh, name))
     with contextlib.suppress(OSError):
         info = os.lstat(shared)
-        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():  # ours, but not as it should be
-            shutil.rmtree(shared)
+        # ours, but not as it should be (checked again at once: another process may have just made it, and one
+        # starting from it must not lose it): moved aside in one step, then removed
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not _sound(shared):
+            aside = fresh + ".old"
+            os.rename(shared, aside)
+            shutil.rmtree(aside)
     with contextlib.suppress(OSError):
         os.rename(fresh, shared)  # at once, or not at all: another process's that came first stays
     if _sound(shared):

@@ -1,6 +1,6 @@
 """The sandbox worker: a fork server that runs each program in a confined child process.
 
-``Sandbox`` starts one per slot as ``python -s -B FOLDER worker`` (``start.command``)
+``Sandbox`` starts one per slot as ``python -B -s FOLDER worker`` (``start.command``)
 — a fresh interpreter with an environment built from scratch, never a fork of the
 caller — and talks to it over stdin/stdout with length-prefixed JSON
 messages. Standard library only. Three processes per slot:

@@ -264,7 +264,7 @@ class _Worker:
         self.serial = next(_SERIALS)  # unique in this process: pools may share slot numbers
         self.proc = subprocess.Popen(
             # -I but -E: the environment is built here, and its PYTHONHASHSEED=0 keeps programs' output the same
-            start.command(sys.executable, "worker", flags=("-s", "-B")),
+            start.command(sys.executable, "worker", flags=("-s",)),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=self.sandbox.env,
