@@ -97,6 +97,17 @@ def test_sql_formats_and_output_files(filled_run, tmp_path):
     assert pq.read_table(out).num_rows == 2
 
 
+def test_show_prints_what_a_row_holds_as_text_never_as_markup(run_dir):
+    hostile = "[link=http://evil.example]click[/link] [/] [bold red]loud"
+    row = traj(0, tool="[i]tool")
+    row["messages"][-1] = {"role": "assistant", "content": hostile, "reasoning_content": "[/dim] think"}
+    row["final_answer"] = hostile
+    Store(run_dir).write("trajectories", "rollouts", [row])
+    shown = invoke("show", row["traj_id"], "--run", str(run_dir)).stdout
+    assert "[link=http://evil.example]click[/link] [/] [bold red]loud" in shown
+    assert "[/dim] think" in shown and "[i]tool" in shown and "\x1b]8;" not in shown
+
+
 def test_info_show_export(filled_run, tmp_path):
     info = invoke("info", "--run", str(filled_run)).stdout
     assert "tasks" in info and "trajectories" in info and "toy" in info

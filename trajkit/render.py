@@ -20,36 +20,33 @@ def clip(text: str, max_chars: int) -> str:
 
 
 def print_row(row: dict[str, Any], table: str) -> None:
-    """Print a task, trajectory, sample or server row to the terminal with rich."""
+    """Print a task, trajectory, sample or server row to the terminal with rich; everything from the row is
+    plain text (``Text``), never rich markup: a ``[link=...]`` in a model's output shows as written."""
     from rich.console import Console
     from rich.panel import Panel
+    from rich.text import Text
 
     console = Console()
     meta = {k: v for k, v in row.items() if k not in ("messages", "tools", "token_ids", "loss_mask", "logprobs")}
-    lines = "\n".join(
-        f"[bold]{k}[/]: {clip(json.dumps(v, ensure_ascii=False, default=str), 300)}"
+    lines = Text("\n").join(
+        Text.assemble((k, "bold"), ": ", clip(json.dumps(v, ensure_ascii=False, default=str), 300))
         for k, v in meta.items()
         if v not in (None, [], "")
     )
-    console.print(Panel(lines, title=f"{table} {row.get(_key(table), '')}", expand=False), highlight=False)
+    title = Text(f"{table} {row.get(_key(table), '')}")
+    console.print(Panel(lines, title=title, expand=False), highlight=False)
     styles = {"system": "magenta", "user": "green", "assistant": "cyan", "tool": "yellow"}
     for m in row.get("messages") or []:
         role = m.get("role") or "?"
-        text = m.get("content") or ""
-        if m.get("reasoning_content"):
-            text = f"[dim]{m['reasoning_content']}[/dim]\n{text}"
+        body = m.get("content") or ""
         for call in m.get("tool_calls") or []:
-            text += f"\n→ {call.get('name')}({tool_arguments(call.get('arguments'))})"
-        title = role + (f" · {m['name']}" if m.get("name") else "")
-        console.print(
-            Panel(
-                clip(text.strip(), 4000) or "(empty)",
-                title=title,
-                border_style=styles.get(role, "white"),
-                expand=False,
-            ),
-            highlight=False,
-        )
+            body += f"\n→ {call.get('name')}({tool_arguments(call.get('arguments'))})"
+        text = Text()
+        if m.get("reasoning_content"):
+            text.append(clip(m["reasoning_content"], 4000) + "\n", "dim")
+        text.append(clip(body.strip(), 4000) or ("" if text else "(empty)"))
+        title = Text(role + (f" · {m['name']}" if m.get("name") else ""))
+        console.print(Panel(text, title=title, border_style=styles.get(role, "white"), expand=False), highlight=False)
 
 
 def _key(table: str) -> str:
