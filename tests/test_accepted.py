@@ -302,6 +302,7 @@ def test_an_undo_returns_a_row_never_reviewed_to_unreviewed(store):
 def test_reviews_written_before_labels_read_unchanged(store):
     import pyarrow.parquet as pq
 
+    from tests.toy_stage import relist
     from trajkit import schema as S
 
     A.add_review(store, "human", "trajectory", "reject", "old", reviewer="ann")
@@ -310,6 +311,7 @@ def test_reviews_written_before_labels_read_unchanged(store):
     fields = [f.with_nullable(f.name != "note") for f in old.schema]
     old = old.cast(pa.schema(fields)).replace_schema_metadata({S.VERSION_KEY: b"1", S.TABLE_KEY: b"reviews"})
     pq.write_table(old, path)
+    relist(store, path, "reviews")
     assert "human" not in A.accepted_ids(store, "trajectories")
     A.add_review(store, "ok", "trajectory", "reject", reviewer="bob")  # a new shard beside the old one
     rows = {r["target_id"]: (r["decision"], r["labels"], r["batch_id"]) for r in store.rows("reviews")}

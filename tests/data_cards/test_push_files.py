@@ -12,8 +12,10 @@ import zlib
 import pyarrow.parquet as pq
 import pytest
 
+from tests.toy_stage import relist
 from trajkit.data_cards.push import push
 from trajkit.errors import UserError
+from trajkit.store import Store
 
 HOST_TOKEN = "hf_" + "HostTokenFileContent0123456789ab"
 
@@ -109,5 +111,6 @@ def test_a_secret_in_parquet_metadata_is_found_in_the_raw_bytes(run_copy, hub, e
     table = pq.read_table(shard)
     note = base64.b64encode(HOST_TOKEN.encode()) if encoded else HOST_TOKEN.encode()  # (after a length byte)
     pq.write_table(table.replace_schema_metadata({**table.schema.metadata, b"note": note}), shard)
+    relist(Store(run_copy), shard, "tasks")  # as a stage that wrote it would have listed it
     message = _refused(run_copy, hub, "possible secret")
     assert "Hugging Face token" + (" (decoded)" if encoded else "") + " (raw bytes near offset" in message

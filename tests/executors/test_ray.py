@@ -20,6 +20,7 @@ from tests.curate.test_passk import K, _model, coder
 from tests.fixtures.synth import model, pipeline_configs, stage, with_servers
 from tests.synth.compare import assert_same_output
 from trajkit.clikit import run_command
+from trajkit.confine import start
 from trajkit.errors import UserError
 from trajkit.models.scripted_server import ScriptedServer
 from trajkit.store import Store
@@ -116,7 +117,7 @@ def test_passk_on_ray_equal_local(tmp_path, ray_cluster):
     with ScriptedServer(coder) as server, ScriptedServer(coder, delay_s=0.5) as slow:
         cfg = {"model": _model(server), "k": K, "max_tokens": 512, "concurrency": 2}
         run(local, "curate.passk", **cfg)
-        killer = ShardKiller("trajkit/verify/")  # a sandbox worker of the shard's
+        killer = ShardKiller(f"{start.folder()} worker")  # a sandbox worker of the shard's
         cfg["model"] = _model(slow)
         run_command("curate.passk", on_ray.root, cfg, world_size=2, executor="ray", address=ray_cluster)
     killer.assert_nothing_outlived_the_shard()

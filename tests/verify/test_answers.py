@@ -118,7 +118,7 @@ def test_math_boxes_are_judged_on_meaning(sandbox_pool):
 
 def test_the_agent_is_asked_for_the_answer_line():
     from trajkit.envs.agent import ANSWER_FORMAT, agent_system_prompt
-    from trajkit.train.data import grpo_rows
+    from trajkit.envs.solve import grpo_rows
 
     assert "`Answer: <the answer>`" in ANSWER_FORMAT
     assert agent_system_prompt("Be exact.") == f"Be exact.\n\n{ANSWER_FORMAT}"

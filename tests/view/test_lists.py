@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.toy_stage import relist
 from tests.view.test_app import HOSTILE, _box, _hostile_run, _sql
 from trajkit.accepted import LABELS_FILE, add_review
 from trajkit.store import Store
@@ -262,6 +263,7 @@ def test_a_run_written_before_reviews_v2_and_trajectories_v4_opens_unchanged(cli
             if table == "reviews":  # decision was required
                 data = data.cast(pa.schema([f.with_nullable(f.name in ("note",)) for f in data.schema]))
             pq.write_table(data.replace_schema_metadata({S.VERSION_KEY: version, S.TABLE_KEY: table.encode()}), path)
+            relist(store, path, table)
     assert listed(client, review="accept") == [first] and listed(client, review="reject") == [second]
     assert listed(client, review="labelled") == [] and listed(client, review="reviewed") == [first, second]
     page = client.get(f"/trajectories/{first}").text

@@ -224,7 +224,8 @@ def _instance(spec: dict, fds: list[int], entry: list[str], own: list, run: Call
     for fd in {*fds, *(x if isinstance(x, int) else x.fileno() for x in own)}:
         with contextlib.suppress(OSError):
             os.close(fd)
-    sys.dont_write_bytecode = bool(sys.flags.dont_write_bytecode)
+    # as a spawned server's interpreter has it: the zygote's own -B (start.command) is not the server's
+    sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
     code = 1
     try:
         iso.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)  # the zygote's child: dies with it, as it dies with the client

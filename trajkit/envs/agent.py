@@ -329,7 +329,7 @@ async def _replay(ep: _Episode, sessions: Episode, routes: list[ToolRoute]) -> N
         name = route and sessions.server_name(route.server_id)
         if route is None or sessions.env.stateless[name] or sessions.rows[name]["transport"] != "stdio":
             continue  # a call that failed in its turn, or one whose server keeps no state of its own
-        out, _, _ = await ep._call(sessions, c["name"], c["arguments"], by_name)
+        out, *_ = await ep._call(sessions, c["name"], c["arguments"], by_name)  # (its timeline entry: not kept)
         if out.text != recorded.get(c["id"]):
             ep.stop(
                 "failed",
