@@ -39,14 +39,15 @@ chromium:
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -q && apt-get install -y -q chromium; } \
 		|| { echo "install Debian's chromium package (apt-get install chromium) for tests/view"; exit 1; }
 
-BESIDE = tests/test_demo.py tests/bench tests/verify tests/confine
+BESIDE = tests/test_demo.py tests/bench tests/verify tests/confine tests/envs/test_contain.py tests/envs/test_forks.py \
+	tests/envs/test_leaks.py
 
 test: setup chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	# a second pytest runs BESIDE the rest, sharing the 2 cores: the demo test (one end-to-end run, the suite's
-	# longest, mostly stages waiting on servers and subprocesses), the benches' CPU versions and the sandbox's
-	# tests; both finish at about the same time (none of these uses the synth fixtures' fixed loopback port)
+	# longest, mostly stages waiting on servers and subprocesses), the benches' CPU versions, the sandbox's and
+	# the containment's tests; both finish at about the same time (none of these uses the synth fixtures' fixed loopback port)
 	@beside=$$(mktemp -d); \
 	( $(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 --basetemp=$$beside/tmp $(BESIDE) \
 		> $$beside/log 2>&1; echo $$? > $$beside/rc ) & \
