@@ -190,14 +190,15 @@ class Viewer:
         at = request.query_params.get("at")
         here = listing.row_of(self.db, at) if at else None
         target, progress = listing.walk(self.db, q, here, "todo")
+        keys = flow.keymap(self.db)
         return self.render(
             request,
             "flow.jinja",
             page="flow",
             q=q,
             params=q.params(),
-            keys=flow.keymap(self.db),
-            keys_json=json.dumps(flow.keymap(self.db)),
+            keys=keys,
+            keys_json=json.dumps(keys),
             guidelines=flow.guidelines(self.db),
             **flow.flow_row(self.db, at if here else target, progress),
         )
