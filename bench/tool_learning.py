@@ -100,8 +100,9 @@ prepared run ``bench/out/tool-run`` (0.9 MiB):
 3. carry nothing: ``--phases sft,grpo --budget-s 420`` (the grpo phase, and any sft job that
    call 2 did not finish: a finished job is never run again).
 
-Each call brings back ``results.json`` (rewritten after every job), ``table.txt`` and
-``tool_learning.png``; ``--report`` merges them here. The bench checks that MCP servers can
+Each call brings back ``results.json`` (rewritten after every job) and prints the table;
+``--report`` merges the calls' results here and draws ``table.txt`` and ``tool_learning.png``
+(the GPU image has no matplotlib). The bench checks that MCP servers can
 run contained (``trajkit.envs.contain``); where they cannot, ``--allow-weaker-sandbox``
 (this bench only) runs them as plain processes, and the output and ``results.json`` say so.
 Jobs run as processes of their own, ``--parallel`` (7) at once on the one GPU: the six SFT
@@ -866,7 +867,7 @@ def phases(args: argparse.Namespace, s: dict[str, Any], bench: Bench) -> None:
         jobs = [common | {"kind": "eval", "name": n, "model": m} for n, m in models.items() if n not in res["eval"]]
         run_jobs(jobs, s["parallel"], deadline, bench.record)
         res["phase_s"]["grpo"] = round(time.time() - t0, 1)
-    bench.save(report=True)
+    bench.save(report=not args.gpu)  # the GPU image has no matplotlib: --report draws the table and PNG here
 
 
 # ---------------------------------------------------------------- the report
