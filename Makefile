@@ -47,8 +47,9 @@ test: setup chromium
 	$(BIN)/ruff format --check .
 	# a second pytest runs BESIDE the rest, sharing the 2 cores: the demo test (one end-to-end run, the suite's
 	# longest, mostly stages waiting on servers and subprocesses), the benches' CPU versions, the sandbox's and
-	# the containment's tests; both finish at about the same time (none of these uses the synth fixtures' fixed loopback port)
-	@beside=$$(mktemp -d); \
+	# the containment's tests; both finish at about the same time (none of these uses the synth fixtures' fixed loopback port).
+	# One torch thread per process: 40 steps of the demo's warm-up SFT took 162 s with two threads, 53 s with one (load 8)
+	@export OMP_NUM_THREADS=1; beside=$$(mktemp -d); \
 	( $(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 --basetemp=$$beside/tmp $(BESIDE) \
 		> $$beside/log 2>&1; echo $$? > $$beside/rc ) & \
 	$(BIN)/python -m pytest -q --durations=30 $(addprefix --ignore=,$(BESIDE)) tests; rest=$$?; \
