@@ -43,6 +43,7 @@ REASON_CODES = (
     "bad_arguments",  # arguments that are not JSON, not an object, or violate the tool's schema
     "tool_error",  # calling the tool raised in trajkit (not a server fault)
     "server_crash",  # a server would not start, exited, went away or answered garbage
+    "unreachable",  # no connection to an HTTP server (refused, unknown host, connect timed out)
     "timeout",  # a server start or a tool call timed out
     "unknown_server",  # the task names a server the run does not have
     "turn_limit",  # max_turns reached
@@ -57,7 +58,7 @@ REASON_CODES = (
     "state_not_reproducible",  # an extension's replay of the earlier turns' calls gave other results
 )
 
-TRANSIENT = ("model_error", "timeout")  # the reason codes of faults a rerun may cure: stages retry them
+TRANSIENT = ("model_error", "timeout", "unreachable")  # the reason codes of faults a rerun may cure: stages retry them
 
 ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
     ("servers", "status"): SERVER_STATUS,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import sys
 import time
 
@@ -218,3 +219,43 @@ def test_a_rerun_retries_by_reason_code_never_by_the_reasons_text(tmp_path):
     store.write("trajectories", "rollouts", rows)
     assert retry_transient(StageContext(store, "rollouts", "synth.rollouts"), None) == 2
     assert [r["task_id"] for r in store.rows("trajectories")] == ["crash"]
+
+
+def _adder(messages, tools, body):
+    """Calls the calculator's add once, then answers."""
+    if messages[-1]["role"] == "tool":
+        return f"Answer: {messages[-1]['content']}"
+    return {"content": None, "tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}]}
+
+
+def test_an_unreachable_http_server_fails_its_rows_and_alone_ends_the_stage(tmp_path, calculator_rows):
+    """Where another server answers, episodes on an unreachable HTTP server are rows (reason names the URL,
+    code unreachable: retried on rerun); when no episode reached any server, the stage is one line, exit 2."""
+    from trajkit.schema import content_id
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead_url = f"http://127.0.0.1:{s.getsockname()[1]}/mcp"  # nothing listens once the block ends
+    dead = {**calculator_rows[0], "name": "gone", "url": dead_url, "server_id": content_id("gone", dead_url)}
+    run = with_servers(tmp_path / "run", [*calculator_rows, dead])
+    tasks = [
+        {"task_id": f"{name}-{i}", "question": f"Add 1 and 2 ({i}).", "target_tools": ["add"], "server_ids": [sid]}
+        for name, sid in (("live", calculator_rows[0]["server_id"]), ("dead", dead["server_id"]))
+        for i in range(2)
+    ]
+    Store(run).write("tasks", "import", [{**t, "mode": "single_tool"} for t in tasks])
+    with ScriptedServer(_adder) as server:
+        stage(run, "synth.rollouts", {"model": model(server), "concurrency": 2, "pool_size": 1})
+        rows = {r["task_id"]: r for r in Store(run).rows("trajectories")}
+        assert {t: r["status"] for t, r in rows.items()} == {
+            "live-0": "completed",
+            "live-1": "completed",
+            "dead-0": "failed",
+            "dead-1": "failed",
+        }
+        assert rows["dead-0"]["reason_code"] == "unreachable" and f"cannot reach {dead_url}" in rows["dead-0"]["reason"]
+        with pytest.raises(UserError) as err:
+            stage(run, "synth.rollouts", {"model": model(server), "where": "task_id LIKE 'dead%'"}, name="dead")
+    message = str(err.value)
+    assert message.startswith("all 2 episodes failed: tool add (gone) failed: cannot reach " + dead_url)
+    assert "\n" not in message and not Store(run).manifest_path("dead").exists()
