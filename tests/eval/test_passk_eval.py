@@ -210,3 +210,26 @@ def test_unevaluable_tasks_are_skipped_and_unjudged_attempts_redone_on_resume(ru
     assert again["counts"]["retried"] == 1 and "unjudged.model error" not in again["counts"]
     assert sorted(r["samples"] for r in store.rows("eval_passk")) == [N, N]
     assert {r["task_id"] for r in store.rows("eval_passk")} == set(rows) <= {ids["easy-sum"], ids["hard-sum"]}
+
+
+class _TwoModels(ScriptedServer):
+    def served_models(self) -> list[str]:
+        return ["before", "after"]  # two models, listed apart (as vLLM lists two served models)
+
+
+def test_two_names_one_endpoint_serves_as_one_model_are_a_warning(run_dir, capsys):
+    store = Store(run_dir, create=True)
+    task = {"task_id": "t", "question": "What is 2 + 3?", "mode": "imported", "verifier": _custom(5)}
+    store.write("tasks", "synth", [task])
+    store.write("splits", "split", [{"task_id": "t", "split": "held_out"}])
+    for server_type, warned in ((ScriptedServer, True), (_TwoModels, False)):
+        with server_type(lambda messages, tools, body: "The answer is 5.") as server:
+            args = ["passk", "-r", str(run_dir), "--model", "before", "--model", "after", "--backend", "openai"]
+            args += ["--base-url", server.base_url, "--n", "1", "--at", "1", "--name", server_type.__name__, "--fresh"]
+            result = CliRunner().invoke(cli.app, args, env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        summary = store.manifest(server_type.__name__)["summary"]
+        url = server.base_url.rstrip("/")
+        line = f"'before' and 'after' are one model at {url} (it serves both as 'scripted'): "
+        assert summary.get("same_model") == ([line + "this compares that model with itself"] if warned else None)
+        assert (f"warning: {line}" in capsys.readouterr().err + result.output) == warned

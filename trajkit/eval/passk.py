@@ -13,7 +13,8 @@ this rank's rows with fewer judged samples than ``n`` are dropped first), as
 every stage retries its transient failures. One ``eval_passk`` row per (model,
 task), flushed every ``flush_rows`` rows; the report per difficulty bucket
 (from the ``passk`` annotation) lands in the manifest and in
-``RUN/reports/<stage>.parquet``.
+``RUN/reports/<stage>.parquet``. Two compared models that one endpoint serves
+as the same model (``same_model``) are a warning line, kept in the summary.
 """
 
 from __future__ import annotations
@@ -131,13 +132,38 @@ async def run_eval_passk(ctx: StageContext, cfg: EvalPasskConfig) -> dict[str, A
 
     tasks = load_tasks(ctx.store, cfg.split, cfg.limit, ctx.counts)
     check_custom_verifiers(t["verifier"] for t in tasks)
+    same = await asyncio.to_thread(same_model, cfg.models)
+    for warning in same:
+        ctx.log(f"warning: {warning}")
     units = [(m, t) for m in cfg.models for t in tasks]
     todo = ctx.todo(units, "eval_passk", key=lambda u: eval_id(u[0], u[1]["task_id"], cfg))
     ctx.log(f"{len(tasks)} task(s) x {len(cfg.models)} model(s), {len(todo)} to evaluate, {cfg.n} attempts each")
     if todo:
         await _evaluate(ctx, cfg, todo)
     ctx.flush()
-    return summarize(ctx, cfg)
+    return summarize(ctx, cfg) | ({"same_model": same} if same else {})
+
+
+def same_model(models: list[ModelSpec]) -> list[str]:
+    """One line per pair of compared models that one endpoint serves as the same model: both names answered
+    by the same entry of its ``GET /v1/models`` (vLLM's aliases of one ``root``; a server listing one model,
+    such as ``trajkit model serve --script`` or llama.cpp's, which answers any name with it). Asked before
+    any request, so the comparison is flagged whatever the answers."""
+    from trajkit.models.openai_backend import OpenAIBackend
+
+    first: dict[tuple[str, str], str] = {}  # (endpoint, what it serves) -> the first model name served so
+    out = []
+    for spec in models:
+        if spec.backend != "openai":
+            continue
+        for url, served in OpenAIBackend(spec).served().items():
+            other = first.setdefault((url, served), spec.model)
+            if other != spec.model:
+                out.append(
+                    f"{other!r} and {spec.model!r} are one model at {url} (it serves both as {served!r}): "
+                    "this compares that model with itself"
+                )
+    return out
 
 
 def summarize(ctx: StageContext, cfg: EvalPasskConfig) -> dict[str, Any]:
