@@ -73,6 +73,7 @@ ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
     ("trajectories", "reason_code"): REASON_CODES,
     ("samples", "verdict"): VERDICTS,
     ("samples", "reason_code"): REASON_CODES,
+    ("eval_tools", "reason_code"): REASON_CODES,
     ("passk", "difficulty"): DIFFICULTIES,
     ("splits", "split"): SPLITS,
     ("reviews", "target_kind"): REVIEW_TARGETS,
@@ -169,6 +170,19 @@ CALL = pa.struct(  # one model or tool call of an episode, for the viewer's time
     ]
 )
 PASS_AT = pa.struct([pa.field("k", pa.int32()), pa.field("value", pa.float64())])
+# one attempt of an evaluation: the text judged, the verdict, and why (eval_passk.attempts)
+ATTEMPT = pa.struct(
+    [
+        pa.field("sample_index", pa.int32()),
+        pa.field("completion", pa.string()),
+        pa.field("verdict", pa.string()),
+        pa.field("score", pa.float64()),
+        pa.field("reason", pa.string()),
+        pa.field("reason_code", pa.string()),
+        pa.field("details", pa.string()),
+        pa.field("output_tail", pa.string()),
+    ]
+)
 
 
 def _req(name: str, type_: pa.DataType) -> pa.Field:
@@ -440,8 +454,11 @@ EVAL_PASSK = Table(
             _req("samples", pa.int32()),
             _req("correct", pa.int32()),
             pa.field("pass_at", pa.list_(PASS_AT)),
+            pa.field("attempts", pa.list_(ATTEMPT)),
         ]
     ),
+    version=2,
+    added=("attempts",),
     doc="Evaluation pass@k per (model, task).",
 )
 
@@ -461,8 +478,11 @@ EVAL_TOOLS = Table(
             pa.field("args_correct", pa.bool_()),
             pa.field("correct", pa.bool_()),
             pa.field("reason", pa.string()),
+            pa.field("reason_code", pa.string()),  # model_error: the request failed (retried on resume)
         ]
     ),
+    version=2,
+    added=("reason_code",),
     doc="Tool-call accuracy per replayed assistant turn (BFCL-style).",
 )
 
