@@ -245,7 +245,7 @@ def test_two_names_one_endpoint_serves_as_one_model_are_a_warning(run_dir, capsy
         with server_type(lambda messages, tools, body: "The answer is 5.") as server:
             args = ["passk", "-r", str(run_dir), "--model", "before", "--model", "after", "--backend", "openai"]
             args += ["--base-url", server.base_url, "--n", "1", "--at", "1", "--name", server_type.__name__, "--fresh"]
-            result = CliRunner().invoke(cli.app, args, env={"COLUMNS": "200"})
+            result = CliRunner().invoke(cli.app, args, env={"COLUMNS": "80"})  # a warning line is not wrapped
         assert result.exit_code == 0, result.output
         summary = store.manifest(server_type.__name__)["summary"]
         url = server.base_url.rstrip("/")

@@ -65,8 +65,10 @@ def print_passk(summary: dict[str, Any]) -> None:
         cells = [_fmt(per_model.get(m, {}).get(f"pass@{k}")) for m in models for k in ks]
         table.add_row(bucket, str(tasks), *cells, end_section=buckets[i + 1 : i + 2] == ["all"])
     Console().print(table)
+    from trajkit.progress import console
+
     for warning in summary.get("same_model") or []:
-        Console(stderr=True).print(f"warning: {warning}", markup=False, highlight=False)
+        console().print(f"warning: {warning}", markup=False, highlight=False)  # one line, whatever the width
 
 
 def _fmt(x: float | None, pct: bool = False) -> str:
