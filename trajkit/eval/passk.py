@@ -11,11 +11,12 @@ request or a server failed, a verifier error) is counted by reason and left
 out of ``samples``; such a row is redone when the stage runs again (a resume:
 this rank's rows with fewer judged samples than ``n`` are dropped first), as
 every stage retries its transient failures. One ``eval_passk`` row per (model,
-task), its ``attempts`` each attempt's text, verdict and reason (unjudged ones
-included, so a failure can be read), flushed every ``flush_rows`` rows; the report per difficulty bucket
-(from the ``passk`` annotation) lands in the manifest and in
-``RUN/reports/<stage>.parquet``. Two compared models that one endpoint serves
-as the same model (``same_model``) are a warning line, kept in the summary.
+task), flushed every ``flush_rows`` rows; its ``attempts`` keep each attempt's
+text, verdict and reason (unjudged ones too), so a failure can be read. The
+report per difficulty bucket (from the ``passk`` annotation) lands in the
+manifest and in ``RUN/reports/<stage>.parquet``. Two compared models that one
+endpoint serves as the same model (``same_model``) are a warning line, kept in
+the summary.
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ BFCL's own ``ast_checker`` run on the same predictions for comparison.
 
 One ``eval_tools`` row per (model, turn), flushed every ``flush_rows`` rows;
 a failed model request (a transient failure) is a row with ``correct`` null,
-the reason ``model_error: ...`` and the reason code ``model_error``, and the next run of the stage (a resume)
-drops this rank's rows of those and asks again, as every stage retries its
-transient failures. The breakdown per server and per tool lands in the
+the reason ``model_error: ...`` and the reason code ``model_error``; the next
+run of the stage (a resume) drops this rank's rows of that code and asks again,
+as every stage retries its transient failures. The breakdown per server and per tool lands in the
 manifest.
 """
 
