@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import os
 
-from typer.testing import CliRunner
-
-from tests.fixtures.synth import with_servers
-from trajkit.cli import app
 from trajkit.models.base import ModelSpec, model_path
 from trajkit.store import Store
 
@@ -24,24 +20,25 @@ def test_a_local_model_given_relative_is_kept_absolute_and_hub_ids_as_given(tmp_
 
 
 def test_a_run_made_with_a_relative_model_path_shows_its_tokens_from_another_folder(
-    tmp_path, monkeypatch, calculator_rows, tiny_model_dir
+    tmp_path, monkeypatch, tiny_model_dir
 ):
-    """Rollouts run in the model's parent folder with ``--model <its name>``; the viewer's token trace, opened
+    """A stage's config is built in the model's parent folder from ``--model <its name>``; the trajectory row
+    names the model as the stage's backend does (``spec.model``); the viewer's token trace of the run, opened
     from elsewhere, decodes the tokens with the model's own tokenizer."""
+    from trajkit.config import build
+    from trajkit.stages import get_stage
     from trajkit.view.pages import token_trace
 
-    run = with_servers(tmp_path / "run", calculator_rows)
-    task = {"task_id": "t", "question": "Add 1 and 2.", "mode": "single_tool", "target_tools": ["add"]}
-    Store(run).write("tasks", "import", [{**task, "server_ids": [calculator_rows[0]["server_id"]]}])
     monkeypatch.chdir(tiny_model_dir.parent)
-    args = ["synth", "rollouts", "-r", str(run), "--model", tiny_model_dir.name, "--backend", "transformers"]
-    args += ["--set", "model.device=cpu", "--max-tokens", "8", "--max-turns", "1"]
-    result = CliRunner().invoke(app, args, catch_exceptions=False)
-    assert result.exit_code == 0, result.output
+    spec = get_stage("synth.rollouts").config
+    cfg = build(spec, {"model": {"model": tiny_model_dir.name, "backend": "transformers"}})
+    run = tmp_path / "run"
+    row = {"traj_id": "a", "task_id": "t", "status": "completed", "model": cfg.model.model, "token_ids": [1, 2, 3]}
+    Store(run, create=True).write("trajectories", "rollouts", [row])
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    [row] = Store(run).rows("trajectories")
-    assert row["model"] == str(tiny_model_dir) and row["token_ids"]
-    trace = token_trace(row)
-    assert trace["decoded"] and trace["total"] == len(row["token_ids"])
+    [stored] = Store(run).rows("trajectories")
+    assert stored["model"] == str(tiny_model_dir)
+    trace = token_trace(stored)
+    assert trace["decoded"] and trace["total"] == 3
