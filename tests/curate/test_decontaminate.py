@@ -53,15 +53,16 @@ def test_stage_rejects_contaminated_tasks_and_names_the_overlap(run_dir):
     assert m["summary"]["eval_ngrams"]["bfcl"] > 10_000
 
 
-def test_tasks_imported_from_an_eval_set_are_checked_against_the_others_only(run_dir):
+def test_tasks_imported_from_an_eval_set_are_checked_against_the_others_only(run_dir, tmp_path):
     store = Store(run_dir)
     run(store, "curate.import", preset="humaneval", limit=3)  # source humaneval: the built-in set itself
-    bfcl_copy = task("b", "Please help: " + BFCL_FIRST, source="humaneval")  # imported from "humaneval", yet BFCL's
+    other = write_jsonl(tmp_path / "other.jsonl", [{"question": CLEAN}])
+    copied = task("c", "Please help: " + CLEAN, source="humaneval")  # imported from "humaneval", yet the other's
     synthesized = {**task("s", he_prompt(0)), "mode": "single_tool", "source": "humaneval"}
-    store.write("tasks", "synth", [bfcl_copy, synthesized])
-    m = run(store, "curate.decontaminate")
+    store.write("tasks", "synth", [copied, synthesized])
+    m = run(store, "curate.decontaminate", evals=["humaneval", str(other)])
     rejected = {r["row_id"]: r["detail"].split(":")[0] for r in store.rows("rejected")}
-    assert rejected == {bfcl_copy["task_id"]: "bfcl", synthesized["task_id"]: "humaneval"}
+    assert rejected == {copied["task_id"]: "other", synthesized["task_id"]: "humaneval"}
     assert m["counts"]["own_source.humaneval"] == 4 and m["counts"]["contaminated.humaneval"] == 1
 
 
