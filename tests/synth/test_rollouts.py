@@ -283,7 +283,7 @@ def test_ctrl_c_during_rollouts_prints_one_line_and_the_rerun_finishes(tmp_path,
     kv = next(r["server_id"] for r in example_servers if r["name"] == "kv")
     tasks = [
         {"task_id": f"t{i}", "question": f"Store a = {i}.", "target_tools": ["set"], "server_ids": [kv]}
-        for i in range(4)
+        for i in range(2)
     ]
     Store(run).write("tasks", "import", [{**t, "mode": "single_tool"} for t in tasks])
     with ScriptedServer(agent) as server:
