@@ -429,10 +429,11 @@ def test_a_stale_stage_is_refused_in_one_line(imported, tmp_path):
     """After ``decontaminate --fresh`` rejected other tasks, ``split`` said "already complete" (issue 34)."""
     from tests.test_cli import invoke
 
-    evals = tmp_path / "evals.jsonl"
-    question = Store(imported).rows("tasks")[0]["question"]
-    evals.write_text(json.dumps({"question": question}) + "\n")
-    invoke("curate", "decontaminate", "-r", str(imported), "--eval", "humaneval")
+    evals, first = tmp_path / "evals.jsonl", tmp_path / "first.jsonl"
+    questions = [t["question"] for t in Store(imported).rows("tasks")]
+    evals.write_text(json.dumps({"question": questions[0]}) + "\n")
+    first.write_text(json.dumps({"question": questions[1]}) + "\n")
+    invoke("curate", "decontaminate", "-r", str(imported), "--eval", f"first={first}")
     invoke("curate", "split", "-r", str(imported))
     invoke("curate", "decontaminate", "-r", str(imported), "--eval", f"mine={evals}", "--fresh")
     message = user_error("curate", "split", "-r", str(imported))

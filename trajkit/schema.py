@@ -43,6 +43,7 @@ REASON_CODES = (
     "bad_arguments",  # arguments that are not JSON, not an object, or violate the tool's schema
     "tool_error",  # calling the tool raised in trajkit (not a server fault)
     "server_crash",  # a server would not start, exited, went away or answered garbage
+    "unreachable",  # no connection to an HTTP server (refused, unknown host, connect timed out)
     "timeout",  # a server start or a tool call timed out
     "unknown_server",  # the task names a server the run does not have
     "turn_limit",  # max_turns reached
@@ -57,7 +58,7 @@ REASON_CODES = (
     "state_not_reproducible",  # an extension's replay of the earlier turns' calls gave other results
 )
 
-TRANSIENT = ("model_error", "timeout")  # the reason codes of faults a rerun may cure: stages retry them
+TRANSIENT = ("model_error", "timeout", "unreachable")  # the reason codes of faults a rerun may cure: stages retry them
 
 ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
     ("servers", "status"): SERVER_STATUS,
@@ -72,6 +73,7 @@ ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
     ("trajectories", "reason_code"): REASON_CODES,
     ("samples", "verdict"): VERDICTS,
     ("samples", "reason_code"): REASON_CODES,
+    ("eval_tools", "reason_code"): REASON_CODES,
     ("passk", "difficulty"): DIFFICULTIES,
     ("splits", "split"): SPLITS,
     ("reviews", "target_kind"): REVIEW_TARGETS,
@@ -168,6 +170,19 @@ CALL = pa.struct(  # one model or tool call of an episode, for the viewer's time
     ]
 )
 PASS_AT = pa.struct([pa.field("k", pa.int32()), pa.field("value", pa.float64())])
+# one attempt of an evaluation: the text judged, the verdict, and why (eval_passk.attempts)
+ATTEMPT = pa.struct(
+    [
+        pa.field("sample_index", pa.int32()),
+        pa.field("completion", pa.string()),
+        pa.field("verdict", pa.string()),
+        pa.field("score", pa.float64()),
+        pa.field("reason", pa.string()),
+        pa.field("reason_code", pa.string()),
+        pa.field("details", pa.string()),
+        pa.field("output_tail", pa.string()),
+    ]
+)
 
 
 def _req(name: str, type_: pa.DataType) -> pa.Field:
@@ -439,8 +454,11 @@ EVAL_PASSK = Table(
             _req("samples", pa.int32()),
             _req("correct", pa.int32()),
             pa.field("pass_at", pa.list_(PASS_AT)),
+            pa.field("attempts", pa.list_(ATTEMPT)),
         ]
     ),
+    version=2,
+    added=("attempts",),
     doc="Evaluation pass@k per (model, task).",
 )
 
@@ -460,8 +478,11 @@ EVAL_TOOLS = Table(
             pa.field("args_correct", pa.bool_()),
             pa.field("correct", pa.bool_()),
             pa.field("reason", pa.string()),
+            pa.field("reason_code", pa.string()),  # model_error: the request failed (retried on resume)
         ]
     ),
+    version=2,
+    added=("reason_code",),
     doc="Tool-call accuracy per replayed assistant turn (BFCL-style).",
 )
 

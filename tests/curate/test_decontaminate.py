@@ -40,7 +40,7 @@ def test_builtin_eval_sets_load_from_the_installed_wheels():
 
 def test_stage_rejects_contaminated_tasks_and_names_the_overlap(run_dir):
     store = Store(run_dir)
-    run(store, "curate.import", preset="humaneval", limit=3)
+    run(store, "curate.import", preset="humaneval", limit=3, source="copied")  # HumanEval under another name
     bfcl_like = "Please help: " + BFCL_FIRST.replace("units.", "units, and explain the formula.")
     store.write("tasks", "synth", [task("clean", CLEAN), task("bfcl", bfcl_like)])
     m = run(store, "curate.decontaminate")
@@ -51,6 +51,23 @@ def test_stage_rejects_contaminated_tasks_and_names_the_overlap(run_dir):
     assert bfcl["detail"] == 'bfcl: "find the area of a triangle with a base of 10 units and"'  # 13 words
     assert m["counts"]["contaminated.humaneval"] == 3 and m["counts"]["rejected.contaminated"] == 4
     assert m["summary"]["eval_ngrams"]["bfcl"] > 10_000
+
+
+def test_tasks_imported_from_an_eval_set_are_checked_against_the_others_only(run_dir, tmp_path):
+    store = Store(run_dir)
+    run(store, "curate.import", preset="humaneval", limit=3)  # source humaneval: the built-in set itself
+    other = write_jsonl(tmp_path / "other.jsonl", [{"question": CLEAN}])
+    copied = task("c", "Please help: " + CLEAN, source="humaneval")  # imported from "humaneval", yet the other's
+    synthesized = {**task("s", he_prompt(0)), "mode": "single_tool", "source": "humaneval"}
+    store.write("tasks", "synth", [copied, synthesized])
+    m = run(store, "curate.decontaminate", evals=["humaneval", str(other)])
+    rejected = {r["row_id"]: r["detail"].split(":")[0] for r in store.rows("rejected")}
+    assert rejected == {copied["task_id"]: "other", synthesized["task_id"]: "humaneval"}
+    assert m["counts"]["own_source.humaneval"] == 4 and m["counts"]["contaminated.humaneval"] == 1
+
+
+def he_prompt(i: int) -> str:
+    return humaneval_texts()[2 * i]
 
 
 def test_user_eval_sets_from_jsonl_parquet_and_datasets_dirs(run_dir, tmp_path):

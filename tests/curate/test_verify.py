@@ -133,7 +133,8 @@ def test_bad_completion_files_are_user_errors(run_dir, tmp_path):
             name="v2",
             completions=str(write_jsonl(tmp_path / "b.jsonl", [{"task_id": "nope", "completion": "x"}])),
         )
-    run(store, "curate.decontaminate")  # rejects the HumanEval task itself
+    prompt = write_jsonl(tmp_path / "copy.jsonl", [{"prompt": store.rows("tasks")[0]["question"]}])
+    run(store, "curate.decontaminate", evals=[str(prompt)])  # rejects the HumanEval task (a copy of it is an eval set)
     lines = [{"task_id": "HumanEval/0", "completion": "x"}, {"task_id": "nope", "completion": "x"}]
     with pytest.raises(UserError, match="1 name a task another stage rejected, 1 name no task$"):
         run(store, "curate.verify", name="v4", completions=str(write_jsonl(tmp_path / "c.jsonl", lines)))

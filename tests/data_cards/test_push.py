@@ -183,3 +183,22 @@ def test_push_cli(carded_run, hub):
     assert f"in 1 commit(s) to {hub.url}/datasets/bob/data" in result.output
     assert TOKEN not in result.output
     assert hub.repos["bob/data"].commits[0]["files"][-1].startswith("plots/")
+
+
+def test_an_unreachable_hub_is_a_user_error_naming_it(carded_run, monkeypatch):
+    """No network (here: a refused connection) is the user's environment: a UserError (one line, exit 2)
+    naming the endpoint, not the HTTP library's traceback."""
+    import socket
+
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{s.getsockname()[1]}"  # closed once the block ends: nothing listens
+    with pytest.raises(UserError) as err:
+        push(carded_run, "a/b", endpoint=endpoint)
+    message = str(err.value)
+    assert "\n" not in message and TOKEN not in message
+    assert message.startswith(f"push to a/b at {endpoint} failed at creating the repository: ConnectError")

@@ -155,6 +155,25 @@ def test_a_server_that_timed_out_is_harvested_again_on_resume(tmp_path, run_dir)
     assert store.manifest("harvest")["counts"]["retried"] == 1
 
 
+def test_no_reachable_server_is_one_line_naming_the_url(tmp_path, run_dir):
+    """An HTTP server nobody listens at: harvest ends with one line naming the URL (exit 2); its row is
+    kept as unreachable, a transient fault, so a rerun once the server is up harvests it again."""
+    from trajkit.envs.agent import is_transient
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/mcp"
+    path = tmp_path / "servers.json"
+    path.write_text(json.dumps({"mcpServers": {"remote": {"url": url}}}))
+    args = ["synth", "harvest", "-s", str(path), "-r", str(run_dir)]
+    result = CliRunner().invoke(app, args)
+    assert isinstance(result.exception, UserError), result.output
+    assert str(result.exception).startswith(f"no server could be reached (1 tried): 'remote': cannot reach {url}: ")
+    [row] = Store(run_dir).rows("servers")
+    assert (row["status"], row["reason_code"]) == ("failed", "unreachable") and is_transient(row["reason_code"])
+
+
 def test_a_server_that_errors_on_tools_list_is_a_failed_row(tmp_path, run_dir):
     """A JSON-RPC error from one server is that server's failed row (its message kept), on every rerun."""
     config = {"mcpServers": {"broken": raw("--error-list"), "fine": raw()}}

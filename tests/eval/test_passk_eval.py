@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.eval.helpers import question_expression
+from trajkit.cli import app
 from trajkit.envs.agent import episode_seed
 from trajkit.eval import cli
 from trajkit.eval.passk import EVAL_PASSK, EvalPasskConfig
@@ -198,15 +199,79 @@ def test_unevaluable_tasks_are_skipped_and_unjudged_attempts_redone_on_resume(ru
             "skipped.no_question": 1,
             "skipped.no_verifier": 1,
         }
-        assert first["counts"]["unjudged.model error"] == 1
+        assert first["counts"]["unjudged.model_error"] == 1
         rows = {r["task_id"]: r for r in store.rows("eval_passk")}
         assert sorted(r["samples"] for r in rows.values()) == [N - 1, N]  # the first two evaluable tasks
+        # every attempt is kept, the unjudged one with its reason: what a user reads to see why
+        attempts = [a for r in rows.values() for a in r["attempts"]]
+        assert len(attempts) == 2 * N and {a["verdict"] for a in attempts} == {"pass", "error"}
+        [failed] = [a for a in attempts if a["verdict"] == "error"]
+        assert failed["reason_code"] == "model_error" and "400" in failed["reason"] and failed["completion"] is None
+        assert all(re.fullmatch(r"The answer is \d+\.", a["completion"]) for a in attempts if a is not failed)
+        out = CliRunner().invoke(
+            app,
+            [
+                "sql",
+                "-r",
+                str(run_dir),
+                "-f",
+                "csv",
+                "SELECT a.verdict, a.reason_code FROM eval_passk, unnest(attempts) AS t(a) WHERE a.verdict = 'error'",
+            ],
+        )
+        assert out.output.splitlines()[-1] == "error,model_error", out.output
         asked = len(server.chat_requests)
 
         store.manifest_path("eval-passk").unlink()  # as a kill before the manifest leaves it: the stage resumes
         again = run_stage(store, EVAL_PASSK, cfg, name="eval-passk", quiet=True)
         # the unit with an unjudged attempt ran again, alone: its other attempts came from the call cache
         assert len(server.chat_requests) == asked + 1
-    assert again["counts"]["retried"] == 1 and "unjudged.model error" not in again["counts"]
+    assert again["counts"]["retried"] == 1 and "unjudged.model_error" not in again["counts"]
     assert sorted(r["samples"] for r in store.rows("eval_passk")) == [N, N]
     assert {r["task_id"] for r in store.rows("eval_passk")} == set(rows) <= {ids["easy-sum"], ids["hard-sum"]}
+
+
+class _TwoModels(ScriptedServer):
+    def served_models(self) -> list[str]:
+        return ["before", "after"]  # two models, listed apart (as vLLM lists two served models)
+
+
+def test_two_names_one_endpoint_serves_as_one_model_are_a_warning(run_dir, capsys):
+    store = Store(run_dir, create=True)
+    task = {"task_id": "t", "question": "What is 2 + 3?", "mode": "imported", "verifier": _custom(5)}
+    store.write("tasks", "synth", [task])
+    store.write("splits", "split", [{"task_id": "t", "split": "held_out"}])
+    for server_type, warned in ((ScriptedServer, True), (_TwoModels, False)):
+        with server_type(lambda messages, tools, body: "The answer is 5.") as server:
+            args = ["passk", "-r", str(run_dir), "--model", "before", "--model", "after", "--backend", "openai"]
+            args += ["--base-url", server.base_url, "--n", "1", "--at", "1", "--name", server_type.__name__, "--fresh"]
+            result = CliRunner().invoke(cli.app, args, env={"COLUMNS": "80"})  # a warning line is not wrapped
+        assert result.exit_code == 0, result.output
+        summary = store.manifest(server_type.__name__)["summary"]
+        url = server.base_url.rstrip("/")
+        line = f"'before' and 'after' are one model at {url} (it serves both as 'scripted'): "
+        assert summary.get("same_model") == ([line + "this compares that model with itself"] if warned else None)
+        assert (f"warning: {line}" in capsys.readouterr().err + result.output) == warned
+
+
+def test_a_run_written_before_attempts_were_kept_opens(run_dir):
+    """eval_passk and eval_tools shards of version 1 (no attempts, no reason_code) read as nulls, in SQL too."""
+    import pyarrow.parquet as pq
+
+    from tests.toy_stage import relist
+    from trajkit import schema as S
+
+    store = Store(run_dir, create=True)
+    store.write(
+        "eval_passk", "eval-passk", [{"eval_id": "e", "model": "m", "task_id": "t", "samples": 1, "correct": 1}]
+    )
+    store.write("eval_tools", "eval-tools", [{"eval_id": "f", "model": "m", "traj_id": "t", "turn": 1}])
+    for table in ("eval_passk", "eval_tools"):
+        for path in store.shards(table):
+            old = pq.read_table(path).drop_columns(list(S.table(table).added))
+            pq.write_table(old.replace_schema_metadata({S.VERSION_KEY: b"1", S.TABLE_KEY: table.encode()}), path)
+            relist(store, path, table)
+    assert store.rows("eval_passk")[0]["attempts"] is None and store.rows("eval_tools")[0]["reason_code"] is None
+    query = "SELECT count(a) AS n FROM eval_passk LEFT JOIN unnest(attempts) AS t(a) ON true"
+    out = CliRunner().invoke(app, ["sql", "-r", str(run_dir), "-f", "csv", query])
+    assert out.exit_code == 0 and out.output.splitlines()[-1] == "0", out.output

@@ -13,6 +13,7 @@ from trajkit.eval.tools import EVAL_TOOLS, EvalToolsConfig
 from trajkit.models.base import ModelSpec
 from trajkit.models.scripted_server import Fault, ScriptedServer
 from trajkit.runner import run_stage
+from trajkit.store import Store
 
 PARIS = {"name": "get_forecast", "arguments": {"city": "paris", "days": 3}}
 ADD = {"name": "add", "arguments": {"a": 2, "b": 3.0}}
@@ -83,6 +84,12 @@ def test_replays_held_out_turns_and_scores_them(run_dir):
         ]
         down_rows = [r for (m, _, _), r in rows.items() if m == "down"]
         assert all(r["correct"] is None and r["reason"].startswith("model_error") for r in down_rows)
+        assert {r["reason_code"] for r in down_rows} == {"model_error"} and {
+            r["reason_code"] for r in rows.values()
+        } == {
+            None,
+            "model_error",
+        }
 
         assert [m["model"] for m in manifest["summary"]["models"]] == ["good", "bad", "down"]
         report = {m["model"]: m for m in manifest["summary"]["models"]}
@@ -214,3 +221,20 @@ def test_config_errors():
         build(EvalToolsConfig, {"models": [{"model": "a"}], "statuses": ["done"]})
     with pytest.raises(UserError, match="unknown or unsupported BFCL category"):
         bfcl.resolve(["simple_java"])
+
+
+def test_a_rerun_retries_by_reason_code_never_by_the_reasons_text(run_dir):
+    """Only rows coded model_error are asked again: not one whose reason merely reads so (as a row of a run
+    written before the column reads: its code is null)."""
+    from trajkit.eval.tools import retry_model_errors
+    from trajkit.runner import StageContext
+
+    store = Store(run_dir)
+    base = {"model": "m", "traj_id": "t", "correct": None}
+    rows = [
+        {**base, "eval_id": "coded", "turn": 1, "reason": "the endpoint said no", "reason_code": "model_error"},
+        {**base, "eval_id": "text", "turn": 2, "reason": "model_error: quoted by a tool", "reason_code": None},
+    ]
+    store.write("eval_tools", "eval-tools", rows)
+    assert retry_model_errors(StageContext(store, "eval-tools", "eval.tools"), None) == 1
+    assert [r["eval_id"] for r in store.rows("eval_tools")] == ["text"]

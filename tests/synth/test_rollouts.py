@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import sys
 import time
 
@@ -218,3 +219,91 @@ def test_a_rerun_retries_by_reason_code_never_by_the_reasons_text(tmp_path):
     store.write("trajectories", "rollouts", rows)
     assert retry_transient(StageContext(store, "rollouts", "synth.rollouts"), None) == 2
     assert [r["task_id"] for r in store.rows("trajectories")] == ["crash"]
+
+
+def _adder(messages, tools, body):
+    """Calls the calculator's add once, then answers."""
+    if messages[-1]["role"] == "tool":
+        return f"Answer: {messages[-1]['content']}"
+    return {"content": None, "tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}]}
+
+
+def test_an_unreachable_http_server_fails_its_rows_and_alone_ends_the_stage(tmp_path, calculator_rows):
+    """Where another server answers, episodes on an unreachable HTTP server are rows (reason names the URL,
+    code unreachable: retried on rerun); when no episode reached any server, the stage is one line, exit 2."""
+    from trajkit.schema import content_id
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead_url = f"http://127.0.0.1:{s.getsockname()[1]}/mcp"  # nothing listens once the block ends
+    dead = {**calculator_rows[0], "name": "gone", "url": dead_url, "server_id": content_id("gone", dead_url)}
+    run = with_servers(tmp_path / "run", [*calculator_rows, dead])
+    tasks = [
+        {"task_id": f"{name}-{i}", "question": f"Add 1 and 2 ({i}).", "target_tools": ["add"], "server_ids": [sid]}
+        for name, sid in (("live", calculator_rows[0]["server_id"]), ("dead", dead["server_id"]))
+        for i in range(2)
+    ]
+    Store(run).write("tasks", "import", [{**t, "mode": "single_tool"} for t in tasks])
+    with ScriptedServer(_adder) as server:
+        stage(run, "synth.rollouts", {"model": model(server), "concurrency": 2, "pool_size": 1})
+        rows = {r["task_id"]: r for r in Store(run).rows("trajectories")}
+        assert {t: r["status"] for t, r in rows.items()} == {
+            "live-0": "completed",
+            "live-1": "completed",
+            "dead-0": "failed",
+            "dead-1": "failed",
+        }
+        assert rows["dead-0"]["reason_code"] == "unreachable" and f"cannot reach {dead_url}" in rows["dead-0"]["reason"]
+        with pytest.raises(UserError) as err:
+            stage(run, "synth.rollouts", {"model": model(server), "where": "task_id LIKE 'dead%'"}, name="dead")
+    message = str(err.value)
+    assert message.startswith("all 2 episodes failed: tool add (gone) failed: cannot reach " + dead_url)
+    assert "\n" not in message and not Store(run).manifest_path("dead").exists()
+
+
+def test_ctrl_c_during_rollouts_prints_one_line_and_the_rerun_finishes(tmp_path, example_servers):
+    """A real SIGINT to the stage's process group, as a terminal's Ctrl-C, while episodes are in flight on
+    contained stdio servers (forked from their zygotes) with results checked against output schemas (the
+    checking process): one line, no traceback from any helper process; the rerun runs each episode once."""
+    import os
+    import signal
+    import subprocess
+    import threading
+
+    called = threading.Event()
+
+    def agent(messages, tools, body):
+        if messages[-1]["role"] == "tool":
+            called.set()
+            time.sleep(0.3)  # episodes stay in flight
+            return "Answer: stored"
+        return {"content": None, "tool_calls": [{"name": "set", "arguments": {"key": "a", "value": "1"}}]}
+
+    run = with_servers(tmp_path / "run", example_servers)
+    kv = next(r["server_id"] for r in example_servers if r["name"] == "kv")
+    tasks = [
+        {"task_id": f"t{i}", "question": f"Store a = {i}.", "target_tools": ["set"], "server_ids": [kv]}
+        for i in range(2)
+    ]
+    Store(run).write("tasks", "import", [{**t, "mode": "single_tool"} for t in tasks])
+    with ScriptedServer(agent) as server:
+        argv = ["synth", "rollouts", "-r", str(run), "--model", "scripted", "--backend", "openai"]
+        argv += ["--base-url", server.base_url, "--concurrency", "2"]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "trajkit.cli", *argv],
+            start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+        assert called.wait(120), proc.communicate(timeout=60)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err
+        lines = [ln for ln in (out + err).splitlines() if not ln.startswith("rollouts")]  # the progress lines
+        assert lines == ["interrupted; rerun the same command to resume"], out + err
+        manifest = stage(run, "synth.rollouts", {"model": model(server), "concurrency": 2})
+    rows = Store(run).rows("trajectories")
+    assert sorted(r["task_id"] for r in rows) == [t["task_id"] for t in tasks]  # each episode once
+    assert manifest["counts"]["status.completed"] == len(tasks)

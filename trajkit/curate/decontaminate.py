@@ -5,6 +5,13 @@ default) of every eval text is hashed into a sorted array per eval set, and a
 task is contaminated when any of its n-grams is in one. A contaminated task
 gets a ``rejected`` row (reason ``contaminated``) whose detail names the eval
 set and the first overlapping n-gram, e.g. ``humaneval: "return the sum of ..."``.
+
+A task imported from an eval set (its ``source`` is the set's name: ``curate import
+--preset humaneval`` against the built-in ``humaneval``) is not checked against that
+set: it matches it by construction, and the user imported it on purpose. It is still
+checked against every other set, and the stage says how many tasks it left out of
+their own source's check. Rejecting them all instead would leave nothing to split
+whenever a run imports HumanEval with the default eval sets.
 """
 
 from __future__ import annotations
@@ -44,9 +51,9 @@ class NgramIndex:
         self.sets[name] = np.unique(np.concatenate([self.sets.get(name, np.zeros(0, np.uint64)), grams]))
         return len(self.sets[name])
 
-    def match(self, texts: list[str | None]) -> list[Match | None]:
+    def match(self, texts: list[str | None], skip: list[str | None] | None = None) -> list[Match | None]:
         """For each text, the first eval set (in the order added) sharing an n-gram with it,
-        and the first such n-gram in the text."""
+        and the first such n-gram in the text; ``skip[i]`` names a set text i is not checked against."""
         tokens = tokenize(texts)
         grams = ngrams(tokens, self.n, short="drop")
         out: list[Match | None] = [None] * len(texts)
@@ -62,7 +69,7 @@ class NgramIndex:
             hits = np.flatnonzero(queries.is_in(pl.Series(table).implode()).to_numpy())  # a hash join, in Rust
             docs, first = np.unique(doc[hits], return_index=True)
             for d, h in zip(docs.tolist(), hits[first].tolist()):
-                if out[d] is None:
+                if out[d] is None and (skip is None or skip[d] != name):
                     start = int(grams.starts[h])
                     out[d] = Match(name, tokens.text(start, start + self.n))
         return out
@@ -73,7 +80,8 @@ class DecontaminateConfig(StageConfig):
 
     evals: list[EvalSet] = Field(
         default_factory=lambda: [EvalSet(name="humaneval"), EvalSet(name="bfcl")],
-        description="Eval sets: humaneval, bfcl, a path, name=path, or {name, path, fields}.",
+        description="Eval sets: humaneval, bfcl, a path, name=path, or {name, path, fields}. "
+        "A task imported from one (its source is the set's name) is checked against the others only.",
     )
     n: int = Field(13, ge=1, le=256, description="Words per n-gram.")
     fields: list[TaskField] = Field(
@@ -101,14 +109,24 @@ def run_decontaminate(ctx: StageContext, cfg: DecontaminateConfig) -> dict[str, 
     sizes = {}
     for spec in cfg.evals:
         sizes[spec.name] = index.add(spec.name, load_texts(spec))
-    tasks = active_tasks(ctx.store, ctx.name, [f for f in cfg.fields])
-    owner, texts = [], []
+    tasks = active_tasks(ctx.store, ctx.name, [*cfg.fields, "mode", "source"])
+    owner, texts, skip = [], [], []
     for i, task in enumerate(tasks):
+        own = task["source"] if task["mode"] == "imported" and task["source"] in sizes else None
+        if own is not None:
+            ctx.counts[f"own_source.{own}"] += 1
         for text in _task_texts(task, cfg.fields):
             owner.append(i)
             texts.append(text)
+            skip.append(own)
+    for name in sizes:
+        if ctx.counts[f"own_source.{name}"]:
+            ctx.log(
+                f"{ctx.counts[f'own_source.{name}']} task(s) imported from {name} not checked against the eval set "
+                f"{name}, their own source (checked against the others)"
+            )
     found: dict[int, Match] = {}
-    for i, m in zip(owner, index.match(texts)):
+    for i, m in zip(owner, index.match(texts, skip)):
         if m is not None and i not in found:
             found[i] = m
     hits = sorted((tasks[i]["task_id"], m) for i, m in found.items())

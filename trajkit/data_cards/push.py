@@ -193,7 +193,7 @@ def _upload(
     echo: Callable[[str], None],
 ) -> str:
     from huggingface_hub import CommitOperationAdd, HfApi, get_token
-    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub.errors import HfHubHTTPError, HTTPError  # HTTPError: its HTTP library's base class
 
     token = get_token()
     if not token:
@@ -208,14 +208,14 @@ def _upload(
             title = message if len(groups) == 1 else f"{message} (part {i}/{len(groups)})"
             api.create_commit(repo_id, ops, commit_message=title, repo_type="dataset", revision=revision)
             echo(f"{step}: {len(group)} file(s), {fmt_bytes(sum(f.size for f in group))}")
-    except (HfHubHTTPError, OSError, ValueError) as e:
+    except (HfHubHTTPError, HTTPError, OSError, ValueError) as e:  # HTTPError: no network, a refused connection
         raise UserError(
-            f"push to {repo_id} failed at {step}: {_first_line(e)}; rerun the same command to resume "
-            "(files already on the Hub are skipped)"
+            f"push to {repo_id} at {api.endpoint} failed at {step}: {_first_line(e)}; rerun the same command to "
+            "resume (files already on the Hub are skipped)"
         ) from None
     return str(repo_url)
 
 
 def _first_line(e: Exception) -> str:
     text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
+    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__

@@ -19,8 +19,9 @@ at a final answer (``completed``), at the turn or context limit
   ordinary result, fed back for the model to read.
 
 Of those, ``is_transient(reason_code)`` picks the faults a retry may cure: a
-model request that failed (``model_error``) and a server start or call that
-timed out (``timeout``). Stages retry those when they run again; the others (a malformed
+model request that failed (``model_error``), a server start or call that
+timed out (``timeout``) and an HTTP server that could not be connected to
+(``unreachable``). Stages retry those when they run again; the others (a malformed
 call, a tool that crashes on this input, a task naming an unknown server) are
 faults of this input and stay. A budget cap (``StageStopped``) and a user
 error (``UserError``: a missing ``${VAR}`` of a server config) stop the stage.
@@ -93,9 +94,17 @@ def agent_system_prompt(system_prompt: str | None = None) -> str:
     return f"{system_prompt.rstrip()}\n\n{ANSWER_FORMAT}" if system_prompt and system_prompt.strip() else ANSWER_FORMAT
 
 
+def none_reached(reason_codes: list[str | None]) -> bool:
+    """Whether every attempt of a stage failed for want of a connection to an HTTP server: the stage did no
+    real work, and ends with one line (exit 2) naming the URL; where some server answered, the failures are
+    rows with their reason (retried when the stage runs again)."""
+    return bool(reason_codes) and all(code == "unreachable" for code in reason_codes)
+
+
 def is_transient(reason_code: str | None) -> bool:
-    """Whether a failure is one a retry may cure, by its reason code: a failed model request, or a server start
-    or call that timed out (``schema.TRANSIENT``); never by its text, which quotes servers and models."""
+    """Whether a failure is one a retry may cure, by its reason code: a failed model request, a server start
+    or call that timed out, an HTTP server not reached (``schema.TRANSIENT``); never by its text, which quotes
+    servers and models."""
     return reason_code in S.TRANSIENT
 
 

@@ -38,6 +38,14 @@ from trajkit.errors import UserError
 TIMED_OUT = "timed out after"  # in a fault's reason: a start or a call that timed out
 
 
+def _connect_failed(e: BaseException) -> bool:
+    """No connection to an HTTP server (refused, no route, unknown host, connect timed out): httpx's
+    ``ConnectError`` or ``ConnectTimeout``, of whichever httpx package the mcp client uses (httpx, httpx2)."""
+    return any(
+        c.__name__ in ("ConnectError", "ConnectTimeout") and c.__module__.startswith("httpx") for c in type(e).__mro__
+    )
+
+
 class ServerFault(Exception):
     """A server failed (would not start, crashed, hung, or answered garbage): a reason, not a crash of the run.
     ``code`` is its ``schema.REASON_CODES`` value, set where the fault is raised: ``timeout`` for a start or a
@@ -241,6 +249,8 @@ class Connection:
         code = e.code if isinstance(e, ServerFault) else "server_crash"
         if isinstance(e, ServerFault):
             reason = str(e)
+        elif self.cfg.transport == "http" and not self.init_result and _connect_failed(e):
+            reason, code = f"cannot reach {self.cfg.url}: {type(e).__name__}: {str(e)[:200]}", "unreachable"
         elif isinstance(e, OSError) and not self.init_result:
             reason = f"cannot start server: {e}"
         else:

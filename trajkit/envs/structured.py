@@ -114,8 +114,8 @@ class OutputCheck:
         import subprocess
 
         if self._proc is None:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            self._proc = subprocess.Popen(  # its own session: a terminal's Ctrl-C is the stage's, which closes it
+                [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True
             )
             if self._closed:  # (close saw no process yet: it waits for this thread, not for the imports)
                 self._proc.kill()

@@ -11,9 +11,12 @@ request or a server failed, a verifier error) is counted by reason and left
 out of ``samples``; such a row is redone when the stage runs again (a resume:
 this rank's rows with fewer judged samples than ``n`` are dropped first), as
 every stage retries its transient failures. One ``eval_passk`` row per (model,
-task), flushed every ``flush_rows`` rows; the report per difficulty bucket
-(from the ``passk`` annotation) lands in the manifest and in
-``RUN/reports/<stage>.parquet``.
+task), flushed every ``flush_rows`` rows; its ``attempts`` keep each attempt's
+text, verdict and reason (unjudged ones too), so a failure can be read. The
+report per difficulty bucket (from the ``passk`` annotation) lands in the
+manifest and in ``RUN/reports/<stage>.parquet``. Two compared models that one
+endpoint serves as the same model (``same_model``) are a warning line, kept in
+the summary.
 """
 
 from __future__ import annotations
@@ -131,13 +134,38 @@ async def run_eval_passk(ctx: StageContext, cfg: EvalPasskConfig) -> dict[str, A
 
     tasks = load_tasks(ctx.store, cfg.split, cfg.limit, ctx.counts)
     check_custom_verifiers(t["verifier"] for t in tasks)
+    same = await asyncio.to_thread(same_model, cfg.models)
+    for warning in same:
+        ctx.log(f"warning: {warning}")
     units = [(m, t) for m in cfg.models for t in tasks]
     todo = ctx.todo(units, "eval_passk", key=lambda u: eval_id(u[0], u[1]["task_id"], cfg))
     ctx.log(f"{len(tasks)} task(s) x {len(cfg.models)} model(s), {len(todo)} to evaluate, {cfg.n} attempts each")
     if todo:
         await _evaluate(ctx, cfg, todo)
     ctx.flush()
-    return summarize(ctx, cfg)
+    return summarize(ctx, cfg) | ({"same_model": same} if same else {})
+
+
+def same_model(models: list[ModelSpec]) -> list[str]:
+    """One line per pair of compared models that one endpoint serves as the same model: both names answered
+    by the same entry of its ``GET /v1/models`` (vLLM's aliases of one ``root``; a server listing one model,
+    such as ``trajkit model serve --script`` or llama.cpp's, which answers any name with it). Asked before
+    any request, so the comparison is flagged whatever the answers."""
+    from trajkit.models.openai_backend import OpenAIBackend
+
+    first: dict[tuple[str, str], str] = {}  # (endpoint, what it serves) -> the first model name served so
+    out = []
+    for spec in models:
+        if spec.backend != "openai":
+            continue
+        for url, served in OpenAIBackend(spec).served().items():
+            other = first.setdefault((url, served), spec.model)
+            if other != spec.model:
+                out.append(
+                    f"{other!r} and {spec.model!r} are one model at {url} (it serves both as {served!r}): "
+                    "this compares that model with itself"
+                )
+    return out
 
 
 def summarize(ctx: StageContext, cfg: EvalPasskConfig) -> dict[str, Any]:
@@ -187,13 +215,12 @@ async def _unit(
         async with gate:
             return await solver.solve(task, spec.model, i)
 
-    results = [s.result for s in await asyncio.gather(*(one(i) for i in range(cfg.n)))]
-    judged = [r.verdict == "pass" for r in results if r.verdict != "error"]
-    for r in results:
-        if r.verdict == "error":
-            reason = r.details.get("reason") or ""
-            why = reason.split(":")[0] if "transient" in r.details else "verifier error"  # attempt faults say which
-            ctx.counts[f"unjudged.{why[:60]}"] += 1
+    solved = await asyncio.gather(*(one(i) for i in range(cfg.n)))
+    attempts = [attempt_record(task["task_id"], spec.model, i, s) for i, s in enumerate(solved)]
+    judged = [a["verdict"] == "pass" for a in attempts if a["verdict"] != "error"]
+    for a in attempts:
+        if a["verdict"] == "error":  # an attempt's fault says which (a failed model request, ...), by its code
+            ctx.counts[f"unjudged.{a['reason_code'] or 'verifier_error'}"] += 1
     samples, correct = len(judged), sum(judged)
     ctx.counts["attempts"] += cfg.n
     return {
@@ -204,7 +231,19 @@ async def _unit(
         "samples": samples,
         "correct": correct,
         "pass_at": [{"k": k, "value": pass_at_k(samples, correct, k)} for k in cfg.ks if k <= samples],
+        "attempts": attempts,
     }
+
+
+def attempt_record(task_id: str, model: str, index: int, solved: Any) -> dict[str, Any]:
+    """One attempt as ``eval_passk.attempts`` keeps it: a ``samples`` row's text, verdict and why, plus the
+    reason it failed or could not be judged, where the verifier or the attempt gives one."""
+    from trajkit.curate.samples import sample_row
+
+    a, result = solved.attempt, solved.result
+    row = sample_row("", task_id, index, model, a.completion, result, reason_code=a.reason_code)
+    reason = result.details.get("reason")
+    return {f.name: row.get(f.name) for f in S.ATTEMPT} | {"reason": reason if isinstance(reason, str) else None}
 
 
 def _write_report(ctx: StageContext, report: list[dict[str, Any]]) -> None:

@@ -53,6 +53,8 @@ def print_passk(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from trajkit.progress import console
+
     ks, models = summary["ks"], summary["models"]
     table = Table("difficulty", "tasks", *(f"{m}\npass@{k}" for m in models for k in ks), title="pass@k")
     by_bucket: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
@@ -65,6 +67,8 @@ def print_passk(summary: dict[str, Any]) -> None:
         cells = [_fmt(per_model.get(m, {}).get(f"pass@{k}")) for m in models for k in ks]
         table.add_row(bucket, str(tasks), *cells, end_section=buckets[i + 1 : i + 2] == ["all"])
     Console().print(table)
+    for warning in summary.get("same_model") or []:
+        console().print(f"warning: {warning}", markup=False, highlight=False)  # one line, whatever the width
 
 
 def _fmt(x: float | None, pct: bool = False) -> str:

@@ -9,10 +9,10 @@ the given categories from the ``bfcl-eval`` wheel, scored the same way, with
 BFCL's own ``ast_checker`` run on the same predictions for comparison.
 
 One ``eval_tools`` row per (model, turn), flushed every ``flush_rows`` rows;
-a failed model request (a transient failure) is a row with ``correct`` null
-and the reason ``model_error: ...``, and the next run of the stage (a resume)
-drops this rank's rows of those and asks again, as every stage retries its
-transient failures. The breakdown per server and per tool lands in the
+a failed model request (a transient failure) is a row with ``correct`` null,
+the reason ``model_error: ...`` and the reason code ``model_error``; the next
+run of the stage (a resume) drops this rank's rows of that code and asks again,
+as every stage retries its transient failures. The breakdown per server and per tool lands in the
 manifest.
 """
 
@@ -36,7 +36,7 @@ from trajkit.runner import StageContext, StageSpec
 from trajkit.store import Store
 
 DETAIL_CHARS = 300
-MODEL_ERROR = "model_error"  # the reason prefix of a turn whose model request failed: retried on resume
+MODEL_ERROR = "model_error"  # the reason code of a turn whose model request failed: retried on resume
 
 
 class EvalToolsConfig(StageConfig):
@@ -217,9 +217,12 @@ def _recover(raw: str) -> Call | None:
 
 
 def retry_model_errors(ctx: StageContext, _: EvalToolsConfig) -> int:
-    """Drop this rank's rows whose model request failed, so those turns are asked again."""
-    data = ctx.store.read("eval_tools", ["eval_id", "reason"], stage=ctx.name).to_pylist()
-    again = {r["eval_id"] for r in data if (r["reason"] or "").startswith(MODEL_ERROR) and ctx.mine(r["eval_id"])}
+    """Drop this rank's rows whose model request failed (by their reason code, never their reason's text,
+    which quotes the model), so those turns are asked again."""
+    from trajkit.envs.agent import is_transient
+
+    data = ctx.store.read("eval_tools", ["eval_id", "reason_code"], stage=ctx.name).to_pylist()
+    again = {r["eval_id"] for r in data if is_transient(r["reason_code"]) and ctx.mine(r["eval_id"])}
     return ctx.store.drop_rows("eval_tools", ctx.name, again)
 
 
@@ -272,7 +275,12 @@ async def _evaluate(ctx: StageContext, cfg: EvalToolsConfig, todo: list[tuple[Mo
         }
         if c.error:
             ctx.counts[MODEL_ERROR] += 1
-            return {**row, "predicted": None, "reason": f"{MODEL_ERROR}: {c.error}"[:DETAIL_CHARS]}
+            return {
+                **row,
+                "predicted": None,
+                "reason": f"{MODEL_ERROR}: {c.error}"[:DETAIL_CHARS],
+                "reason_code": MODEL_ERROR,
+            }
         calls, malformed, stored = read_calls(c)
         verdict = t.score(calls, malformed)
         ctx.counts["correct" if verdict.correct else "wrong"] += 1

@@ -90,10 +90,27 @@ class Completion:
         }
 
 
+def model_path(model: str) -> str:
+    """A local model directory as an absolute path, so that a run's rows name it from anywhere (the viewer
+    finds its tokenizer, a replay its weights, whatever folder they are opened from); any other model (a Hub
+    id) as given. A local directory is one that exists, or a name no Hub id can be (``org/name``): one that
+    starts with ``/``, ``.`` or ``~``, or has more than two parts (``runs/x/models/sft``, made by a stage)."""
+    import os
+
+    if not model or "://" in model:
+        return model
+    expanded = os.path.expanduser(model)
+    if os.path.isdir(expanded) or model.startswith(("/", ".", "~")) or len(model.strip("/").split("/")) > 2:
+        return os.path.abspath(expanded)
+    return model
+
+
 class ModelSpec(StageConfig):
     """Which model to call and how: shared by every stage that generates."""
 
-    model: str = Field(description="Local model directory, Hub id, or the served model name.")
+    model: str = Field(
+        description="Local model directory (kept as its absolute path), Hub id, or the served model name."
+    )
     backend: Literal["transformers", "openai", "vllm"] = "transformers"
     base_url: Unhashed[str | list[str] | None] = Field(
         None,
@@ -135,6 +152,12 @@ class ModelSpec(StageConfig):
         "alone, which names them. user_message: also a user message after the tool messages carrying them as "
         "image_url / input_audio parts (tool messages take text only), for a vision or audio model.",
     )
+
+    @model_validator(mode="after")
+    def _local_path(self) -> ModelSpec:
+        if self.backend != "openai":  # (openai's model is the name an endpoint serves, never a path)
+            self.model = model_path(self.model)
+        return self
 
     @model_validator(mode="after")
     def _media_over_http(self) -> ModelSpec:

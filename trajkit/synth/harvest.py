@@ -4,12 +4,14 @@ One row per entry of the ``mcpServers`` file (``server_id`` = content id of the
 name, command, args, url and env variable names; never env values), written as
 each server is done. A server that fails to start, hangs on ``initialize`` or
 lists invalid tools is a row with status ``failed`` and the reason; the others
-have status ``ok``. Every ``${VAR}`` of the file's env and headers is read
+have status ``ok``. When no server could be reached at all (every one an HTTP
+server refusing connections, an unknown host), the stage ends with one line
+naming the URL, exit 2. Every ``${VAR}`` of the file's env and headers is read
 before any server starts: a missing one is a user error (exit 2).
 
 A rerun skips servers already written (``--fresh`` harvests all again), except
-transient failures — a server whose start or listing timed out
-(``envs.agent.is_transient``): the next run of the stage (a resume) drops this
+transient failures — a server whose start or listing timed out, or that could
+not be reached (``envs.agent.is_transient``): the next run of the stage (a resume) drops this
 rank's rows of those and harvests them again, as every stage retries its
 transient failures.
 """
@@ -22,6 +24,7 @@ from pydantic import Field, SecretStr
 
 from trajkit.config import StageConfig, Unhashed
 from trajkit.envs.config import ServersFile
+from trajkit.errors import UserError
 from trajkit.runner import StageContext, StageSpec
 
 
@@ -53,6 +56,7 @@ def retry_timed_out(ctx: StageContext, _: HarvestConfig) -> int:
 
 
 async def run_harvest(ctx: StageContext, cfg: HarvestConfig) -> dict[str, Any]:
+    from trajkit.envs.agent import none_reached
     from trajkit.envs.config import check_environment, load_servers_config
     from trajkit.envs.discovery import discover
 
@@ -71,12 +75,18 @@ async def run_harvest(ctx: StageContext, cfg: HarvestConfig) -> dict[str, Any]:
                 ctx.log(f"server {row['name']!r}: {note}")
             advance(1)
 
-        await discover(
+        rows = await discover(
             todo,
             concurrency=cfg.concurrency,
             startup_timeout_s=cfg.startup_timeout_s,
             list_timeout_s=cfg.list_timeout_s,
             on_row=write,
+        )
+    if none_reached([r.get("reason_code") for r in rows]):
+        first = rows[0]
+        raise UserError(
+            f"no server could be reached ({len(rows)} tried): {first['name']!r}: {first['reason']}; "
+            "start it or correct its url, then rerun"
         )
     import pyarrow.parquet as pq
 

@@ -14,10 +14,12 @@ rest and records them as ``aborted`` ("target reached"). A resumed stage that
 has not reached its target re-runs its aborted rows; one that has is done.
 With ``--world-size``, each rank owns a hash share of the (task, rollout index)
 pairs and aims for its share of the target. An episode that failed
-transiently (a model request that failed, a server that timed out:
-``envs.agent.is_transient``) is a ``failed`` row with its reason, and the next
+transiently (a model request that failed, a server that timed out or could not
+be reached: ``envs.agent.is_transient``) is a ``failed`` row with its reason, and the next
 run of the stage (a resume) drops this rank's rows of those and runs them
-again, as every stage retries its transient failures; other faults stay.
+again, as every stage retries its transient failures; other faults stay. When
+every episode of a run failed for want of a connection to an HTTP server, the
+stage ends with one line naming the URL (exit 2, ``envs.agent.none_reached``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from trajkit import schema as S
-from trajkit.envs.agent import episode_head, episode_seed
+from trajkit.envs.agent import episode_head, episode_seed, none_reached
 from trajkit.envs.options import ServerPoolOptions
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec, SamplingParams
@@ -184,10 +186,13 @@ async def _run(
         )
         return {**row, "verdict": await trajectory_verdict(task, row, sandbox)}
 
+    ran: list[dict[str, Any]] = []
+
     def write(_: Any, row: dict[str, Any]) -> None:
         nonlocal have
         _check_budget(ctx, row)
         ctx.write("trajectories", row)
+        ran.append({"reason": row["reason"], "reason_code": row["reason_code"]})
         have += accepted(row, cfg.accept_rules)
 
     def reached() -> bool:
@@ -202,6 +207,11 @@ async def _run(
                 )
         for task, i in cancelled + [(t, i) for t, i in unstarted if (t["task_id"], i) in retry]:
             ctx.write("trajectories", aborted(task["task_id"], i))
+        if none_reached([r["reason_code"] for r in ran]):
+            raise UserError(
+                f"all {len(ran)} episodes failed: {ran[0]['reason']}; start the server or correct its url, then "
+                "rerun (they run again)"
+            )
     finally:
         await backend.aclose()
 
