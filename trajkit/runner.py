@@ -83,6 +83,7 @@ class StageSpec:
 _TALLIES = {
     "rejected": ("reason", "rejected"),
     "trajectories": ("status", "status"),
+    "servers": ("status", "servers"),
     "samples": ("verdict", "verdict"),
     "task_quality": ("judge_reason", "task_quality"),
     "trajectory_quality": ("judge_reason", "trajectory_quality"),
@@ -426,7 +427,9 @@ def run_stage(
         done = None if fresh else _completed(store, name, rank, world_size, redo_stale, quiet)
         if done is not None:
             if not quiet:
-                console().print(f"[dim]{name}[/]: already complete, skipped{_summary(done, spec)}", highlight=False)
+                console().print(
+                    f"[dim]{name}[/]: already complete, skipped{_summary(done, spec)}{_faults(done)}", highlight=False
+                )
             return done
         # the stage's folders this run makes, removed if it fails leaving them empty; not with other ranks
         # starting beside it in the same folders
@@ -601,6 +604,18 @@ def _check_calls(usage: Usage, name: str, max_failed: float) -> None:
             f"stage {name!r}: {usage.failed_calls} of {answered} model calls failed ({usage.failure}); "
             "fix the endpoint and rerun to retry them (--max-failed-calls sets the share a stage may lose)"
         )
+
+
+def _faults(manifest: dict[str, Any]) -> str:
+    """``; kept as faults: servers.failed 2 (--fresh redoes the stage)`` for a completed stage that kept rows of
+    failed servers or unfinished trajectories: skipping it says so, or a fixed server stays failed unseen."""
+    ok = ("servers.ok", "status.completed")
+    faults = {
+        k: v for k, v in manifest.get("counts", {}).items() if k.startswith(("servers.", "status.")) and k not in ok
+    }
+    if not faults:
+        return ""
+    return f"; kept as faults: {', '.join(f'{k} {v}' for k, v in faults.items())} (--fresh redoes the stage)"
 
 
 def _summary(manifest: dict[str, Any], spec: StageSpec) -> str:

@@ -113,6 +113,8 @@ def test_harvest_writes_one_row_per_server(tmp_path, run_dir, http_calculator, m
 
     again = CliRunner().invoke(app, ["synth", "harvest", "--servers", str(path), "--run", str(run_dir)])
     assert again.exit_code == 0 and Store(run_dir).count("servers") == len(config["mcpServers"])
+    # skipping a complete stage names what it kept failed, and the way to retry it
+    assert "kept as faults: servers.failed 5 (--fresh redoes the stage)" in again.output
 
 
 def test_a_missing_variable_is_a_user_error_before_any_server_starts(tmp_path, run_dir, monkeypatch, raw_server):
