@@ -10,8 +10,8 @@ import pytest
 from tests.curate.helpers import run, task
 from trajkit.config import build
 from trajkit.curate.passk import PASSK
-from trajkit.curate.samples import sample_row
 from trajkit.envs.agent import episode_seed
+from trajkit.envs.solve import sample_row
 from trajkit.errors import StageStopped, UserError
 from trajkit.models.scripted_server import Fault, ScriptedServer
 from trajkit.runner import run_stage

@@ -32,8 +32,9 @@ from pydantic import Field, field_validator
 
 from trajkit.config import Unhashed
 from trajkit.curate.pool import active_tasks
-from trajkit.curate.samples import Thresholds, positive_ks, sample_row, thresholds_field, write_passk
+from trajkit.curate.samples import Thresholds, positive_ks, thresholds_field, write_passk
 from trajkit.envs.options import EpisodeOptions
+from trajkit.envs.solve import sample_row
 from trajkit.models.base import ModelSpec
 from trajkit.runner import StageContext, StageSpec
 from trajkit.schema import content_id

@@ -9,12 +9,12 @@ passk table is that count) and a task with none gets no passk row.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
 from trajkit.runner import StageContext
-from trajkit.verify import Result, difficulty, pass_at_k
+from trajkit.verify import difficulty, pass_at_k
 
 Thresholds = dict[Literal["hard", "medium"], float]
 THRESHOLDS_HELP = "Difficulty bounds on pass@1: hard <= hard (0.25), medium < medium (0.75); unsolved = 0, trivial = 1."
@@ -35,33 +35,6 @@ def default_ks(n: int) -> list[int]:
         ks.append(k)
         k *= 2
     return sorted({*ks, n}) if n >= 1 else []
-
-
-def sample_row(
-    sample_id: str,
-    task_id: str,
-    index: int,
-    model: str,
-    completion: str | None,
-    result: Result,
-    traj_id: str | None = None,
-    reason_code: str | None = None,
-) -> dict[str, Any]:
-    """A samples row; ``reason_code`` says why an attempt could not be judged (verdict ``error``)."""
-    return {
-        "sample_id": sample_id,
-        "task_id": task_id,
-        "sample_index": index,
-        "model": model,
-        "completion": completion,
-        "traj_id": traj_id,
-        "verdict": result.verdict,
-        "score": result.score,
-        "runtime_s": result.runtime_s,
-        "output_tail": result.output_tail or None,
-        "details": result.details_json(),
-        "reason_code": reason_code if result.verdict == "error" else None,
-    }
 
 
 def passk_row(

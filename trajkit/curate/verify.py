@@ -23,7 +23,8 @@ from pydantic import Field, field_validator
 from trajkit.config import StageConfig, Unhashed
 from trajkit.curate.files import read_records, text_field
 from trajkit.curate.pool import active_tasks
-from trajkit.curate.samples import Thresholds, positive_ks, sample_row, thresholds_field, write_passk
+from trajkit.curate.samples import Thresholds, positive_ks, thresholds_field, write_passk
+from trajkit.envs.solve import sample_row
 from trajkit.errors import UserError
 from trajkit.runner import StageContext, StageSpec
 from trajkit.schema import content_id

@@ -198,6 +198,33 @@ async def attempt(
     return Attempt(c.text, seconds=time.monotonic() - t0)
 
 
+def sample_row(
+    sample_id: str,
+    task_id: str,
+    index: int,
+    model: str,
+    completion: str | None,
+    result: Any,
+    traj_id: str | None = None,
+    reason_code: str | None = None,
+) -> dict[str, Any]:
+    """A samples row from a verifier's ``trajkit.verify.Result``; ``reason_code`` says why an attempt could not be judged (verdict ``error``)."""
+    return {
+        "sample_id": sample_id,
+        "task_id": task_id,
+        "sample_index": index,
+        "model": model,
+        "completion": completion,
+        "traj_id": traj_id,
+        "verdict": result.verdict,
+        "score": result.score,
+        "runtime_s": result.runtime_s,
+        "output_tail": result.output_tail or None,
+        "details": result.details_json(),
+        "reason_code": reason_code if result.verdict == "error" else None,
+    }
+
+
 @dataclass
 class Solved:
     """An attempt and its verdict. A failed attempt's result is an ``error`` verdict whose details carry

@@ -238,7 +238,7 @@ async def _unit(
 def attempt_record(task_id: str, model: str, index: int, solved: Any) -> dict[str, Any]:
     """One attempt as ``eval_passk.attempts`` keeps it: a ``samples`` row's text, verdict and why, plus the
     reason it failed or could not be judged, where the verifier or the attempt gives one."""
-    from trajkit.curate.samples import sample_row
+    from trajkit.envs.solve import sample_row
 
     a, result = solved.attempt, solved.result
     row = sample_row("", task_id, index, model, a.completion, result, reason_code=a.reason_code)
