@@ -226,7 +226,7 @@ def test_the_parser_check_finds_the_statement_an_explain_wraps(run_copy):
         "EXPLAIN ANALYZE DESCRIBE tasks",
         "EXPLAIN (SELECT 1)",
     ):
-        check_read(db.connection(), query)
+        check_read(query)
     assert "Total Time" in _box_text(db, "EXPLAIN ANALYZE SELECT count(*) FROM tasks")  # analyzed: it ran
     for query, inner in (
         ("EXPLAIN ANALYZE COPY (SELECT 1) TO 'x.csv'", "COPY"),
@@ -235,7 +235,7 @@ def test_the_parser_check_finds_the_statement_an_explain_wraps(run_copy):
         ("EXPLAIN ANALYZE UPDATE EXTENSIONS", "UNKNOWN"),
     ):
         with pytest.raises(QueryError, match=f"not of {inner}$"):
-            check_read(db.connection(), query)
+            check_read(query)
 
 
 def _box_text(db: RunDB, query: str) -> str:

@@ -38,12 +38,12 @@ from typing import Any
 import pyarrow as pa
 
 from trajkit import schema as S
+from trajkit import sqlread
 from trajkit.errors import UserError
 from trajkit.store import Store, absent_columns, existing_run
 from trajkit.view.sqlbox import BOX, Unavailable
 
 QUERY_TIMEOUT_S = 30.0
-EXPLAIN_TOKENS = 1000  # the longest EXPLAIN whose inner statement is looked for (each token costs two parses)
 
 
 class QueryError(ValueError):
@@ -252,16 +252,7 @@ class RunDB:
         import duckdb
 
         con = duckdb.connect()
-        root = str(self.store.root).replace("'", "''")
-        for stmt in (
-            f"SET allowed_directories = ['{root}/']",
-            "SET enable_external_access = false",
-            "SET autoinstall_known_extensions = false",
-            "SET autoload_known_extensions = false",
-            f"SET memory_limit = '{self.memory_limit}'",
-            "SET lock_configuration = true",
-        ):
-            con.execute(stmt)
+        sqlread.lock(con, folders=[str(self.store.root)], memory_limit=self.memory_limit)
         return con
 
     def query(self, sql: str, params: list[Any] | None = None) -> pa.Table:
@@ -367,7 +358,7 @@ class RunDB:
     def read_only(self, sql: str) -> pa.Table:
         """A user's query (the SQL box): one read statement by DuckDB's parser (``check_read``), run in a
         process that cannot write, on the views file (``sqlbox``); its result, or QueryError."""
-        check_read(self.connection(), sql)
+        check_read(sql)
         self.user_queries += 1
         views, sig = self._views_file()
         table, error, io = self._in_box(views, sql)
@@ -405,58 +396,12 @@ class RunDB:
             return self._views
 
 
-def statement_types(con, sql: str) -> list[str]:
-    """The type of each statement DuckDB's parser makes of ``sql`` (``UNKNOWN`` for a type the installed
-    duckdb's Python enum cannot name: ``UPDATE EXTENSIONS`` in 2.0); duckdb.Error when it does not parse."""
-    out = []
-    for statement in con.extract_statements(sql):
-        try:
-            out.append(statement.type.name)
-        except ValueError:
-            out.append("UNKNOWN")
-    return out
-
-
-def check_read(con, sql: str) -> None:
-    """Layer (a) of the SQL box: DuckDB's parser makes exactly one statement of ``sql``, a SELECT or an
-    EXPLAIN (ANALYZE included) of a SELECT; QueryError otherwise."""
-    import duckdb
-
+def check_read(sql: str) -> None:
+    """Layer (a) of the SQL box (``sqlread.check_read``): one SELECT or an EXPLAIN of one; QueryError otherwise."""
     try:
-        kinds = statement_types(con, sql)
-    except duckdb.Error as e:
-        raise QueryError(str(e).splitlines()[0]) from None
-    if len(kinds) != 1:
-        raise QueryError(f"one statement at a time, got {len(kinds)}")
-    if kinds[0] == "EXPLAIN":
-        if len(duckdb.tokenize(sql)) > EXPLAIN_TOKENS:
-            raise QueryError(f"EXPLAIN runs here for statements of up to {EXPLAIN_TOKENS} tokens: run the query itself")
-        inner = explained(con, sql)
-        if inner != {"SELECT"}:
-            refused = ", ".join(sorted(inner - {"SELECT"})) or "a statement the parser cannot find"
-            raise QueryError(f"EXPLAIN runs here only of a read statement (SELECT, WITH, ...), not of {refused}")
-    elif kinds[0] != "SELECT":
-        raise QueryError(f"only read statements (SELECT, WITH, DESCRIBE, SHOW, ...) run here, not {kinds[0]}")
-
-
-def explained(con, sql: str) -> set[str]:
-    """The types DuckDB's parser gives the statement that an EXPLAIN (one statement, ``sql``) wraps.
-
-    Each split of the text at a token start where the head followed by ``SELECT 1`` parses as one
-    EXPLAIN and the rest parses as one statement gives the rest's type. The EXPLAIN's own head and
-    its inner statement are such a split (the head's options do not depend on what it explains), so
-    the real inner type is among the results; any other split found only adds types."""
-    import duckdb
-
-    kinds = set()
-    for start, _ in duckdb.tokenize(sql)[1:]:
-        try:
-            rest = statement_types(con, sql[start:])
-            if len(rest) == 1 and statement_types(con, sql[:start] + " SELECT 1") == ["EXPLAIN"]:
-                kinds.add(rest[0])
-        except duckdb.Error:
-            continue
-    return kinds
+        sqlread.check_read(sql)
+    except sqlread.NotARead as e:
+        raise QueryError(str(e)) from None
 
 
 def open_run(run: str | Path) -> RunDB:
