@@ -310,7 +310,7 @@ def test_a_review_rebuilds_no_in_memory_copy_and_no_view(run_copy, monkeypatch):
     db = RunDB(run_copy)
     assert pages.trajectory_page(db, trid[0]["traj_id"])["accepted"]
     cached = {"trajectories", "trajectories_by_task", "trajectory_quality", "samples", "rejected"}
-    cached.add("accepted_trajectories")
+    cached |= {"accepted_trajectories", "extensions"}  # this trajectory has extensions: their timelines' copy
     assert set(db._cached) == cached
     made = []
     monkeypatch.setattr(db, "_with_views", lambda con: made.append(con))

@@ -178,16 +178,19 @@ class RunDB:
                 fresh = self._con is None
                 if fresh:
                     self._con = self._connect()
-                if force or fresh or {t for t in sig if sig[t] != self._signature.get(t)} != {"reviews"}:
+                remade = force or fresh or {t for t in sig if sig[t] != self._signature.get(t)} != {"reviews"}
+                if remade:
                     sig = self._with_views(self._con)
                 self._drop_stale(sig, everything=force)
                 self._signature = sig
                 self._read_reviews(sig["reviews"], everything=force or fresh)
+                if remade:  # the store's view of the review shards, replaced by one of the in-memory reviews
+                    self._con.execute(f'CREATE OR REPLACE VIEW reviews AS FROM "{REVIEWS}"')
             return self._con
 
     def _read_reviews(self, shards: tuple[str, ...], everything: bool) -> None:
         """Bring REVIEWS and LATEST up to date with these review shards (file names), reading the new ones
-        only (all of them when one went away or ``everything``), and point the ``reviews`` view at them."""
+        only (all of them when one went away or ``everything``)."""
         import duckdb
 
         con = self._con
@@ -219,7 +222,6 @@ class RunDB:
             )
             con.execute("DROP TABLE _reviews_new")
             self._reviews_read |= set(new)
-        con.execute(f'CREATE OR REPLACE VIEW reviews AS FROM "{REVIEWS}"')
 
     def labels(self) -> list[Any]:
         """The run's labels (``accepted.run_labels``), read again when ``labels.yaml`` changes."""
@@ -284,7 +286,12 @@ class RunDB:
             cur.close()
 
     def cached(
-        self, name: str, select: Callable[[], str], key: str | None = None, reads: set[str] | None = None
+        self,
+        name: str,
+        select: Callable[[], str],
+        key: str | None = None,
+        reads: set[str] | None = None,
+        params: list[Any] | None = None,
     ) -> str:
         """The name of an in-memory table holding the rows of the query ``select()`` writes, built
         once and again after a table it reads changes (once more on fresh views if a shard vanished
@@ -293,15 +300,24 @@ class RunDB:
         Pages look rows up by key in these instead of scanning every shard through the views;
         the heavy columns are then read from one shard. With ``key``, the rows are stored in
         the order of the key's hash (column ``_h``), which ``keyed`` lookups prune on. ``reads``
-        names the tables it reads when its text does not (a copy made from another copy)."""
+        names the tables it reads when its text does not (a copy made from another copy); ``params``, the
+        values of the query's parameters."""
         import duckdb
 
         try:
-            return self._build(name, select, key, reads, fresh=False)
+            return self._build(name, select, key, reads, params, fresh=False)
         except duckdb.IOException:
-            return self._build(name, select, key, reads, fresh=True)
+            return self._build(name, select, key, reads, params, fresh=True)
 
-    def _build(self, name: str, select: Callable[[], str], key: str | None, reads: set[str] | None, fresh: bool) -> str:
+    def _build(
+        self,
+        name: str,
+        select: Callable[[], str],
+        key: str | None,
+        reads: set[str] | None,
+        params: list[Any] | None,
+        fresh: bool,
+    ) -> str:
         table = f"_cached_{name}"
         con = self.connection(force=fresh)
         if name in self._cached:
@@ -310,9 +326,15 @@ class RunDB:
         with self._lock:
             if name not in self._cached:
                 query = f'SELECT hash("{key}") AS _h, * FROM ({sql}) ORDER BY _h' if key else sql
-                con.execute(f'CREATE OR REPLACE TABLE "{table}" AS {query}')
+                con.execute(f'CREATE OR REPLACE TABLE "{table}" AS {query}', params or None)
                 self._cached[name] = reads or _sources(sql)
         return table
+
+    def drop(self, name: str) -> None:
+        """Forget an in-memory table ``cached`` made (its memory is freed)."""
+        with self._lock:
+            if self._cached.pop(name, None) is not None:
+                self._con.execute(f'DROP TABLE IF EXISTS "_cached_{name}"')
 
     def keyed(self, table: str, key: str, ids: list[str], columns: str = "* EXCLUDE (_h)", where: str = "") -> list:
         """The rows of a cached table made with ``key`` whose key is one of ``ids`` (and match ``where``,
