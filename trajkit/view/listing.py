@@ -71,7 +71,7 @@ FILTERS = (  # name, what the page calls it
 NONE = "none"  # the value of a filter that asks for rows without one (verdict, reason code, reject reason)
 REVIEWED = "(decision IS NOT NULL OR coalesce(len(labels), 0) > 0)"  # a review in force that says something
 ON_REVIEWS = ("review", "label", "reviewer")  # the filters on reviews
-SELECTIONS_KEPT = 8  # in-memory copies of the rows of a combination of filters (``source``)
+SELECTIONS_KEPT = 8  # in-memory copies of the places of the rows a combination of filters keeps (``source``)
 
 
 LIST_SOURCES = frozenset({"trajectories", "trajectory_quality", "rejected"})  # the tables the list table reads
@@ -257,20 +257,22 @@ def condition(db: RunDB, q: TrajQuery) -> tuple[str, list[Any]]:
 
 
 def source(db: RunDB, q: TrajQuery) -> tuple[str, str, list[Any]]:
-    """Where ``q``'s rows are read from, and the condition and parameters still to apply there.
+    """Where the review flow reads ``q``'s rows from, and the condition and parameters still to apply there.
 
-    Without filters on the run's own columns, the list table. With them, an in-memory copy of the rows
-    they keep, in task order, made once per combination of them (the last ``SELECTIONS_KEPT``) and dropped with the list
-    table: the review flow walks the same list after each decision, a reviewer pages through one list, and
-    a scan of the few rows kept costs a fraction of one of every row. The filters on reviews (``ON_REVIEWS``)
-    stay in the condition, since a decision changes the rows they keep."""
+    Without filters on the run's own columns, the list table. With them, an in-memory copy of the columns
+    that place the rows they keep in ``q``'s order (``TrajQuery.place``), in task order, made once per
+    combination of them and of the order (the last ``SELECTIONS_KEPT``) and dropped with the list table:
+    the flow walks the same list after each decision, and scanning the few narrow rows kept costs a
+    fraction of scanning every row of the list table. The filters on reviews (``ON_REVIEWS``) stay in the
+    condition, since a decision changes the rows they keep."""
     found = choices(db)
     table = list_table(db)
     where, params = TrajQuery({k: v for k, v in q.filters.items() if k not in ON_REVIEWS}).where(found)
     rest = TrajQuery({k: v for k, v in q.filters.items() if k in ON_REVIEWS}).where(found)
     if where == "true":
         return table, *rest
-    name = "selection_" + hashlib.sha256(json.dumps([where, params]).encode()).hexdigest()[:16]
+    columns = q.place()
+    name = "selection_" + hashlib.sha256(json.dumps([where, params, columns]).encode()).hexdigest()[:16]
     kept = db.memo("selections", dict, LIST_SOURCES)  # their names, oldest first
     kept.pop(name, None)
     kept[name] = True
@@ -279,7 +281,10 @@ def source(db: RunDB, q: TrajQuery) -> tuple[str, str, list[Any]]:
         del kept[oldest]
         db.drop(oldest)
     made = db.cached(
-        name, lambda: f'SELECT * FROM "{table}" WHERE {where} ORDER BY pos', reads=set(LIST_SOURCES), params=params
+        name,
+        lambda: f'SELECT {columns} FROM "{table}" WHERE {where} ORDER BY pos',
+        reads=set(LIST_SOURCES),
+        params=params,
     )
     return made, *rest
 
@@ -287,13 +292,14 @@ def source(db: RunDB, q: TrajQuery) -> tuple[str, str, list[Any]]:
 def list_page(db: RunDB, q: TrajQuery) -> dict[str, Any]:
     """One page of the matching trajectories (the page clamped to the last), their review states, the
     counts of each filter's values among the matching rows, and the choices of every filter."""
-    table, where, params = source(db, q)
+    table = list_table(db)
+    where, params = condition(db, q)
     counts = _counts(db, table, where, params)
     total = sum(counts["status"].values())
     pages = max(1, -(-total // PAGE_SIZE))
     q.page = min(q.page, pages)
     skip = (q.page - 1) * PAGE_SIZE
-    if not q.filters and SORTS[q.sort] == "pos":  # every row in task order: pos numbers them, no sort needed
+    if where == "true" and SORTS[q.sort] == "pos":  # every row in task order: pos numbers them, no sort needed
         where, params, skip = ("pos > ?" if not q.desc else "pos <= ?"), [skip if not q.desc else total - skip], 0
     rows = db.rows(
         f'SELECT {SHOWN} FROM "{table}" WHERE {where} ORDER BY {q.order()} LIMIT ? OFFSET ?',
