@@ -406,10 +406,14 @@ def choices(db: RunDB) -> dict[str, list[str]]:
 
 
 def reviewers(db: RunDB) -> list[str]:
-    """The reviewers of trajectories (what the list's reviewer filter offers): looked up by the list page
-    only, since each decision may change them."""
-    rows = db.rows(f"SELECT DISTINCT reviewer FROM \"{LATEST}\" WHERE target_kind = 'trajectory' ORDER BY 1")
-    return [r["reviewer"] for r in rows]
+    """The reviewers of trajectories (what the list's reviewer filter offers), found again after a review:
+    apart from the other choices, which a review does not change."""
+
+    def find() -> list[str]:
+        rows = db.rows(f"SELECT DISTINCT reviewer FROM \"{LATEST}\" WHERE target_kind = 'trajectory' ORDER BY 1")
+        return [r["reviewer"] for r in rows]
+
+    return db.memo("list_reviewers", find, frozenset({"reviews"}))
 
 
 def _found(db: RunDB) -> dict[str, list[str]]:
