@@ -5,7 +5,8 @@ page of a fresh app (it builds the views and the in-memory copies of light colum
 pages look rows up in), and each page's server time (the app's Server-Timing header:
 its first request, then median and worst of --repeat more, through Starlette's
 in-process client), and the median and worst CPU time of the process over those requests
-(less sensitive than wall time to other work on a shared machine). The pages the viewer had
+(less sensitive than wall time to other work on a shared machine; a decision's includes none of the
+reading ahead the flow does between two decisions, ``PAUSE_S`` apart). The pages the viewer had
 before the review work (run, tasks, task, compare, sql, trajectory) are measured in the
 same run as the new ones (the trajectory list with its counts, the review flow's next
 row, a decision in the flow, the diff, the table browser), so they compare as ratios.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -42,6 +44,13 @@ from trajkit.store import Store
 
 LIST_GOAL_MS, TRAJ_GOAL_MS, OPEN_GOAL_S, BULK_GOAL_S = 300, 100, 2.0, 10.0
 THREE = "status=completed&verdict=pass&model=Qwen/Qwen3-8B"  # the list's three filters combined
+PAUSE_S = 0.5  # between two decisions in the flow: less than any reviewer takes to read a row
+
+
+def forget_reviews(run: Path) -> None:
+    """Remove the reviews the bench wrote: their shards and the reviews stage's ledgers that list them."""
+    shutil.rmtree(run / "reviews", ignore_errors=True)
+    shutil.rmtree(run / "_stages" / "reviews", ignore_errors=True)
 
 
 def open_time(run: Path) -> float:
@@ -75,10 +84,12 @@ def server_ms(client, url: str, repeat: int) -> tuple[float, float, float, float
 
 
 def post_ms(client, url: str, form: dict, repeat: int, vary) -> tuple[float, float, float, float, float]:
-    """As ``server_ms`` for a form posted ``repeat`` + 1 times, as the viewer's own page posts it;
-    ``vary(i)`` gives the fields of the i-th post."""
+    """As ``server_ms`` for a form posted ``repeat`` + 1 times, as the viewer's own page posts it, ``PAUSE_S``
+    apart (a reviewer reads each row before deciding: the row after it is read meanwhile); ``vary(i)``
+    gives the fields of the i-th post."""
     times, cpu = [], []
     for i in range(repeat + 1):
+        time.sleep(PAUSE_S)
         c0 = time.process_time()
         r = client.post(url, data={**form, **vary(i)}, headers={"origin": str(client.base_url)})
         cpu.append((time.process_time() - c0) * 1000)
@@ -114,8 +125,7 @@ def main() -> None:
     sibling = one(
         f"SELECT traj_id FROM trajectories WHERE task_id = (SELECT task_id FROM trajectories WHERE traj_id = '{extended}') AND traj_id != '{extended}' LIMIT 1"
     )
-    for old in store.shards("reviews"):  # a run the bench reviewed before, were it stopped midway
-        old.unlink()
+    forget_reviews(run)  # a run the bench reviewed before, were it stopped midway
     opened = open_time(run)
     pages = [
         ("list", "run", "/"),
@@ -188,8 +198,7 @@ def main() -> None:
         after = [("list", "trajectories, 3 filters, counts (after the bulk)", f"/trajectories?{THREE}")]
         results += [(kind, name, *server_ms(client, url, args.repeat)) for kind, name, url in after]
     reviews = len(store.rows("reviews"))
-    for written in store.shards("reviews"):
-        written.unlink()
+    forget_reviews(run)
     tokens = one(f"SELECT len(token_ids) FROM trajectories WHERE traj_id = '{traced}'")
     print(
         f"trajectories: {store.count('trajectories'):,}   tasks: {store.count('tasks'):,}   traced: {tokens:,} tokens"

@@ -810,27 +810,32 @@ class Store:
         )
 
     def sql(self, query: str) -> pa.Table:
+        """The rows of one read statement over the run's views, which changes nothing (``trajkit.sqlread``:
+        DuckDB's parser must make one SELECT of it, the connection may open the shards only, and it runs in
+        a thread the kernel lets write nothing)."""
         import duckdb
+
+        from trajkit.sqlread import check_read, confined, lock
 
         if not query.strip():
             raise UserError("the SQL query is empty")
         if not query.isascii() and not _utf8(query):
             raise UserError("the SQL query is not valid UTF-8 text")
-        con = self.duckdb()
-        try:
-            writes = [s.type.name for s in con.extract_statements(query) if s.type.name not in READS]
-            if writes:
-                raise UserError(
-                    f"{writes[0]} statements are not run: queries over a run only read it (write a result with --output)"
-                )
-            relation = con.sql(query)
-            if relation is None:
-                raise UserError("the SQL statement returns no rows: give a query (SELECT, WITH, ...)")
-            result = relation.to_arrow_table()
-        except duckdb.Error as e:
-            raise UserError(f"SQL error: {str(e).splitlines()[0]}") from None
-        finally:
-            con.close()
+
+        check_read(query)
+
+        def run() -> pa.Table:
+            con = duckdb.connect()
+            try:
+                self.create_views(con)
+                lock(con, files=[str(p) for table in S.TABLES for p in self.shards(table)])
+                return con.sql(query).to_arrow_table()
+            except duckdb.Error as e:
+                raise UserError(f"SQL error: {str(e).splitlines()[0]}") from None
+            finally:
+                con.close()
+
+        result = confined(run)
         twice = sorted({c for c in result.column_names if result.column_names.count(c) > 1})
         if twice:
             raise UserError(f"the query returns more than one column named {twice[0]!r}: name them apart with AS")
@@ -858,9 +863,6 @@ def sql_condition(text: str, what: str) -> str:
     except duckdb.Error as e:
         raise UserError(f"{what} {text!r} is not one SQL condition ({str(e).splitlines()[0]})") from None
     return f"({text})"
-
-
-READS = ("SELECT", "EXPLAIN", "PRAGMA", "CALL", "MULTI")  # MULTI: PIVOT, a SELECT DuckDB expands
 
 
 def _view_sql(tbl: S.Table, present: dict[str, list[Path]]) -> str:

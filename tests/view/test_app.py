@@ -226,7 +226,7 @@ def test_the_parser_check_finds_the_statement_an_explain_wraps(run_copy):
         "EXPLAIN ANALYZE DESCRIBE tasks",
         "EXPLAIN (SELECT 1)",
     ):
-        check_read(db.connection(), query)
+        check_read(query)
     assert "Total Time" in _box_text(db, "EXPLAIN ANALYZE SELECT count(*) FROM tasks")  # analyzed: it ran
     for query, inner in (
         ("EXPLAIN ANALYZE COPY (SELECT 1) TO 'x.csv'", "COPY"),
@@ -235,7 +235,7 @@ def test_the_parser_check_finds_the_statement_an_explain_wraps(run_copy):
         ("EXPLAIN ANALYZE UPDATE EXTENSIONS", "UNKNOWN"),
     ):
         with pytest.raises(QueryError, match=f"not of {inner}$"):
-            check_read(db.connection(), query)
+            check_read(query)
 
 
 def _box_text(db: RunDB, query: str) -> str:
@@ -310,7 +310,7 @@ def test_a_review_rebuilds_no_in_memory_copy_and_no_view(run_copy, monkeypatch):
     db = RunDB(run_copy)
     assert pages.trajectory_page(db, trid[0]["traj_id"])["accepted"]
     cached = {"trajectories", "trajectories_by_task", "trajectory_quality", "samples", "rejected"}
-    cached.add("accepted_trajectories")
+    cached |= {"accepted_trajectories", "extensions"}  # this trajectory has extensions: their timelines' copy
     assert set(db._cached) == cached
     made = []
     monkeypatch.setattr(db, "_with_views", lambda con: made.append(con))

@@ -13,6 +13,7 @@ from tests.view.test_app import HOSTILE, _box, _hostile_run, _sql
 from trajkit.accepted import LABELS_FILE, add_review
 from trajkit.store import Store
 from trajkit.view import listing
+from trajkit.view.db import RunDB
 
 LABELS = """labels:
   - {name: hallucination, key: h, color: "#c0392b", excludes: true}
@@ -107,6 +108,22 @@ def test_every_filter_value_shows_the_rows_the_views_hold_and_counts_them(client
     assert listed(client, task=task_id) == truth(f"task_id = '{task_id}'")
     for junk in ({"model": "nope"}, {"status": "nope"}, {"tool": "x'; DROP"}, {"label": "nope"}):
         assert listed(client, **junk) == []  # a value the run does not hold matches nothing
+
+
+def test_the_flow_walks_each_filtered_list_and_keeps_the_places_of_the_last_few(run_copy):
+    db = RunDB(run_copy)
+    con = Store(run_copy).duckdb()
+    tasks = [r["task_id"] for r in _sql(run_copy, "SELECT DISTINCT task_id FROM trajectories ORDER BY 1")]
+    assert len(tasks) > listing.SELECTIONS_KEPT
+    orders = {"task": listing.TASK_ORDER, "seconds": f"total_s DESC NULLS LAST, {listing.TASK_ORDER}"}
+    for task in tasks:
+        for sort, order in orders.items():
+            q = listing.TrajQuery.parse({"task": task, "sort": sort, "dir": "desc" if sort == "seconds" else "asc"})
+            want = _truth(run_copy, f"task_id = '{task}'", order, con=con)
+            first, after, progress = listing.walk(db, q, None, "next")
+            assert [first, after] == [*want, None][:2] and progress == {"total": len(want), "reviewed": 0}
+    kept = [name for name in db._cached if name.startswith("selection_")]
+    assert len(kept) == listing.SELECTIONS_KEPT  # the places of each list's rows, the last few kept
 
 
 def test_the_list_sorts_and_clamps_its_page(client, run_copy, monkeypatch):

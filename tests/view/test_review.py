@@ -4,6 +4,7 @@ and their undo, labels and guidelines from the run, each write checked in the re
 from __future__ import annotations
 
 import re
+from html import escape
 
 import pytest
 
@@ -11,6 +12,7 @@ from tests.view.test_app import _csrf, _sql
 from tests.view.test_lists import LABELS, _truth
 from trajkit.accepted import LABELS_FILE, accepted_ids
 from trajkit.store import Store
+from trajkit.view import flow
 
 ROW = re.compile(r'<section id="flow-row" data-traj="(\w*)">')
 
@@ -42,9 +44,14 @@ def test_the_flow_walks_the_filtered_list_and_each_decision_shows_the_next_unrev
     assert step("prev", order[0]) == order[0] and step("next", order[-1]) == order[-1]  # the ends stay
     query = "&".join(f"{k}={v}" for k, v in filters.items())
     decided = []
+    db = client.app.state.viewer.db
+    asked = {r["traj_id"]: r["q"] for r in _sql(run_copy, "SELECT traj_id, messages[1].content AS q FROM trajectories")}
+    client.get("/flow", params=filters)  # shows the first row
     for i, action in enumerate(["accept", "reject", "label:gold", "accept"]):
+        assert order[i + 1] in flow._ahead(db)  # the row after the one shown, read meanwhile
         r = _post(client, f"/flow/decide?{query}", {"traj_id": order[i], "action": action, "fragment": "1"})
         assert r.status_code == 200 and ROW.search(r.text).group(1) == order[i + 1], action
+        assert escape(asked[order[i + 1]][:60]) in r.text  # its own conversation, as read ahead
         decided.append(order[i])
         assert f"{i + 1} of {len(order)} reviewed" in r.text
     r = _post(client, f"/flow/decide?{query}", {"traj_id": order[2], "action": "label:gold", "fragment": "1"})

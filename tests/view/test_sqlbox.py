@@ -8,9 +8,10 @@ from pathlib import Path
 
 import duckdb
 
+from trajkit.sqlread import statement_types
 from trajkit.store import Store
 from trajkit.view import db as db_module
-from trajkit.view.db import QueryError, RunDB, statement_types
+from trajkit.view.db import QueryError, RunDB
 
 # One or more statements of each type, aimed at the run ({run}, a shard of it, the views' database);
 # the type is the last statement's.
@@ -103,12 +104,11 @@ ORDER BY ALL
 
 
 def test_every_statement_type_has_statements_here():
-    con = duckdb.connect()
     assert set(STATEMENTS) - {"UNKNOWN"} | set(NOT_FROM_TEXT) == set(duckdb.StatementType.__members__)
     assert not set(STATEMENTS) & set(NOT_FROM_TEXT)
     for kind, statements in STATEMENTS.items():
         for sql in statements:
-            assert statement_types(con, sql.format(run="/r", shard="/r/s.parquet", views="v"))[-1] == kind, sql
+            assert statement_types(sql.format(run="/r", shard="/r/s.parquet", views="v"))[-1] == kind, sql
 
 
 def _files(*roots: Path) -> dict[str, str]:
@@ -121,7 +121,7 @@ def _files(*roots: Path) -> dict[str, str]:
 
 
 def test_no_statement_of_any_type_changes_the_run_a_setting_a_view_or_a_table(run_copy, monkeypatch):
-    monkeypatch.setattr(db_module, "check_read", lambda con, sql: None)  # layer (a) lets everything through
+    monkeypatch.setattr(db_module, "check_read", lambda sql: None)  # layer (a) lets everything through
     db = RunDB(run_copy)
     box_state, pages_state = db.read_only(STATE).to_pylist(), db.query(STATE).to_pylist()
     views = Path(db._views[0])

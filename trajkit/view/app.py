@@ -188,8 +188,8 @@ class Viewer:
         """The review flow on a filtered list: the row ``at``, or the first unreviewed one."""
         q = listing.TrajQuery.parse(request.query_params)
         at = request.query_params.get("at")
-        here = listing.row_of(self.db, at) if at else None
-        target, progress = listing.walk(self.db, q, here, "todo")
+        here = listing.row_of(self.db, at, q.place()) if at else None
+        target, after, progress = listing.walk(self.db, q, here, "todo")
         keys = flow.keymap(self.db)
         return self.render(
             request,
@@ -200,7 +200,7 @@ class Viewer:
             keys=keys,
             keys_json=json.dumps(keys),
             guidelines=flow.guidelines(self.db),
-            **flow.flow_row(self.db, at if here else target, progress),
+            **flow.flow_row(self.db, at if here else target, progress, ahead=None if here else after),
         )
 
     def flow_step(self, request: Request) -> Response:
@@ -209,14 +209,22 @@ class Viewer:
         go, at = request.query_params.get("go", ""), request.query_params.get("at", "")
         if go not in ("next", "prev", "todo"):
             return PlainTextResponse("go must be next, prev or todo\n", status_code=400)
-        here = listing.row_of(self.db, at) if at else None
-        target, progress = listing.walk(self.db, q, here, go)
+        here = listing.row_of(self.db, at, q.place()) if at else None
+        target, after, progress = listing.walk(self.db, q, here, go)
         if target is None and go != "todo" and here:  # past either end: stay
             target = at
-        return self.fragment(request, q, target, progress)
+        return self.fragment(request, q, target, progress, unreviewed=go == "todo", ahead=after)
 
-    def fragment(self, request: Request, q: listing.TrajQuery, target: str | None, progress: dict) -> Response:
-        data = flow.flow_row(self.db, target, progress)
+    def fragment(
+        self,
+        request: Request,
+        q: listing.TrajQuery,
+        target: str | None,
+        progress: dict,
+        unreviewed: bool = False,
+        ahead: str | None = None,
+    ) -> Response:
+        data = flow.flow_row(self.db, target, progress, unreviewed, ahead)
         return self.render(request, "flow_row.jinja", q=q, params=q.params(), **data)
 
     def bulk_confirm(self, request: Request) -> Response:
@@ -324,15 +332,15 @@ class Viewer:
         note = str(form.get("note", "")).strip()[: flow.NOTE_CHARS] or None
         if action not in flow.actions(self.db):
             return PlainTextResponse("bad decision: action\n", status_code=400)
-        here = listing.row_of(self.db, traj_id)
+        here = listing.row_of(self.db, traj_id, q.place())
         if here is None:
             return PlainTextResponse(f"bad decision: no trajectory {traj_id!r}\n", status_code=400)
         flow.decide(self.db, traj_id, action, note, self.reviewer)
         self.writes += 1
         self.db.reload()
-        target, progress = listing.walk(self.db, q, here, "todo")
+        target, after, progress = listing.walk(self.db, q, here, "todo")
         if form.get("fragment"):
-            return self.fragment(request, q, target, progress)
+            return self.fragment(request, q, target, progress, unreviewed=True, ahead=after)
         url = request.app.url_path_for("flow") + "?" + urlencode(q.params(at=target))
         return RedirectResponse(url, status_code=303)
 

@@ -22,17 +22,31 @@ def view(
     """Browse a run in a web browser (tasks, trajectories, token traces, SQL, model comparison) and review rows."""
     import secrets
     import socket
-
-    import uvicorn
+    import threading
 
     from trajkit.errors import UserError
-    from trajkit.view.app import create_app
     from trajkit.view.db import open_run
 
     if not 0 <= port <= 65535:
         raise UserError(f"--port must be 0-65535, not {port}")
     db = open_run(run)
-    db.connection()  # open the views now: a broken shard is an error before anything listens
+    failed: list[BaseException] = []
+
+    def opening() -> None:  # reads every shard's footer and checks its hash: beside the imports below
+        try:
+            db.connection()
+        except BaseException as e:  # noqa: BLE001 (raised again below, in this thread)
+            failed.append(e)
+
+    opened = threading.Thread(target=opening, name="trajkit-view-open")
+    opened.start()
+    import uvicorn
+
+    from trajkit.view.app import create_app
+
+    opened.join()
+    if failed:  # a broken shard is an error before anything listens
+        raise failed[0]
     db.labels()  # and a bad labels.yaml
     loopback = host in LOOPBACK
     token = None if loopback else secrets.token_urlsafe(24)

@@ -38,12 +38,12 @@ from typing import Any
 import pyarrow as pa
 
 from trajkit import schema as S
+from trajkit import sqlread
 from trajkit.errors import UserError
 from trajkit.store import Store, absent_columns, existing_run
 from trajkit.view.sqlbox import BOX, Unavailable
 
 QUERY_TIMEOUT_S = 30.0
-EXPLAIN_TOKENS = 1000  # the longest EXPLAIN whose inner statement is looked for (each token costs two parses)
 
 
 class QueryError(ValueError):
@@ -178,16 +178,19 @@ class RunDB:
                 fresh = self._con is None
                 if fresh:
                     self._con = self._connect()
-                if force or fresh or {t for t in sig if sig[t] != self._signature.get(t)} != {"reviews"}:
+                remade = force or fresh or {t for t in sig if sig[t] != self._signature.get(t)} != {"reviews"}
+                if remade:
                     sig = self._with_views(self._con)
                 self._drop_stale(sig, everything=force)
                 self._signature = sig
                 self._read_reviews(sig["reviews"], everything=force or fresh)
+                if remade:  # the store's view of the review shards, replaced by one of the in-memory reviews
+                    self._con.execute(f'CREATE OR REPLACE VIEW reviews AS FROM "{REVIEWS}"')
             return self._con
 
     def _read_reviews(self, shards: tuple[str, ...], everything: bool) -> None:
         """Bring REVIEWS and LATEST up to date with these review shards (file names), reading the new ones
-        only (all of them when one went away or ``everything``), and point the ``reviews`` view at them."""
+        only (all of them when one went away or ``everything``)."""
         import duckdb
 
         con = self._con
@@ -219,7 +222,6 @@ class RunDB:
             )
             con.execute("DROP TABLE _reviews_new")
             self._reviews_read |= set(new)
-        con.execute(f'CREATE OR REPLACE VIEW reviews AS FROM "{REVIEWS}"')
 
     def labels(self) -> list[Any]:
         """The run's labels (``accepted.run_labels``), read again when ``labels.yaml`` changes."""
@@ -252,16 +254,7 @@ class RunDB:
         import duckdb
 
         con = duckdb.connect()
-        root = str(self.store.root).replace("'", "''")
-        for stmt in (
-            f"SET allowed_directories = ['{root}/']",
-            "SET enable_external_access = false",
-            "SET autoinstall_known_extensions = false",
-            "SET autoload_known_extensions = false",
-            f"SET memory_limit = '{self.memory_limit}'",
-            "SET lock_configuration = true",
-        ):
-            con.execute(stmt)
+        sqlread.lock(con, folders=[str(self.store.root)], memory_limit=self.memory_limit)
         return con
 
     def query(self, sql: str, params: list[Any] | None = None) -> pa.Table:
@@ -293,7 +286,12 @@ class RunDB:
             cur.close()
 
     def cached(
-        self, name: str, select: Callable[[], str], key: str | None = None, reads: set[str] | None = None
+        self,
+        name: str,
+        select: Callable[[], str],
+        key: str | None = None,
+        reads: set[str] | None = None,
+        params: list[Any] | None = None,
     ) -> str:
         """The name of an in-memory table holding the rows of the query ``select()`` writes, built
         once and again after a table it reads changes (once more on fresh views if a shard vanished
@@ -302,15 +300,24 @@ class RunDB:
         Pages look rows up by key in these instead of scanning every shard through the views;
         the heavy columns are then read from one shard. With ``key``, the rows are stored in
         the order of the key's hash (column ``_h``), which ``keyed`` lookups prune on. ``reads``
-        names the tables it reads when its text does not (a copy made from another copy)."""
+        names the tables it reads when its text does not (a copy made from another copy); ``params``, the
+        values of the query's parameters."""
         import duckdb
 
         try:
-            return self._build(name, select, key, reads, fresh=False)
+            return self._build(name, select, key, reads, params, fresh=False)
         except duckdb.IOException:
-            return self._build(name, select, key, reads, fresh=True)
+            return self._build(name, select, key, reads, params, fresh=True)
 
-    def _build(self, name: str, select: Callable[[], str], key: str | None, reads: set[str] | None, fresh: bool) -> str:
+    def _build(
+        self,
+        name: str,
+        select: Callable[[], str],
+        key: str | None,
+        reads: set[str] | None,
+        params: list[Any] | None,
+        fresh: bool,
+    ) -> str:
         table = f"_cached_{name}"
         con = self.connection(force=fresh)
         if name in self._cached:
@@ -319,9 +326,15 @@ class RunDB:
         with self._lock:
             if name not in self._cached:
                 query = f'SELECT hash("{key}") AS _h, * FROM ({sql}) ORDER BY _h' if key else sql
-                con.execute(f'CREATE OR REPLACE TABLE "{table}" AS {query}')
+                con.execute(f'CREATE OR REPLACE TABLE "{table}" AS {query}', params or None)
                 self._cached[name] = reads or _sources(sql)
         return table
+
+    def drop(self, name: str) -> None:
+        """Forget an in-memory table ``cached`` made (its memory is freed)."""
+        with self._lock:
+            if self._cached.pop(name, None) is not None:
+                self._con.execute(f'DROP TABLE IF EXISTS "_cached_{name}"')
 
     def keyed(self, table: str, key: str, ids: list[str], columns: str = "* EXCLUDE (_h)", where: str = "") -> list:
         """The rows of a cached table made with ``key`` whose key is one of ``ids`` (and match ``where``,
@@ -367,7 +380,7 @@ class RunDB:
     def read_only(self, sql: str) -> pa.Table:
         """A user's query (the SQL box): one read statement by DuckDB's parser (``check_read``), run in a
         process that cannot write, on the views file (``sqlbox``); its result, or QueryError."""
-        check_read(self.connection(), sql)
+        check_read(sql)
         self.user_queries += 1
         views, sig = self._views_file()
         table, error, io = self._in_box(views, sql)
@@ -405,58 +418,12 @@ class RunDB:
             return self._views
 
 
-def statement_types(con, sql: str) -> list[str]:
-    """The type of each statement DuckDB's parser makes of ``sql`` (``UNKNOWN`` for a type the installed
-    duckdb's Python enum cannot name: ``UPDATE EXTENSIONS`` in 2.0); duckdb.Error when it does not parse."""
-    out = []
-    for statement in con.extract_statements(sql):
-        try:
-            out.append(statement.type.name)
-        except ValueError:
-            out.append("UNKNOWN")
-    return out
-
-
-def check_read(con, sql: str) -> None:
-    """Layer (a) of the SQL box: DuckDB's parser makes exactly one statement of ``sql``, a SELECT or an
-    EXPLAIN (ANALYZE included) of a SELECT; QueryError otherwise."""
-    import duckdb
-
+def check_read(sql: str) -> None:
+    """Layer (a) of the SQL box (``sqlread.check_read``): one SELECT or an EXPLAIN of one; QueryError otherwise."""
     try:
-        kinds = statement_types(con, sql)
-    except duckdb.Error as e:
-        raise QueryError(str(e).splitlines()[0]) from None
-    if len(kinds) != 1:
-        raise QueryError(f"one statement at a time, got {len(kinds)}")
-    if kinds[0] == "EXPLAIN":
-        if len(duckdb.tokenize(sql)) > EXPLAIN_TOKENS:
-            raise QueryError(f"EXPLAIN runs here for statements of up to {EXPLAIN_TOKENS} tokens: run the query itself")
-        inner = explained(con, sql)
-        if inner != {"SELECT"}:
-            refused = ", ".join(sorted(inner - {"SELECT"})) or "a statement the parser cannot find"
-            raise QueryError(f"EXPLAIN runs here only of a read statement (SELECT, WITH, ...), not of {refused}")
-    elif kinds[0] != "SELECT":
-        raise QueryError(f"only read statements (SELECT, WITH, DESCRIBE, SHOW, ...) run here, not {kinds[0]}")
-
-
-def explained(con, sql: str) -> set[str]:
-    """The types DuckDB's parser gives the statement that an EXPLAIN (one statement, ``sql``) wraps.
-
-    Each split of the text at a token start where the head followed by ``SELECT 1`` parses as one
-    EXPLAIN and the rest parses as one statement gives the rest's type. The EXPLAIN's own head and
-    its inner statement are such a split (the head's options do not depend on what it explains), so
-    the real inner type is among the results; any other split found only adds types."""
-    import duckdb
-
-    kinds = set()
-    for start, _ in duckdb.tokenize(sql)[1:]:
-        try:
-            rest = statement_types(con, sql[start:])
-            if len(rest) == 1 and statement_types(con, sql[:start] + " SELECT 1") == ["EXPLAIN"]:
-                kinds.add(rest[0])
-        except duckdb.Error:
-            continue
-    return kinds
+        sqlread.check_read(sql)
+    except sqlread.NotARead as e:
+        raise QueryError(str(e)) from None
 
 
 def open_run(run: str | Path) -> RunDB:

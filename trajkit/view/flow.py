@@ -10,16 +10,19 @@ each keeping what the decision does not set; ``accepted.undo_batch`` takes it ba
 from __future__ import annotations
 
 import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from trajkit.accepted import FLOW_KEYS, ReviewState, add_review, add_reviews
 from trajkit.view import listing
-from trajkit.view.db import LATEST, RunDB
+from trajkit.view.db import LATEST, QueryError, RunDB
 from trajkit.view.listing import TrajQuery
 from trajkit.view.pages import message_view
 
 GUIDELINES_FILE = "guidelines.md"
 FLOW_SHARD_COLUMNS = ("messages", "prompt_tokens", "completion_tokens")  # what a flow row reads from its shard
+AHEAD_KEPT = 4  # rows read ahead and not shown yet
+_READER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trajkit-view-ahead")
 GUIDELINES_BYTES = 200_000
 NOTE_CHARS = 4000
 
@@ -34,15 +37,25 @@ def actions(db: RunDB) -> set[str]:
     return {"accept", "reject", *(f"label:{label.name}" for label in db.labels())}
 
 
-def flow_row(db: RunDB, traj_id: str | None, progress: dict[str, int]) -> dict[str, Any]:
+def flow_row(
+    db: RunDB, traj_id: str | None, progress: dict[str, int], unreviewed: bool = False, ahead: str | None = None
+) -> dict[str, Any]:
     """What the flow shows for one row of the list (None: nothing left to review): the row, its
-    conversation, its review in force, and the ``progress`` of the filtered list."""
+    conversation, its review in force (none to look up when the walk found it ``unreviewed``), and the
+    ``progress`` of the filtered list. ``ahead``: the row the next step will likely show, whose
+    conversation is then read while the reviewer reads this one (``read_ahead``)."""
     out: dict[str, Any] = {"row": None, "progress": progress, "labels": db.labels()}
-    row = listing.row_of(db, traj_id) if traj_id else None
-    if row is None:
+    found = _ahead(db).pop(traj_id, None) if traj_id else None
+    try:
+        found = found.result() if found is not None else None
+    except QueryError:  # a shard went away meanwhile: read it again below
+        found = None
+    if found is None and traj_id:
+        found = _read_row(db, traj_id)
+    if found is None:
         return out
-    data = db.row_at(row.pop("filename"), row.pop("file_row_number"), FLOW_SHARD_COLUMNS)
-    review = listing.review_states(db, "trajectory", [row["traj_id"]]).get(row["traj_id"])
+    row, data = found
+    review = None if unreviewed else listing.review_states(db, "trajectory", [row["traj_id"]]).get(row["traj_id"])
     out.update(
         row=row,
         prompt_tokens=data["prompt_tokens"],
@@ -50,7 +63,33 @@ def flow_row(db: RunDB, traj_id: str | None, progress: dict[str, int]) -> dict[s
         messages=[message_view(m) for m in data["messages"] or []],
         review=review,
     )
+    if ahead:
+        read_ahead(db, ahead)
     return out
+
+
+def _read_row(db: RunDB, traj_id: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """A row of the list table and what the flow reads of it from its shard; None if there is no such row."""
+    row = listing.row_of(db, traj_id)
+    if row is None:
+        return None
+    return row, db.row_at(row.pop("filename"), row.pop("file_row_number"), FLOW_SHARD_COLUMNS)
+
+
+def _ahead(db: RunDB) -> dict[str, Future]:
+    """The rows read ahead, by id (dropped with the list table, whose rows say where they are)."""
+    return db.memo("flow_ahead", dict, listing.LIST_SOURCES)
+
+
+def read_ahead(db: RunDB, traj_id: str) -> None:
+    """Start reading a row the flow will likely show next, in the background: a shard read is most of a
+    step's time, and the reviewer takes longer to read the row shown than the read takes. The last
+    ``AHEAD_KEPT`` are kept."""
+    ahead = _ahead(db)
+    if traj_id not in ahead:
+        for old in list(ahead)[: max(0, len(ahead) - AHEAD_KEPT + 1)]:
+            ahead.pop(old, None)
+        ahead[traj_id] = _READER.submit(_read_row, db, traj_id)
 
 
 def decide(db: RunDB, traj_id: str, action: str, note: str | None, reviewer: str) -> None:

@@ -9,6 +9,8 @@ reviews (``db.LATEST``), so a decision rebuilds nothing.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
@@ -68,6 +70,11 @@ FILTERS = (  # name, what the page calls it
 )
 NONE = "none"  # the value of a filter that asks for rows without one (verdict, reason code, reject reason)
 REVIEWED = "(decision IS NOT NULL OR coalesce(len(labels), 0) > 0)"  # a review in force that says something
+ON_REVIEWS = ("review", "label", "reviewer")  # the filters on reviews
+SELECTIONS_KEPT = 8  # in-memory copies of the places of the rows a combination of filters keeps (``source``)
+
+
+LIST_SOURCES = frozenset({"trajectories", "trajectory_quality", "rejected"})  # the tables the list table reads
 
 
 def list_table(db: RunDB) -> str:
@@ -84,7 +91,7 @@ def by_task(db: RunDB, task_id: str) -> list[dict[str, Any]]:
         "trajectories_by_task",
         lambda: f'SELECT task_id, traj_id, parent_id, model, rollout_index, status, pos FROM "{table}"',
         key="task_id",
-        reads={"trajectories", "trajectory_quality", "rejected"},
+        reads=set(LIST_SOURCES),
     )
     rows = db.keyed(
         index, "task_id", [task_id], "traj_id, parent_id, model::VARCHAR AS model, rollout_index, status, pos"
@@ -225,6 +232,10 @@ class TrajQuery(ListQuery):
         first = f"{col} {'DESC' if desc else 'ASC'} NULLS {'FIRST' if reverse else 'LAST'}"
         return first if col == "pos" else f"{first}, pos {'DESC' if reverse else 'ASC'}"
 
+    def place(self) -> str:
+        """The list table's columns that place a row in this order (what ``beyond`` reads of it)."""
+        return "traj_id, pos" + ("" if SORTS[self.sort] == "pos" else f", {SORTS[self.sort]}")
+
     def beyond(self, row: dict[str, Any], before: bool) -> tuple[str, list[Any]]:
         """The condition of the rows after ``row`` in this order (before it with ``before``): the sort
         column (nulls last), then ``pos``."""
@@ -243,6 +254,39 @@ class TrajQuery(ListQuery):
 def condition(db: RunDB, q: TrajQuery) -> tuple[str, list[Any]]:
     """``q``'s SQL condition and parameters against what the run holds."""
     return q.where(choices(db))
+
+
+def source(db: RunDB, q: TrajQuery) -> tuple[str, str, list[Any]]:
+    """Where the review flow reads ``q``'s rows from, and the condition and parameters still to apply there.
+
+    Without filters on the run's own columns, the list table. With them, an in-memory copy of the columns
+    that place the rows they keep in ``q``'s order (``TrajQuery.place``), in task order, made once per
+    combination of them and of the order (the last ``SELECTIONS_KEPT``) and dropped with the list table:
+    the flow walks the same list after each decision, and scanning the few narrow rows kept costs a
+    fraction of scanning every row of the list table. The filters on reviews (``ON_REVIEWS``) stay in the
+    condition, since a decision changes the rows they keep."""
+    found = choices(db)
+    table = list_table(db)
+    where, params = TrajQuery({k: v for k, v in q.filters.items() if k not in ON_REVIEWS}).where(found)
+    rest = TrajQuery({k: v for k, v in q.filters.items() if k in ON_REVIEWS}).where(found)
+    if where == "true":
+        return table, *rest
+    columns = q.place()
+    name = "selection_" + hashlib.sha256(json.dumps([where, params, columns]).encode()).hexdigest()[:16]
+    kept = db.memo("selections", dict, LIST_SOURCES)  # their names, oldest first
+    kept.pop(name, None)
+    kept[name] = True
+    while len(kept) > SELECTIONS_KEPT:
+        oldest = next(iter(kept))
+        del kept[oldest]
+        db.drop(oldest)
+    made = db.cached(
+        name,
+        lambda: f'SELECT {columns} FROM "{table}" WHERE {where} ORDER BY pos',
+        reads=set(LIST_SOURCES),
+        params=params,
+    )
+    return made, *rest
 
 
 def list_page(db: RunDB, q: TrajQuery) -> dict[str, Any]:
@@ -270,7 +314,7 @@ def list_page(db: RunDB, q: TrajQuery) -> dict[str, Any]:
         "total": total,
         "pages": pages,
         "counts": counts,
-        "choices": choices(db),
+        "choices": {**choices(db), "reviewer": reviewers(db)},
         "reviewed": reviewed,
     }
 
@@ -348,7 +392,8 @@ def _decode(code: int, values: dict[str, Any]) -> dict[str, Any]:
 
 
 def choices(db: RunDB) -> dict[str, list[str]]:
-    """The values each filter offers: the enums, and what the run holds (the labels its labels.yaml names)."""
+    """The values each filter offers but the reviewers (``reviewers``): the enums, and what the run holds
+    (the labels its labels.yaml names)."""
     fixed = {
         "status": list(S.TRAJ_STATUS),
         "verdict": [*S.VERDICTS, NONE],
@@ -357,11 +402,22 @@ def choices(db: RunDB) -> dict[str, list[str]]:
         "extension": ["yes", "no"],
         "label": [label.name for label in db.labels()],
     }
-    return {**fixed, **db.memo("list_choices", lambda: _found(db))}
+    return {**fixed, **db.memo("list_choices", lambda: _found(db), LIST_SOURCES)}
+
+
+def reviewers(db: RunDB) -> list[str]:
+    """The reviewers of trajectories (what the list's reviewer filter offers), found again after a review:
+    apart from the other choices, which a review does not change."""
+
+    def find() -> list[str]:
+        rows = db.rows(f"SELECT DISTINCT reviewer FROM \"{LATEST}\" WHERE target_kind = 'trajectory' ORDER BY 1")
+        return [r["reviewer"] for r in rows]
+
+    return db.memo("list_reviewers", find, frozenset({"reviews"}))
 
 
 def _found(db: RunDB) -> dict[str, list[str]]:
-    """Each ENUM column's values (its type's), and the reviewers of trajectories."""
+    """Each ENUM column's values (its type's): a review changes none of them."""
     table = list_table(db)
     out = {}
     for name, column in ENUM_COLUMNS.items():
@@ -372,8 +428,6 @@ def _found(db: RunDB) -> dict[str, list[str]]:
             )
             out[name] = rows[0]["v"] if rows else []
     out["reject"] = [*out["reject"], NONE]
-    reviewers = db.rows(f"SELECT DISTINCT reviewer FROM \"{LATEST}\" WHERE target_kind = 'trajectory' ORDER BY 1")
-    out["reviewer"] = [r["reviewer"] for r in reviewers]
     return out
 
 
@@ -388,42 +442,43 @@ def review_states(db: RunDB, kind: str, ids: list[str]) -> dict[str, dict[str, A
 
 
 # ---------------------------------------------------------------- the review flow's walk
-def row_of(db: RunDB, traj_id: str) -> dict[str, Any] | None:
-    """A trajectory's row of the list table (its place in any order), or None."""
-    found = db.keyed(list_table(db), "traj_id", [traj_id], "* EXCLUDE (_h)")
+def row_of(db: RunDB, traj_id: str, columns: str = "* EXCLUDE (_h)") -> dict[str, Any] | None:
+    """A trajectory's row of the list table (these of its columns: by default all, its place in any
+    order among them), or None."""
+    found = db.keyed(list_table(db), "traj_id", [traj_id], columns)
     return found[0] if found else None
 
 
-def walk(db: RunDB, q: TrajQuery, at: dict[str, Any] | None, go: str) -> tuple[str | None, dict[str, int]]:
-    """The id of the matching row the flow shows next, and the list's progress (rows matching, and
-    reviewed of them). ``go``: ``next`` or ``prev`` (the row after or before ``at``, reviewed or not; the
-    first row without ``at``), ``todo`` (the first unreviewed row after ``at``, from the top when there
-    is none after it or no ``at``). The id is None when there is no such row."""
-    table = list_table(db)
-    where, params = condition(db, q)
+def walk(db: RunDB, q: TrajQuery, at: dict[str, Any] | None, go: str) -> tuple[str | None, str | None, dict[str, int]]:
+    """The id of the matching row the flow shows next, the id of the one the same step would show after
+    it (to read ahead), and the list's progress (rows matching, and reviewed of them). ``go``: ``next``
+    or ``prev`` (the row after or before ``at``, reviewed or not; the first row without ``at``),
+    ``todo`` (the first unreviewed row after ``at``, from the top when there is none after it or no
+    ``at``). An id is None when there is no such row. The rows come from ``source``, kept in task
+    order: in that order, the first two beyond ``at`` are found without reading the rows before."""
+    table, where, params = source(db, q)
     if go == "todo":
         where += f" AND NOT {_in_reviews(REVIEWED)}"
     order = q.order(reverse=go == "prev")
-    target = None
-    if at is not None:
-        beyond, more = q.beyond(at, before=go == "prev")
-        target = _first(db, table, f"{where} AND {beyond}", [*params, *more], order)
-    if at is None or (target is None and go == "todo"):
-        target = _first(db, table, where, params, order)
-    return target, progress(db, q)
 
+    def first_two(condition: str, more: list[Any]) -> list[str]:
+        sql = f'SELECT traj_id FROM "{table}" WHERE {where} AND {condition} ORDER BY {order} LIMIT 2'
+        return [r["traj_id"] for r in db.rows(sql, [*params, *more])]
 
-def _first(db: RunDB, table: str, where: str, params: list[Any], order: str) -> str | None:
-    rows = db.rows(f'SELECT traj_id FROM "{table}" WHERE {where} ORDER BY {order} LIMIT 1', params)
-    return rows[0]["traj_id"] if rows else None
+    ids = first_two(*q.beyond(at, before=go == "prev")) if at is not None else []
+    if at is None or (not ids and go == "todo"):
+        ids = first_two("true", [])
+    ids = [*ids, None, None]
+    return ids[0], ids[1], progress(db, q)
 
 
 def progress(db: RunDB, q: TrajQuery) -> dict[str, int]:
     """How many rows match, and how many of them have a review in force."""
-    where, params = condition(db, q)
-    row = db.rows(
-        f"SELECT count(*) AS total, count(*) FILTER (WHERE {_in_reviews(REVIEWED)}) AS reviewed "
-        f'FROM "{list_table(db)}" WHERE {where}',
-        params,
+    table, where, params = source(db, q)
+    reviewed = f"SELECT target_id FROM \"{LATEST}\" WHERE target_kind = 'trajectory' AND {REVIEWED}"
+    row = db.rows(  # the reviewed rows by a join from the reviews' side: a few rows, not a test of each row
+        f'SELECT (SELECT count(*) FROM "{table}" WHERE {where}) AS total, (SELECT count(*) FROM "{table}" '
+        f"SEMI JOIN ({reviewed}) r ON r.target_id = traj_id WHERE {where}) AS reviewed",
+        [*params, *params],
     )[0]
     return {"total": row["total"], "reviewed": row["reviewed"]}

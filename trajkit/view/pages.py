@@ -283,7 +283,7 @@ def trajectory_page(db: RunDB, traj_id: str) -> dict[str, Any] | None:
         "tokens": token_trace(t),
         "sample": samples[0] if samples else None,
         "sampling": t.get("sampling") or {},
-        "timeline": timeline(db, t, [s for s in siblings if s["parent_id"] == traj_id], light["trajectories"]),
+        "timeline": timeline(db, t, [s for s in siblings if s["parent_id"] == traj_id]),
         "siblings": [s for s in siblings if s["traj_id"] != traj_id],
         "labels": db.labels(),
         **reviews_of(db, "trajectory", traj_id),

@@ -32,54 +32,15 @@ import threading
 import time
 from typing import Any
 
-_SYS_CREATE_RULESET, _SYS_RESTRICT_SELF = 444, 446  # Linux's numbers on every architecture but alpha
-_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
-# Landlock's file rights that change the file system (ABI 1), then those later ABIs add:
-# REFER (moving files between directories, 2), TRUNCATE (3), IOCTL_DEV (5)
-_WRITES = {1: 0b1_1111_1111_0010, 2: 1 << 13, 3: 1 << 14, 5: 1 << 15}
-_NET_TCP = 0b11  # bind and connect (ABI 4)
-_SCOPES = 0b11  # abstract unix sockets and signals of processes outside the domain (ABI 6)
+from trajkit.sqlread import confine, lock
+
+_PR_SET_PDEATHSIG = 1
 START_TIMEOUT_S = 60.0  # the helper's imports on a loaded machine
 MARGIN_S = 30.0  # beyond a query's deadline before the viewer gives up on the helper itself
 
 
 class Unavailable(RuntimeError):
     """The SQL box cannot run queries: the machine cannot confine its process, or the process ended."""
-
-
-class _Ruleset(ctypes.Structure):
-    _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
-
-
-def confine() -> int:
-    """Forbid this thread, and every thread and process it starts later, any write to the file system,
-    TCP, and signals to processes outside; returns the Landlock ABI version. OSError if the kernel
-    has no Landlock (Linux before 5.13, or turned off)."""
-    if sys.platform != "linux":
-        raise OSError(f"Landlock is Linux's, this is {sys.platform}")
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-
-    def check(result: int, what: str) -> int:
-        if result < 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"Landlock {what}: {os.strerror(err)}")
-        return result
-
-    abi = check(libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1)), "version")
-    fs = sum(bits for version, bits in _WRITES.items() if abi >= version)
-    rules = _Ruleset(fs, _NET_TCP if abi >= 4 else 0, _SCOPES if abi >= 6 else 0)
-    size = 24 if abi >= 6 else 16 if abi >= 4 else 8  # the kernel reads the fields its ABI knows
-    fd = check(
-        libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(rules), ctypes.c_size_t(size), ctypes.c_uint32(0)), "ruleset"
-    )
-    try:
-        check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-        check(libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(fd), ctypes.c_uint32(0)), "restrict_self")
-    finally:
-        os.close(fd)
-    return abi
 
 
 # ------------------------------------------------------------------ frames
@@ -126,23 +87,8 @@ def _answer(request: dict[str, Any], out: int) -> None:
     import pyarrow as pa
 
     try:
-        con = duckdb.connect(
-            request["views"],
-            read_only=True,
-            config={
-                "autoinstall_known_extensions": False,
-                "autoload_known_extensions": False,
-                "memory_limit": request["memory_limit"],
-                "temp_directory": "",  # nothing is spilled: the process may write nowhere
-            },
-        )
-        root = request["root"].replace("'", "''")
-        for stmt in (
-            f"SET allowed_directories = ['{root}/']",
-            "SET enable_external_access = false",
-            "SET lock_configuration = true",
-        ):
-            con.execute(stmt)
+        con = duckdb.connect(request["views"], read_only=True, config={"autoload_known_extensions": False})
+        lock(con, folders=[request["root"]], memory_limit=request["memory_limit"])
         relation = con.sql(request["sql"])
         table = relation.to_arrow_table() if relation is not None else pa.table({})
     except duckdb.Error as e:

@@ -9,11 +9,12 @@ from typing import Any
 from trajkit.view.db import RunDB
 
 MAX_EXTENSIONS = 20  # extensions drawn under a trajectory (a trajectory rarely has more)
+TIMED = "traj_id, calls, model_s, tools_s, total_s"  # what a bar group reads of an extension
 WIDTH = 1000  # the SVG bars' coordinate width
 
 
-def timeline(db: RunDB, t: dict[str, Any], extensions: list[dict[str, Any]], table: str) -> dict[str, Any]:
-    """The bars of ``t``'s calls and of its extensions' (rows of ``table``, the list table), on one scale.
+def timeline(db: RunDB, t: dict[str, Any], extensions: list[dict[str, Any]]) -> dict[str, Any]:
+    """The bars of ``t``'s calls and of its ``extensions``' (rows naming it their parent), on one scale.
 
     Each group: its trajectory's id (None for ``t`` itself), its calls as bars (label, start, seconds,
     tokens, status, the index of the message it produced, x and width in ``WIDTH`` units), and its
@@ -22,10 +23,8 @@ def timeline(db: RunDB, t: dict[str, Any], extensions: list[dict[str, Any]], tab
     rows = [(None, t)]
     if extensions:
         ids = [e["traj_id"] for e in extensions[:MAX_EXTENSIONS]]
-        found = {r["traj_id"]: r for r in db.keyed(table, "traj_id", ids, "traj_id, filename, file_row_number")}
-        for i in ids:
-            r = found[i]
-            rows.append((i, db.row_at(r["filename"], r["file_row_number"], ("calls", "model_s", "tools_s", "total_s"))))
+        found = {r["traj_id"]: r for r in db.keyed(extension_table(db), "parent_id", [t["traj_id"]], TIMED)}
+        rows += [(i, found[i]) for i in ids if i in found]
     span = max((c["start_s"] + c["seconds"] for _, row in rows for c in row.get("calls") or []), default=0.0) or 1.0
     groups = []
     for traj_id, row in rows:
@@ -63,3 +62,15 @@ def _bar(c: dict[str, Any], span: float) -> dict[str, Any]:
         "x": round(c["start_s"] / span * WIDTH, 2),
         "w": max(round(c["seconds"] / span * WIDTH, 2), 1.0),
     }
+
+
+def extension_table(db: RunDB) -> str:
+    """An in-memory copy of what the timeline shows of every trajectory that extends another, kept in the
+    order of its parent's hash: a trajectory's extensions are one lookup, not one shard read each."""
+    shards = db.shards_of("trajectories")
+    return db.cached(
+        "extensions",
+        lambda: f"SELECT parent_id, {TIMED} FROM {shards} WHERE parent_id IS NOT NULL",
+        key="parent_id",
+        reads={"trajectories"},
+    )
