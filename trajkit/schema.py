@@ -55,6 +55,7 @@ REASON_CODES = (
     "extension_failed",  # the user simulator gave no usable follow-up
     "interrupted",  # the recording proxy stopped before the upstream answered the call
     "state_not_reproducible",  # an extension's replay of the earlier turns' calls gave other results
+    "line_too_long",  # a server sent a message over its cap (envs.stdio.MAX_LINE, its max_message_mib)
 )
 
 TRANSIENT = ("model_error", "timeout")  # the reason codes of faults a rerun may cure: stages retry them
