@@ -11,7 +11,7 @@ from tests.synth.brain import Brain
 from tests.synth.compare import assert_same_output, stage_rows
 from trajkit.models.scripted_server import Fault, ScriptedServer
 from trajkit.store import Store
-from trajkit.synth.extend import follow_up
+from trajkit.synth.extend import ENDED, follow_up
 from trajkit.synth.tool_accuracy import tool_accuracy
 
 
@@ -161,11 +161,17 @@ def test_extend_continues_each_kept_conversation_for_two_rounds(clean_pipeline):
 
 
 def test_follow_up_parsing():
-    assert follow_up("<follow_up>Now divide it by 3.</follow_up>") == ("Now divide it by 3.", None)
-    assert follow_up('<think>hmm</think> "And what about 7 times 8?"') == ("And what about 7 times 8?", None)
-    assert follow_up("<END_CONVERSATION>") == (None, "user simulator ended the conversation")
-    assert follow_up("<follow_up> </follow_up>") == (None, "user simulator wrote an empty follow-up")
-    assert follow_up("") == (None, "user simulator wrote nothing")
+    n = "0123456789abcdef"
+    assert follow_up(f'<follow_up nonce="{n}">Now divide it by 3.</follow_up>', n) == ("Now divide it by 3.", None)
+    said = (
+        f'<think>hmm <follow_up nonce="{n}">no</follow_up></think> <follow_up nonce="{n}">"And 7 times 8?"</follow_up>'
+    )
+    assert follow_up(said, n) == ("And 7 times 8?", None)
+    assert follow_up(f'<follow_up nonce="{n}"><END_CONVERSATION></follow_up>', n) == (None, ENDED)
+    assert follow_up(f'<follow_up nonce="{n}"> </follow_up>', n) == (None, "user simulator wrote an empty follow-up")
+    for unread in ("<follow_up>Now divide it by 3.</follow_up>", "<END_CONVERSATION>", '"And 7 times 8?"'):
+        assert follow_up(unread, n) == (None, "no follow-up carrying this call's nonce")
+    assert follow_up("", n) == (None, "user simulator wrote nothing")
 
 
 def test_two_shards_give_the_same_rows_as_one(tmp_path, calculator_rows, model_server, clean_pipeline):
