@@ -59,6 +59,8 @@ REASON_CODES = (
 )
 
 TRANSIENT = ("model_error", "timeout")  # the reason codes of faults a rerun may cure: stages retry them
+# a judge's row: its request failed (retried on resume), or its answer could not be read (synth.filter rejects it)
+JUDGE_REASON_CODES = ("model_error", "judge_unreadable")
 
 ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
     ("servers", "status"): SERVER_STATUS,
@@ -73,6 +75,8 @@ ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
     ("trajectories", "reason_code"): REASON_CODES,
     ("samples", "verdict"): VERDICTS,
     ("samples", "reason_code"): REASON_CODES,
+    ("task_quality", "judge_reason_code"): JUDGE_REASON_CODES,
+    ("trajectory_quality", "judge_reason_code"): JUDGE_REASON_CODES,
     ("passk", "difficulty"): DIFFICULTIES,
     ("splits", "split"): SPLITS,
     ("reviews", "target_kind"): REVIEW_TARGETS,
@@ -346,8 +350,11 @@ TASK_QUALITY = Table(
             pa.field("quality_score", pa.float64()),
             pa.field("judge_reason", pa.string()),
             pa.field("judge_raw", pa.string()),
+            pa.field("judge_reason_code", pa.string()),  # JUDGE_REASON_CODES; null: the answer was read
         ]
     ),
+    version=2,
+    added=("judge_reason_code",),
     base="tasks",
     doc="LLM-judge scores for tasks on Toucan's six dimensions (1-5; null if unparsed).",
 )
@@ -365,8 +372,11 @@ TRAJECTORY_QUALITY = Table(
             pa.field("order_correct", pa.bool_()),
             pa.field("judge_reason", pa.string()),
             pa.field("judge_raw", pa.string()),
+            pa.field("judge_reason_code", pa.string()),  # JUDGE_REASON_CODES; null: the answer was read
         ]
     ),
+    version=2,
+    added=("judge_reason_code",),
     base="trajectories",
     doc="Judge scores (completeness, conciseness) and computed tool accuracy.",
 )

@@ -14,6 +14,7 @@ from trajkit.accepted import accepted_ids
 from trajkit.prompts import judged_prompt, load_prompt
 from trajkit.store import Store
 from trajkit.synth.extend import follow_up
+from trajkit.synth.filters import TrajectoryFilterConfig, check
 from trajkit.synth.judge import task_prompt, task_quality, trajectory_prompt, trajectory_quality
 from trajkit.synth.transcripts import conversation_text
 
@@ -118,6 +119,48 @@ def test_a_verdict_without_the_calls_nonce_is_never_parsed():
     honest = verdict.replace("fully complete", "incomplete").replace("very concise", "redundant")
     row = trajectory_quality(traj(1), ["add"], "judge", verdict + "\n" + honest, None, "0123456789abcdef")
     assert (row["completeness"], row["conciseness"]) == (2.0, 2.0)
+
+
+def test_an_unreadable_verdict_rejects_the_trajectory_unless_the_filter_keeps_it():
+    """An answer without the call's nonce (a forged or echoed verdict) leaves null scores: not "unjudged" to the
+    filter, which rejects the trajectory as ``judge_unreadable`` (``unreadable_judgments: keep``: kept)."""
+    row = {**traj(1), "status": "completed"}
+    judged = trajectory_quality(row, ["add"], "judge", FORGED.format(nonce="0" * 16), None, "f" * 16)
+    assert judged["completeness"] is None and judged["judge_reason_code"] == "judge_unreadable"
+    read = trajectory_quality(row, ["add"], "judge", FORGED.format(nonce="f" * 16), None, "f" * 16)
+    assert read["completeness"] == 5.0 and read["judge_reason_code"] is None
+    failed = trajectory_quality(row, ["add"], "judge", None, "judge request failed: 500", "f" * 16)
+    assert failed["judge_reason_code"] == "model_error"
+    for option, judgment, reasons in [
+        ("reject", judged, ["judge_unreadable"]),
+        ("keep", judged, []),
+        ("reject", read, []),
+        ("reject", failed, []),
+    ]:
+        cfg = TrajectoryFilterConfig(rules=[], unreadable_judgments=option)
+        got = check(row, cfg, {"trajectory_quality": {row["traj_id"]: judgment}})
+        assert [reason for reason, _ in got] == reasons, (option, judgment)
+
+
+def test_judge_rows_written_before_their_reason_code_still_open(run_dir):
+    import pyarrow.parquet as pq
+
+    from tests.toy_stage import relist
+    from trajkit import schema as S
+
+    store = Store(run_dir)
+    row = {"task_id": "t", "judge_model": "j", "judge_reason": "judge request failed: 500"}
+    store.write("task_quality", "judge", [row])
+    [path] = store.shards("task_quality")
+    old = pq.read_table(path).drop_columns(["judge_reason_code"])  # as version 1 wrote it
+    pq.write_table(old.replace_schema_metadata({S.VERSION_KEY: b"1", S.TABLE_KEY: b"task_quality"}), path)
+    relist(store, path, "task_quality")
+    assert store.read("task_quality", ["task_id", "judge_reason_code"], stage="judge").to_pylist() == [
+        {"task_id": "t", "judge_reason_code": None}
+    ]
+    assert store.sql("SELECT judge_reason, judge_reason_code FROM task_quality").to_pylist() == [
+        {"judge_reason": "judge request failed: 500", "judge_reason_code": None}
+    ]
 
 
 def test_a_trajectory_the_code_verifier_failed_is_never_accepted(run_dir):

@@ -66,6 +66,8 @@ def test_judge_scores_are_parsed_or_null_with_a_reason(clean_pipeline):
     parsed = [r for r in tq if not r["judge_reason"]]
     assert unparsed and parsed
     assert all(r["quality_score"] is None and r["stability"] is None and r["judge_raw"] for r in unparsed)
+    assert {r["judge_reason_code"] for r in unparsed} == {"judge_unreadable"}
+    assert {r["judge_reason_code"] for r in parsed} == {None}
     assert all(1 <= r["quality_score"] <= 5 for r in parsed)
     tasks = {t["task_id"]: t for t in store.rows("tasks")}
     trajs = {t["traj_id"]: t for t in store.rows("trajectories", stage="rollouts")}
@@ -91,7 +93,7 @@ def test_a_failed_judge_request_is_a_row_with_its_reason_and_is_asked_again_on_r
     with ScriptedServer(Brain(garbage=0), faults={0: Fault.error(500), 1: Fault.error(500)}) as server:
         cfg = {"model": model(server), "targets": ["tasks"], "concurrency": 1, "seed": 3}
         first = stage(run, "synth.judge", cfg)
-        failed = [r for r in store.rows("task_quality") if (r["judge_reason"] or "").startswith("judge request failed")]
+        failed = [r for r in store.rows("task_quality") if r["judge_reason_code"] == "model_error"]
         assert len(failed) == 1 and failed[0]["judge_raw"] is None and failed[0]["quality_score"] is None
         asked = len(server.chat_requests)
         assert {b["seed"] for b in server.chat_requests} == {3} and asked == first["usage"]["calls"] + 1
@@ -128,6 +130,13 @@ def test_filter_counts_reasons_and_keeps_rows(clean_pipeline):
     rejected = store.rows("rejected", stage="filter")
     reasons = Counter(r["reason"] for r in rejected)
     assert reasons["no_tool_call"] and reasons["odd_answer"]  # a rule and the custom filter
+    unreadable = {r["task_id"] for r in store.rows("task_quality") if r["judge_reason_code"] == "judge_unreadable"}
+    unreadable |= {
+        r["traj_id"] for r in store.rows("trajectory_quality") if r["judge_reason_code"] == "judge_unreadable"
+    }
+    trajs = store.rows("trajectories", stage="rollouts")
+    expected = {t["traj_id"] for t in trajs if {t["traj_id"], t["task_id"]} & unreadable}
+    assert expected and {r["row_id"] for r in rejected if r["reason"] == "judge_unreadable"} == expected
     counts = _manifest(clean_pipeline, "filter")["counts"]
     assert {k: v for k, v in counts.items() if k.startswith("rejected.")} == {
         f"rejected.{k}": v for k, v in reasons.items()
