@@ -277,7 +277,7 @@ async def test_a_hostile_server_costs_only_its_own_call_and_never_holds_the_loop
         stop.clear()
         ticker = asyncio.create_task(ticks())
         await asyncio.sleep(0.02)
-        out = [await c for c in calls]
+        out = await asyncio.gather(*calls)  # side by side
         stop.set()
         await ticker
         return max(gaps), out
@@ -298,8 +298,7 @@ async def test_a_hostile_server_costs_only_its_own_call_and_never_holds_the_loop
         assert faults[1].startswith("line_too_long: ") and "message from this server was over 4 MiB" in faults[1]
         assert faults[2].startswith("timeout: ") and "timed out after 1s" in faults[2], faults
     finally:
-        for c in [conn, *servers]:
-            await c.aclose()
+        await asyncio.gather(*(c.aclose() for c in [conn, *servers]))
 
 
 async def _fault(call) -> str:
