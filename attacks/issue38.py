@@ -5,7 +5,8 @@ summary by family last. Run it as root and as ``nobody`` (``tests/nonroot.run_as
 
     .venv/bin/python attacks/issue38.py
     .venv/bin/python -c "from tests.nonroot import *; import pathlib
-    with nobody_folder() as f: print(run_as_nobody(pathlib.Path('attacks/issue38.py').read_text(), f, 600).stdout)"
+    text = pathlib.Path('attacks/issue38.py').read_text().replace('from __future__ import annotations', '')
+    with nobody_folder() as f: print(run_as_nobody(text, f, 800).stdout)"
 """
 
 from __future__ import annotations
@@ -285,13 +286,22 @@ async def server() -> None:
         gap, what = await call(tool, args, **kw)
         held = gap < 3 * max(control, 0.02)
         record("server", name, held, f"worst gap {gap * 1000:.0f} ms ({gap / max(control, 0.02):.1f}x), {what}")
-    evil = {"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}}
-    tools = [{"type": "function", "function": {"name": "t", "parameters": evil}}]
-    text = '<tool_call>{"name": "t", "arguments": {"s": "' + "a" * 28 + '!"}}</tool_call>'
-    t0 = time.perf_counter()
-    _, calls, _errors = parse_tool_calls(text, tools)
-    took = time.perf_counter() - t0
-    record("server", "catastrophic regex in an input schema", took < 0.5 and not calls, f"{took * 1000:.0f} ms")
+
+    def schema_check(pattern: str, value: str) -> tuple[float, list]:
+        schema = {"type": "object", "properties": {"s": {"type": "string", "pattern": pattern}}}
+        tools = [{"type": "function", "function": {"name": "t", "parameters": schema}}]
+        text = '<tool_call>{"name": "t", "arguments": {"s": "' + value + '"}}</tool_call>'
+        t0 = time.perf_counter()
+        _, calls, _ = parse_tool_calls(text, tools)
+        return time.perf_counter() - t0, calls
+
+    schema_check("^b+!$", "b!")  # imports and caches before either is timed
+    control = max(schema_check("^b+!$", "b" * 28 + "!")[0] for _ in range(3))
+    took, calls = schema_check("^(a+)+$", "a" * 28 + "!")
+    held = took < 3 * max(control, 0.02) and not calls
+    record(
+        "server", "catastrophic regex in an input schema", held, f"{took * 1000:.0f} ms against {control * 1000:.0f} ms"
+    )
 
 
 # ---------------------------------------------------------------- CSV
@@ -370,7 +380,7 @@ def manifests(tmp: Path) -> None:
 
 def main() -> None:
     print(f"uid {os.getuid()}", flush=True)
-    with tempfile.TemporaryDirectory(dir=os.getcwd()) as tmp:
+    with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
         for family in (secrets, push, judges, spreadsheet, manifests):
             try:
