@@ -191,7 +191,8 @@ def test_fixture_reads_the_quoted_data_blocks_of_judge_prompts():
     from trajkit.prompts import quote_data
 
     question, conversation = "How many?", "[user]\nHow many?"
-    prompt = f"## Question\n{quote_data(question)}\n\n## Conversation\n{quote_data(conversation)}\n"
+    quoted = [quote_data(text, "0123456789abcdef") for text in (question, conversation)]
+    prompt = f"## Question\n{quoted[0]}\n\n## Conversation\n{quoted[1]}\n"
     assert (data_block(prompt, "Question"), data_block(prompt, "Conversation")) == (question, conversation)
 
 

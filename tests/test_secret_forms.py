@@ -1,5 +1,5 @@
 """A secret in another form is still found: behind JSON and URL escapes, in base64 runs (and base64 of an
-escaped one), split across a trajectory's tool results, an AWS secret key beside its id. The write-time
+escaped one), split across a trajectory's messages, an AWS secret key beside its id. The write-time
 redactor replaces it and the push scan finds it; text that holds none is left as it was."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pytest
 
 from trajkit.data_cards.secret_scan import scan_parquet, scan_text
 from trajkit.redact import REDACTED, Redactor
+from trajkit.schema import MESSAGE
 
 TOKEN = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz012345"
 VALUE = "Sup3r-Secret-Value-77"  # a configured secret (env X_TOKEN)
@@ -54,32 +55,66 @@ def test_text_without_a_secret_is_unchanged_and_not_a_finding():
         assert scan_text(text, "README.md", literals={"X_TOKEN": VALUE}) == []
 
 
-def _conversation(*results: str) -> list[dict]:
-    return [{"role": "user", "content": "go"}] + [
-        {"role": "tool", "content": r, "tool_call_id": f"c{i}", "name": "t"} for i, r in enumerate(results)
-    ]
+def _message(role: str, content: str | None = None, **more) -> dict:
+    return {"role": role, "content": content} | more
 
 
-def test_a_token_split_across_tool_results_is_redacted_in_each_part(tmp_path):
+def _conversation(*results: str, then: dict | None = None) -> list[dict]:
+    return (
+        [_message("user", "go")]
+        + [_message("tool", r, tool_call_id=f"c{i}", name="t") for i, r in enumerate(results)]
+        + ([then] if then else [])
+    )
+
+
+def test_a_token_split_across_messages_is_redacted_in_each_part(tmp_path):
+    """Across two tool results, and between a tool result and the assistant message after it (its reasoning,
+    its content, its tool call's arguments)."""
     rows = [
         _conversation("the key is " + TOKEN[:12], TOKEN[12:] + " (keep it safe)"),
         _conversation("first half " + VALUE[:9], VALUE[9:]),
         _conversation(
             "aGZf" + base64.b64encode(TOKEN.encode()).decode()[4:20], base64.b64encode(TOKEN.encode()).decode()[20:]
         ),
-        _conversation("hf_", "is a prefix; nothing follows"),
+        _conversation("the key is " + TOKEN[:12], then=_message("assistant", TOKEN[12:] + " it is")),
+        _conversation("first half " + VALUE[:9], then=_message("assistant", "ok", reasoning_content=VALUE[9:])),
+        _conversation(
+            "key: " + TOKEN[:20],
+            then=_message(
+                "assistant",
+                tool_calls=[
+                    {"id": "a", "name": "t", "arguments": TOKEN[20:]},
+                    {"id": "b", "name": "t", "arguments": "{}"},
+                ],
+            ),
+        ),
+        _conversation(
+            "hf_", "is a prefix; nothing follows", then=_message("assistant", "AbCdEfGhIjKlMnOpQrStUvWxYz012345")
+        ),
     ]
-    table = pa.table({"messages": rows, "token_ids": [[1, 2]] * len(rows)})
+    messages = pa.array(rows, pa.list_(MESSAGE))
+    table = pa.table({"messages": messages, "token_ids": [[1, 2]] * len(rows)})
     out = Redactor({"X_TOKEN": VALUE}).table(table).to_pylist()
-    parts = [[m["content"] for m in r["messages"] if m["role"] == "tool"] for r in out]
-    assert parts[0] == ["the key is " + REDACTED, REDACTED + " (keep it safe)"]
-    assert parts[1] == ["first half " + REDACTED, REDACTED]
-    assert all(REDACTED in p for p in parts[2])
-    assert out[3] == {**table.to_pylist()[3]}  # a row without a secret keeps its messages and its token ids
-    assert [r["token_ids"] for r in out] == [None, None, None, [1, 2]]
+    texts = [
+        [
+            t
+            for m in r["messages"][1:]
+            for t in [m["reasoning_content"], m["content"]] + [c["arguments"] for c in m["tool_calls"] or []]
+            if t
+        ]
+        for r in out
+    ]
+    assert texts[0] == ["the key is " + REDACTED, REDACTED + " (keep it safe)"]
+    assert texts[1] == ["first half " + REDACTED, REDACTED]
+    assert all(REDACTED in p for p in texts[2])
+    assert texts[3] == ["the key is " + REDACTED, REDACTED + " it is"]
+    assert texts[4] == ["first half " + REDACTED, REDACTED, "ok"]
+    assert texts[5] == ["key: " + REDACTED, REDACTED, "{}"]
+    assert out[6] == table.to_pylist()[6]  # a row without a secret keeps its messages and its token ids
+    assert [r["token_ids"] for r in out] == [None] * 6 + [[1, 2]]
     pq.write_table(table, tmp_path / "t.parquet")
     found = scan_parquet(tmp_path / "t.parquet", "t", literals={"X_TOKEN": VALUE})
-    assert [(f.row, f.kind) for f in found] == [(i, "secret split across tool results") for i in range(3)]
+    assert [(f.row, f.kind) for f in found] == [(i, "secret split across messages") for i in range(6)]
 
 
 def test_the_scan_finds_encoded_forms_in_nested_strings(tmp_path):

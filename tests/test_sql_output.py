@@ -22,12 +22,23 @@ def test_sums_csv_line_ends_and_literal_text(run_dir, tmp_path):
 
 
 def test_csv_cells_that_a_spreadsheet_would_run_are_text(run_dir, tmp_path):
+    """Formula characters at the start, or after blanks or control characters; a cell split by a delimiter a
+    spreadsheet may use, or by a bare carriage return, is quoted: it stays one cell."""
     import csv
 
     Store(run_dir).write("trajectories", "rollouts", [traj(0)])
-    cells = ['=HYPERLINK("http://x")', "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1)", "\t=1", "a=1", "1-2"]
-    values = ", ".join("'" + c.replace("'", "''") + f"' AS c{i}" for i, c in enumerate(cells)) + ", -5 AS n"
+    run = ['=HYPERLINK("http://x")', "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1)", "\t=1", "\rx"]
+    run += [" =1+1", "\u3000\x0b=1+1", "\u200b@SUM(A1)", "\uff1d1+1"]
+    kept = ["a=1", "1-2", "a;=1+1", "b\r=1+1", "c|=1", "d\u2028=1"]
+    values = ", ".join(f"{_sql_text(c)} AS c{i}" for i, c in enumerate(run + kept)) + ", -5 AS n"
     out = tmp_path / "o.csv"
     invoke("sql", f"SELECT {values}", "--run", str(run_dir), "--output", str(out))
     [_, row] = list(csv.reader(out.open(newline="")))
-    assert row == ["'" + c for c in cells[:5]] + ["a=1", "1-2", "-5"]  # numbers stay numbers
+    assert row == ["'" + c for c in run] + kept + ["-5"]  # numbers stay numbers
+    text = out.read_bytes().decode()
+    assert text.count("\n") == 2 and all(f'"{c}"' in text for c in kept[2:] + ["'\rx"])
+
+
+def _sql_text(text: str) -> str:
+    """A DuckDB string literal of any text (control characters as chr())."""
+    return " || ".join(f"chr({ord(c)})" if ord(c) < 32 else "'" + c.replace("'", "''") + "'" for c in text)

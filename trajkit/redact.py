@@ -58,8 +58,9 @@ def _clean_url_value(value: Any) -> Any:
 # ---------------------------------------------------------------- secret values
 REDACTED = "[REDACTED]"
 # Parquet metadata of a shard whose rows went through a Redactor when written; the version names the rules
-# (2: decoded forms, tool results joined, AWS secret beside its id), so older shards are redacted again on reading
-SHARD_MARK = b"trajkit.redacted.v2"
+# (2: decoded forms, tool results joined, AWS secret beside its id; 3: every message's texts joined), so older
+# shards are redacted again on reading
+SHARD_MARK = b"trajkit.redacted.v3"
 INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u00ad"  # zero-width characters and the soft hyphen
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS(?:W(?:OR)?D|PHRASE)?(?:_|$)|CREDENTIAL", re.IGNORECASE)
 # a header, flag or query parameter named as a secret: Authorization, Cookie, X-Api-Key, --password, ?token=
@@ -68,6 +69,7 @@ NOT_A_VALUE = re.compile(r"_(?:FILE|PATH|DIR|URL|ENDPOINT|SOCK|NAME|ENV)$", re.I
 MIN_LEN = 6
 MIN_BITS = 12.0  # length x Shannon entropy per character: "false" has 11.6, "hunter2" 19.7
 TOKEN_COLUMNS = ("token_ids", "loss_mask", "logprobs")
+TEXT_FIELDS = ("reasoning_content", "content")  # a message's texts, in order; then its tool calls' arguments
 # The one list of forms that are a credential wherever they appear, read alike by Python's re and Arrow's RE2:
 # kind -> (pattern, what the redactor writes in its place, or None for a form only the push scan refuses:
 # ``data_cards/secret_scan.py`` finds every one). A replacement keeps the groups around the secret.
@@ -249,7 +251,7 @@ class Redactor:
 
     def table(self, data: pa.Table) -> pa.Table:
         """Every string, nested ones included, redacted; in a ``messages`` column, also a secret that only
-        the row's tool results joined hold (a token split across two results). A row whose text held a
+        the row's texts joined hold (a token split across two messages: ``joined``). A row whose text held a
         secret loses its token trace (``token_ids``, ``loss_mask``, ``logprobs``): ids cannot be redacted
         without the tokenizer, so such a row trains on its (redacted) messages."""
         data, hits = self.changes(data)
@@ -279,24 +281,18 @@ class Redactor:
         return (pa.Table.from_arrays(columns, schema=data.schema) if hits else data), hits
 
     def joined(self, arr: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
-        """A ``messages`` array whose rows' tool results, joined, held a secret no one result held: the part
-        of it in each result redacted."""
-        flat = arr.flatten()
-        role, content = flat.field("role"), flat.field("content")
-        tool = pc.fill_null(pc.and_(pc.equal(role, "tool"), pc.is_valid(content)), False)
-        parents = pc.list_parent_indices(arr).filter(tool).to_numpy()
-        counts = np.bincount(parents, minlength=len(arr))
-        if not len(parents) or counts.max() < 2:
+        """A ``messages`` array whose rows' texts, joined in order (every message's reasoning, content and tool
+        call arguments: ``TEXT_FIELDS``), held a secret no one text held: the part of it in each text redacted.
+        A token split between a tool result and the next assistant message is found so."""
+        joined, counts = _joined_texts(arr)
+        if not len(counts) or counts.max() < 2:
             return arr, None
-        offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
-        joined = pc.binary_join(pa.ListArray.from_arrays(offsets, content.filter(tool)), "")
-        suspect = pc.or_(pc.match_substring_regex(joined, self._any), pc.match_substring_regex(joined, ENCODED))
-        rows = np.flatnonzero(pc.fill_null(suspect, False).to_numpy(zero_copy_only=False) & (counts >= 2))
+        suspect = pc.match_substring_regex(joined, f"{self._any}|{ENCODED}")
+        picked = np.flatnonzero(pc.fill_null(suspect, False).to_numpy(zero_copy_only=False) & (counts >= 2))
         changed: dict[int, list[dict[str, Any]]] = {}
-        for i in rows.tolist():
+        for i in picked.tolist():
             messages = arr[i].as_py()
-            results = [m for m in messages if m["role"] == "tool" and m["content"] is not None]
-            if _redact_across([m["content"] for m in results], self, results):
+            if _redact_across(_holders(messages), self):
                 changed[i] = messages
         if not changed:
             return arr, None
@@ -386,18 +382,60 @@ def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return [(a, b) for a, b in merged]
 
 
-def _redact_across(parts: list[str], redactor: Redactor, messages: list[dict[str, Any]]) -> bool:
-    """Redact, in each of ``messages`` (whose contents are ``parts``), its share of a secret that only the
-    parts joined hold. Whether any was."""
+def _joined_texts(arr: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """Each row of a ``messages`` array as one text: its messages' ``TEXT_FIELDS`` and tool call arguments, in
+    order, joined (large strings: a batch's texts together may pass 2 GiB); and how many texts each row has."""
+    flat = arr.flatten()
+    names = {f.name for f in flat.type}
+    texts = [flat.field(name).cast(pa.large_string()) for name in TEXT_FIELDS if name in names]
+    counts = sum((t.is_valid().to_numpy(zero_copy_only=False).astype(np.int64) for t in texts), np.zeros(len(flat)))
+    if "tool_calls" in names and _has_arguments(flat.type.field("tool_calls").type):
+        calls = flat.field("tool_calls")
+        args = calls.flatten().field("arguments").cast(pa.large_string())
+        valid = args.is_valid()
+        per_message = np.bincount(pc.list_parent_indices(calls).filter(valid).to_numpy(), minlength=len(flat))
+        offsets = pa.array(np.concatenate([[0], np.cumsum(per_message)]).astype(np.int32))
+        texts.append(pc.binary_join(pa.ListArray.from_arrays(offsets, args.filter(valid)), pa.scalar("", args.type)))
+        counts = counts + per_message
+    empty = pa.scalar("", pa.large_string())
+    message_text = pc.fill_null(pc.binary_join_element_wise(*texts, empty, null_handling="skip"), empty)
+    parents = pc.list_parent_indices(arr).to_numpy()
+    per_row = np.bincount(parents, minlength=len(arr))
+    offsets = pa.array(np.concatenate([[0], np.cumsum(per_row)]).astype(np.int32))
+    joined = pc.binary_join(pa.ListArray.from_arrays(offsets, message_text), empty)
+    return joined, np.bincount(parents, weights=counts, minlength=len(arr)).astype(np.int64)
+
+
+def _holders(messages: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
+    """Where each text of a row's messages is, in ``_joined_texts``' order: (the message or tool call, its key)."""
+    out = []
+    for m in messages:
+        out += [(m, key) for key in TEXT_FIELDS if isinstance(m.get(key), str)]
+        calls = m.get("tool_calls")
+        out += (
+            [(c, "arguments") for c in calls if isinstance(c.get("arguments"), str)] if isinstance(calls, list) else []
+        )
+    return out
+
+
+def _has_arguments(t: pa.DataType) -> bool:
+    """A list of tool calls with ``arguments`` (not, say, JSON text of the calls)."""
+    return pa.types.is_list(t) and pa.types.is_struct(t.value_type) and t.value_type.get_field_index("arguments") >= 0
+
+
+def _redact_across(holders: list[tuple[dict[str, Any], str]], redactor: Redactor) -> bool:
+    """Redact, in each text (``holder[key]``), its share of a secret that only the texts joined hold. Whether
+    any was."""
+    parts = [holder[key] for holder, key in holders]
     bounds = np.cumsum([0] + [len(p) for p in parts])
     per_part: list[list[tuple[int, int]]] = [[] for _ in parts]
     for a, b in _merged(redactor.spans("".join(parts))):
         first, last = int(np.searchsorted(bounds, a, "right")) - 1, int(np.searchsorted(bounds, b, "left")) - 1
         if first == last:
-            continue  # inside one result: redacted with it already
+            continue  # inside one text: redacted with it already
         for k in range(first, last + 1):
             per_part[k].append((max(a, bounds[k]) - bounds[k], min(b, bounds[k + 1]) - bounds[k]))
-    for message, part, spans in zip(messages, parts, per_part):
+    for (holder, key), part, spans in zip(holders, parts, per_part):
         if spans:
-            message["content"] = _replaced(part, spans)
+            holder[key] = _replaced(part, spans)
     return any(per_part)

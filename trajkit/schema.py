@@ -56,9 +56,12 @@ REASON_CODES = (
     "extension_failed",  # the user simulator gave no usable follow-up
     "interrupted",  # the recording proxy stopped before the upstream answered the call
     "state_not_reproducible",  # an extension's replay of the earlier turns' calls gave other results
+    "line_too_long",  # a server sent a message over its cap (envs.stdio.MAX_LINE, its max_message_mib)
 )
 
 TRANSIENT = ("model_error", "timeout", "unreachable")  # the reason codes of faults a rerun may cure: stages retry them
+# a judge's row: its request failed (retried on resume), or its answer could not be read (synth.filter rejects it)
+JUDGE_REASON_CODES = ("model_error", "judge_unreadable")
 
 ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
     ("servers", "status"): SERVER_STATUS,
@@ -74,6 +77,8 @@ ENUMS: dict[tuple[str, str], tuple[str, ...]] = {
     ("samples", "verdict"): VERDICTS,
     ("samples", "reason_code"): REASON_CODES,
     ("eval_tools", "reason_code"): REASON_CODES,
+    ("task_quality", "judge_reason_code"): JUDGE_REASON_CODES,
+    ("trajectory_quality", "judge_reason_code"): JUDGE_REASON_CODES,
     ("passk", "difficulty"): DIFFICULTIES,
     ("splits", "split"): SPLITS,
     ("reviews", "target_kind"): REVIEW_TARGETS,
@@ -360,8 +365,11 @@ TASK_QUALITY = Table(
             pa.field("quality_score", pa.float64()),
             pa.field("judge_reason", pa.string()),
             pa.field("judge_raw", pa.string()),
+            pa.field("judge_reason_code", pa.string()),  # JUDGE_REASON_CODES; null: the answer was read
         ]
     ),
+    version=2,
+    added=("judge_reason_code",),
     base="tasks",
     doc="LLM-judge scores for tasks on Toucan's six dimensions (1-5; null if unparsed).",
 )
@@ -379,8 +387,11 @@ TRAJECTORY_QUALITY = Table(
             pa.field("order_correct", pa.bool_()),
             pa.field("judge_reason", pa.string()),
             pa.field("judge_raw", pa.string()),
+            pa.field("judge_reason_code", pa.string()),  # JUDGE_REASON_CODES; null: the answer was read
         ]
     ),
+    version=2,
+    added=("judge_reason_code",),
     base="trajectories",
     doc="Judge scores (completeness, conciseness) and computed tool accuracy.",
 )

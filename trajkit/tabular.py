@@ -1,14 +1,19 @@
 """Printing and writing query results (``trajkit sql``): rich tables, CSV, JSON, Parquet.
 
-A CSV cell is opened by spreadsheets, which run a cell that starts with ``=``, ``+``, ``-`` or ``@``
-(and a tab or carriage return before one) as a formula: such a cell is written with a leading ``'``,
-the mark spreadsheets read as "text", so a tool result cannot become a formula on the reader's machine.
+A CSV cell is opened by spreadsheets, which run a cell that starts with ``=``, ``+``, ``-`` or ``@`` as a
+formula, blanks or control characters before it too (`` =1+1``), as it does a cell that starts with a tab or a
+carriage return: such a cell is written with a leading ``'``, the mark spreadsheets read as "text", so a tool
+result cannot become a formula on the reader's machine. A cell holding a delimiter a spreadsheet may split on
+(``,`` ``;`` ``|`` a tab), a quote, a line break (a bare ``\r`` too, which Python's ``csv`` leaves bare) or any
+other control character is quoted, so no part of it starts a cell of its own (``csv_line``).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
+from collections.abc import Iterable
 from decimal import Decimal
 from pathlib import Path
 from typing import IO
@@ -37,7 +42,10 @@ def json_safe(value: object) -> object:
     return value
 
 
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# what a spreadsheet runs: a formula character after any blanks or control characters (fullwidth ones too), or a
+# cell that starts with a tab or a carriage return
+FORMULA = re.compile(r"[\t\r]|[\s\x00-\x1f\x7f-\x9f\u200b-\u200f\u2060\ufeff]*[=+\-@\uff1d\uff0b\uff0d\uff20]")
+NEEDS_QUOTES = re.compile(r'[,;|"\x00-\x1f\x7f-\x9f\u2028\u2029\u200b-\u200f\u2060\ufeff]|[^\S ]')
 
 
 def csv_cell(value: object) -> object:
@@ -46,7 +54,14 @@ def csv_cell(value: object) -> object:
         return ""
     if not isinstance(value, (str, int, float)):
         value = json.dumps(value, default=_plain)
-    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_START) else value
+    return "'" + value if isinstance(value, str) and FORMULA.match(value) else value
+
+
+def csv_line(values: Iterable[object]) -> str:
+    """One line of CSV (``\\n``-ended): each value a ``csv_cell``, quoted (``"`` doubled) when it holds a
+    delimiter, a quote, a line break or a control character."""
+    cells = [str(csv_cell(v)) for v in values]
+    return ",".join('"' + c.replace('"', '""') + '"' if NEEDS_QUOTES.search(c) else c for c in cells) + "\n"
 
 
 def _value(value: object) -> object:
@@ -90,12 +105,9 @@ def write_table(data: pa.Table, dest: Path | IO[str], fmt: str | None = None) ->
             write_table(data, f, fmt)
         return
     if fmt == "csv":
-        import csv
-
-        writer = csv.writer(dest, lineterminator="\n")
-        writer.writerow(data.column_names)
+        dest.write(csv_line(data.column_names))
         for row in data.to_pylist():
-            writer.writerow([csv_cell(v) for v in map(_value, row.values())])
+            dest.write(csv_line(map(_value, row.values())))
     elif fmt == "jsonl":
         for row in data.to_pylist():
             dest.write(json.dumps(json_safe(row), ensure_ascii=False, default=_plain, allow_nan=False) + "\n")

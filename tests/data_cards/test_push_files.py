@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.toy_stage import relist
-from trajkit.data_cards.push import push
+from trajkit.data_cards.layout import RepoFile
+from trajkit.data_cards.push import push, scan
 from trajkit.errors import UserError
 from trajkit.store import Store
 
@@ -70,39 +71,46 @@ def test_a_linked_folder_a_shard_link_and_other_file_types_are_refused(run_copy,
     _refused(run_copy, hub, "is a symbolic link")
 
 
-@pytest.mark.parametrize(
-    "chunk",
-    [
-        _chunk(b"tEXt", b"Comment\0" + HOST_TOKEN.encode()),
-        _chunk(b"zTXt", b"Comment\0\0" + zlib.compress(HOST_TOKEN.encode())),
-        _chunk(b"iTXt", b"Comment\0\1\0en\0\0" + zlib.compress(HOST_TOKEN.encode())),
-        _chunk(b"iTXt", b"Comment\0\0\0en\0Kommentar\0" + HOST_TOKEN.encode()),
-    ],
-    ids=["tEXt", "zTXt", "iTXt compressed", "iTXt"],
-)
-def test_a_secret_in_a_png_text_chunk_is_refused(run_copy, hub, chunk):
-    plot = _plot(run_copy)
-    plot.write_bytes(_with_chunk(plot.read_bytes(), chunk))
-    message = _refused(run_copy, hub, "possible secret")
-    assert f"plots/{plot.name}: Hugging Face token (PNG chunk" in message
+CHUNKS = {
+    "tEXt": _chunk(b"tEXt", b"Comment\0" + HOST_TOKEN.encode()),
+    "zTXt": _chunk(b"zTXt", b"Comment\0\0" + zlib.compress(HOST_TOKEN.encode())),
+    "iTXt compressed": _chunk(b"iTXt", b"Comment\0\1\0en\0\0" + zlib.compress(HOST_TOKEN.encode())),
+    "iTXt": _chunk(b"iTXt", b"Comment\0\0\0en\0Kommentar\0" + HOST_TOKEN.encode()),
+}
+UNREADABLE = {
+    "unknown chunk": (lambda png: _with_chunk(png, _chunk(b"prVt", HOST_TOKEN.encode())), "chunk type 'prVt'"),
+    "bad zlib": (lambda png: _with_chunk(png, _chunk(b"zTXt", b"Comment\0\0not zlib")), "does not inflate"),
+    "bad utf-8": (lambda png: _with_chunk(png, _chunk(b"iTXt", b"C\0\0\0en\0\0\xff\xfe")), "cannot be decoded"),
+    "bad crc": (lambda png: png[:40] + bytes([png[40] ^ 1]) + png[41:], "fails its CRC"),
+    "trailing bytes": (lambda png: png + HOST_TOKEN.encode(), "bytes after IEND"),
+    "not a png": (lambda png: b"GIF89a" + png[6:], "bad signature"),
+}
 
 
-@pytest.mark.parametrize(
-    ("change", "reason"),
-    [
-        (lambda png: _with_chunk(png, _chunk(b"prVt", HOST_TOKEN.encode())), "chunk type 'prVt'"),
-        (lambda png: _with_chunk(png, _chunk(b"zTXt", b"Comment\0\0not zlib")), "does not inflate"),
-        (lambda png: _with_chunk(png, _chunk(b"iTXt", b"C\0\0\0en\0\0\xff\xfe")), "cannot be decoded"),
-        (lambda png: png[:40] + bytes([png[40] ^ 1]) + png[41:], "fails its CRC"),
-        (lambda png: png + HOST_TOKEN.encode(), "bytes after IEND"),
-        (lambda png: b"GIF89a" + png[6:], "bad signature"),
-    ],
-    ids=["unknown chunk", "bad zlib", "bad utf-8", "bad crc", "trailing bytes", "not a png"],
-)
-def test_a_png_the_scan_cannot_read_is_refused(run_copy, hub, change, reason):
+def test_a_secret_in_a_png_text_chunk_is_refused(run_copy, hub):
+    """Push refuses the first (end to end); the other chunk kinds through the same scan, one run for all."""
     plot = _plot(run_copy)
-    plot.write_bytes(change(plot.read_bytes()))
-    _refused(run_copy, hub, "is a PNG the scan cannot read: .*" + reason)
+    original = plot.read_bytes()
+    for i, (kind, chunk) in enumerate(CHUNKS.items()):
+        plot.write_bytes(_with_chunk(original, chunk))
+        if i == 0:
+            message = _refused(run_copy, hub, "possible secret")
+            assert f"plots/{plot.name}: Hugging Face token (PNG chunk" in message
+        else:
+            [found] = scan([RepoFile(plot, f"plots/{plot.name}", plot.stat().st_size)])
+            assert (found.kind, found.preview[:9]) == ("Hugging Face token", "PNG chunk"), kind
+
+
+def test_a_png_the_scan_cannot_read_is_refused(run_copy, hub):
+    plot = _plot(run_copy)
+    original = plot.read_bytes()
+    for i, (kind, (change, reason)) in enumerate(UNREADABLE.items()):
+        plot.write_bytes(change(original))
+        if i == 0:
+            _refused(run_copy, hub, "is a PNG the scan cannot read: .*" + reason)
+            continue
+        with pytest.raises(UserError, match="is a PNG the scan cannot read: .*" + reason):
+            scan([RepoFile(plot, f"plots/{plot.name}", plot.stat().st_size)])
 
 
 @pytest.mark.parametrize("encoded", [False, True], ids=["plain", "base64"])

@@ -76,7 +76,7 @@ class Brain:
         if "**completeness**" in first:
             return self.judgment(TRAJ_DIMS, rng, first)
         if "simulating the **user**" in first:
-            return self.user(rng)
+            return self.user(rng, first)
         return "I do not recognize this prompt."
 
     # ------------------------------------------------------------ generator
@@ -163,11 +163,12 @@ class Brain:
         return {"content": None, "tool_calls": calls} if calls else "I cannot tell what to compute."
 
     # ------------------------------------------------------------ user simulator
-    def user(self, rng: random.Random) -> str:
+    def user(self, rng: random.Random, prompt: str) -> str:
+        nonce = re.findall(r'<follow_up nonce="([0-9a-f]+)">', prompt)[-1]  # what the output format asks for
         if rng.random() < self.garbage:
-            return "<END_CONVERSATION>"
+            return f'<follow_up nonce="{nonce}"><END_CONVERSATION></follow_up>'
         a, b = rng.randint(2, 99), rng.randint(2, 99)
-        return f"<follow_up>Thanks! Now what is {a} times {b}?</follow_up>"
+        return f'<follow_up nonce="{nonce}">Thanks! Now what is {a} times {b}?</follow_up>'
 
 
 TASK_DIMS = {

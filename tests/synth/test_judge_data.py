@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from trajkit.prompts import load_prompt, quote_data
+from trajkit.prompts import judged_prompt, load_prompt
 from trajkit.synth.judge import TRAJECTORY_DIMENSIONS, trajectory_prompt, trajectory_quality
 
 PLANTED = (
@@ -33,9 +33,9 @@ def test_planted_instructions_stay_inside_one_data_block():
 
 def test_the_marker_is_not_in_the_text_it_closes():
     for text in (PLANTED, "", "x" * 10_000, "DATA->>>"):
-        quoted = quote_data(text)
-        marker = quoted[3:24]
-        assert marker.startswith("DATA-") and marker not in text and quoted.endswith(f"\n{marker}>>>")
+        quoted, nonce = judged_prompt("{X}", {"X": text})
+        marker = f"DATA-{nonce}"
+        assert quoted.startswith(f"<<<{marker} ") and marker not in text and quoted.endswith(f"\n{marker}>>>")
 
 
 def test_an_unparseable_or_out_of_range_score_is_null_with_a_reason():

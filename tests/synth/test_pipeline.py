@@ -11,7 +11,7 @@ from tests.synth.brain import Brain
 from tests.synth.compare import assert_same_output, stage_rows
 from trajkit.models.scripted_server import Fault, ScriptedServer
 from trajkit.store import Store
-from trajkit.synth.extend import follow_up
+from trajkit.synth.extend import ENDED, follow_up
 from trajkit.synth.tool_accuracy import tool_accuracy
 
 
@@ -66,6 +66,8 @@ def test_judge_scores_are_parsed_or_null_with_a_reason(clean_pipeline):
     parsed = [r for r in tq if not r["judge_reason"]]
     assert unparsed and parsed
     assert all(r["quality_score"] is None and r["stability"] is None and r["judge_raw"] for r in unparsed)
+    assert {r["judge_reason_code"] for r in unparsed} == {"judge_unreadable"}
+    assert {r["judge_reason_code"] for r in parsed} == {None}
     assert all(1 <= r["quality_score"] <= 5 for r in parsed)
     tasks = {t["task_id"]: t for t in store.rows("tasks")}
     trajs = {t["traj_id"]: t for t in store.rows("trajectories", stage="rollouts")}
@@ -91,7 +93,7 @@ def test_a_failed_judge_request_is_a_row_with_its_reason_and_is_asked_again_on_r
     with ScriptedServer(Brain(garbage=0), faults={0: Fault.error(500), 1: Fault.error(500)}) as server:
         cfg = {"model": model(server), "targets": ["tasks"], "concurrency": 1, "seed": 3}
         first = stage(run, "synth.judge", cfg)
-        failed = [r for r in store.rows("task_quality") if (r["judge_reason"] or "").startswith("judge request failed")]
+        failed = [r for r in store.rows("task_quality") if r["judge_reason_code"] == "model_error"]
         assert len(failed) == 1 and failed[0]["judge_raw"] is None and failed[0]["quality_score"] is None
         asked = len(server.chat_requests)
         assert {b["seed"] for b in server.chat_requests} == {3} and asked == first["usage"]["calls"] + 1
@@ -128,6 +130,13 @@ def test_filter_counts_reasons_and_keeps_rows(clean_pipeline):
     rejected = store.rows("rejected", stage="filter")
     reasons = Counter(r["reason"] for r in rejected)
     assert reasons["no_tool_call"] and reasons["odd_answer"]  # a rule and the custom filter
+    unreadable = {r["task_id"] for r in store.rows("task_quality") if r["judge_reason_code"] == "judge_unreadable"}
+    unreadable |= {
+        r["traj_id"] for r in store.rows("trajectory_quality") if r["judge_reason_code"] == "judge_unreadable"
+    }
+    trajs = store.rows("trajectories", stage="rollouts")
+    expected = {t["traj_id"] for t in trajs if {t["traj_id"], t["task_id"]} & unreadable}
+    assert expected and {r["row_id"] for r in rejected if r["reason"] == "judge_unreadable"} == expected
     counts = _manifest(clean_pipeline, "filter")["counts"]
     assert {k: v for k, v in counts.items() if k.startswith("rejected.")} == {
         f"rejected.{k}": v for k, v in reasons.items()
@@ -161,11 +170,17 @@ def test_extend_continues_each_kept_conversation_for_two_rounds(clean_pipeline):
 
 
 def test_follow_up_parsing():
-    assert follow_up("<follow_up>Now divide it by 3.</follow_up>") == ("Now divide it by 3.", None)
-    assert follow_up('<think>hmm</think> "And what about 7 times 8?"') == ("And what about 7 times 8?", None)
-    assert follow_up("<END_CONVERSATION>") == (None, "user simulator ended the conversation")
-    assert follow_up("<follow_up> </follow_up>") == (None, "user simulator wrote an empty follow-up")
-    assert follow_up("") == (None, "user simulator wrote nothing")
+    n = "0123456789abcdef"
+    assert follow_up(f'<follow_up nonce="{n}">Now divide it by 3.</follow_up>', n) == ("Now divide it by 3.", None)
+    said = (
+        f'<think>hmm <follow_up nonce="{n}">no</follow_up></think> <follow_up nonce="{n}">"And 7 times 8?"</follow_up>'
+    )
+    assert follow_up(said, n) == ("And 7 times 8?", None)
+    assert follow_up(f'<follow_up nonce="{n}"><END_CONVERSATION></follow_up>', n) == (None, ENDED)
+    assert follow_up(f'<follow_up nonce="{n}"> </follow_up>', n) == (None, "user simulator wrote an empty follow-up")
+    for unread in ("<follow_up>Now divide it by 3.</follow_up>", "<END_CONVERSATION>", '"And 7 times 8?"'):
+        assert follow_up(unread, n) == (None, "no follow-up carrying this call's nonce")
+    assert follow_up("", n) == (None, "user simulator wrote nothing")
 
 
 def test_two_shards_give_the_same_rows_as_one(tmp_path, calculator_rows, model_server, clean_pipeline):

@@ -120,10 +120,10 @@ def scan_parquet(
                     row = idx if rows is None else rows[idx].as_py()
                     kind, preview = _kind_of(leaf[idx].as_py(), literals) or ("secret", "")
                     out.append(Finding(where, leaf_name, offset + row, kind, preview))
-            if not out and is_messages(column.type):  # a secret only the tool results joined hold
+            if not out and is_messages(column.type):  # a secret only the row's messages joined hold
                 _, hits = redactor.joined(column)
                 for idx in [] if hits is None else np.flatnonzero(hits)[:MAX_FINDINGS].tolist():
-                    out.append(Finding(where, col_name, offset + idx, "secret split across tool results", ""))
+                    out.append(Finding(where, col_name, offset + idx, "secret split across messages", ""))
         offset += batch.num_rows
         if len(out) >= MAX_FINDINGS:
             break

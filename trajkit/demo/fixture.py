@@ -67,7 +67,7 @@ def reply(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) ->
     if "Assess the **response quality**" in text:
         return trajectory_judgment(data_block(text, "Question"), data_block(text, "Conversation"), verdict_nonce(text))
     if "You are simulating the **user**" in text:
-        return follow_up(data_block(text, "Conversation"))
+        return follow_up(data_block(text, "Conversation"), verdict_nonce(text, "follow_up"))
     m = _CODE_ENTRY.search(text)
     if m:
         return code(m[1])
@@ -151,9 +151,9 @@ def ratings_xml(ratings: dict[str, tuple[str, str]], nonce: str) -> str:
     return f'<response nonce="{nonce}">\n' + "\n".join(parts) + "\n</response>"
 
 
-def verdict_nonce(prompt: str) -> str:
-    """The call's nonce: what the prompt's output format asks the verdict to carry."""
-    found = re.findall(r'<response nonce="([0-9a-f]+)">', prompt)
+def verdict_nonce(prompt: str, tag: str = "response") -> str:
+    """The call's nonce: what the prompt's output format asks the verdict (``<tag nonce=...>``) to carry."""
+    found = re.findall(rf'<{tag} nonce="([0-9a-f]+)">', prompt)
     return found[-1] if found else ""
 
 
@@ -189,14 +189,13 @@ def trajectory_judgment(question: str, conversation: str, nonce: str) -> str:
     return ratings_xml({"completeness": completeness, "conciseness": conciseness}, nonce)
 
 
-def follow_up(conversation: str) -> str:
+def follow_up(conversation: str, nonce: str) -> str:
     """The world's follow-up to the conversation's first question, once; else the end marker."""
     first = conversation.split("[user]\n", 1)[1].split("\n\n[", 1)[0] if "[user]\n" in conversation else ""
     found = exchanges().get(first.strip())
     nxt = found[0].follow_up if found else None
-    if nxt is None or nxt.question in conversation:
-        return "<END_CONVERSATION>"
-    return f"<follow_up>{nxt.question}</follow_up>"
+    message = "<END_CONVERSATION>" if nxt is None or nxt.question in conversation else nxt.question
+    return f'<follow_up nonce="{nonce}">{message}</follow_up>'
 
 
 def data_block(prompt: str, heading: str) -> str:

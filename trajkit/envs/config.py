@@ -96,6 +96,7 @@ class ServerConfig(BaseModel):
     fork: bool = True  # false: a contained Python server's instances are spawned, not forked (envs/forks.py)
     state: Literal["stateless", "stateful"] | None = None  # None: inferred at harvest (server_state)
     timeout: float | None = Field(None, gt=0)  # Cline's: seconds per tool call, over the caller's timeout
+    max_message_mib: float | None = Field(None, gt=0)  # a stdio server's longest message; None: envs.stdio.MAX_LINE
 
     @model_validator(mode="after")
     def _one_transport(self) -> ServerConfig:

@@ -78,10 +78,11 @@ class Zygote:
 
     @contextlib.asynccontextmanager
     async def instance(
-        self, launcher: list[str], errlog: Stderr, timeout_s: float = 60.0
+        self, launcher: list[str], errlog: Stderr, max_line: int, timeout_s: float = 60.0
     ) -> AsyncIterator[tuple[Any, Any]]:
         """One instance forked from the zygote, contained as ``launcher`` (``contain.wrap``'s arguments) says,
-        its stderr written to ``errlog``: the (read, write) streams of an MCP session over its stdin and stdout,
+        its stderr written to ``errlog``: the (read, write) streams of an MCP session over its stdin and stdout
+        (messages of at most ``max_line`` bytes),
         as ``stdio.spawn`` gives for a spawned server (no process is spawned for it), and ended as there. An
         instance whose zygote died says so on ``errlog``. ``NotForked`` (before anything started) when there is no zygote to
         ask (given up, or dead since it was checked), or it did not answer in ``timeout_s`` (alive but wedged, by a
@@ -114,7 +115,7 @@ class Zygote:
                 os.close(stdout[0])
         if not reply.startswith(b"pid "):
             raise NotForked("the fork server did not answer")
-        async with Streams(Forked(loop, sock), stdin[1], stdout[0], errlog) as streams:
+        async with Streams(Forked(loop, sock), stdin[1], stdout[0], errlog, max_line) as streams:
             yield streams
 
     def _running(self) -> bool:

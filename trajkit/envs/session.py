@@ -31,7 +31,7 @@ from typing import Any
 from trajkit.envs import contain
 from trajkit.envs.config import ServerConfig, resolve_command
 from trajkit.envs.forks import NotForked, Zygote
-from trajkit.envs.stdio import Stderr, environment, spawn
+from trajkit.envs.stdio import MAX_LINE, Stderr, environment, spawn
 from trajkit.envs.structured import OutputCheck
 from trajkit.errors import UserError
 
@@ -212,15 +212,16 @@ class Connection:
                 workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"trajkit-{self.name}-"))
             cfg = self.cfg.resolved(session_dir=workdir)
             command, args = resolve_command(cfg.command), list(cfg.args)
+            max_line = int(cfg.max_message_mib * (1 << 20)) if cfg.max_message_mib else MAX_LINE
             if contain.enabled():
                 command, *args = contain.wrap(
                     self.name, cfg, command, args, readonly=self.shared, warm_caches=self.warm_caches
                 )
                 if self.fork is not None:
                     with contextlib.suppress(NotForked):  # no zygote (given up, or dead): spawned
-                        instance = self.fork.instance(args, self._stderr, self.startup_timeout_s)
+                        instance = self.fork.instance(args, self._stderr, max_line, self.startup_timeout_s)
                         return await stack.enter_async_context(instance)
-            spawned = spawn([command, *args], environment(cfg), cfg.cwd, self._stderr)
+            spawned = spawn([command, *args], environment(cfg), cfg.cwd, self._stderr, max_line)
             return await stack.enter_async_context(spawned)
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
@@ -246,7 +247,7 @@ class Connection:
         """A failure's reason (with the server's stderr tail) and reason code."""
         while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
             e = e.exceptions[0]
-        code = e.code if isinstance(e, ServerFault) else "server_crash"
+        code = e.code if isinstance(e, ServerFault) else self._noted("server_crash")
         if isinstance(e, ServerFault):
             reason = str(e)
         elif self.cfg.transport == "http" and not self.init_result and _connect_failed(e):
@@ -257,6 +258,10 @@ class Connection:
             phase = "initialize" if self.init_result is None else "session"
             reason = f"{phase} failed: {type(e).__name__}: {str(e)[:200]}"
         return reason + self.stderr_tail(), code
+
+    def _noted(self, code: str) -> str:
+        """The reason code the client's own note on stderr gave (``line_too_long``), else ``code``."""
+        return (self._stderr.code if self._stderr is not None else None) or code
 
     def stderr_tail(self) -> str:
         """`` (stderr: ...)`` with the server's last stderr line(s), or ``""``."""
@@ -350,6 +355,7 @@ class Connection:
         reason += self.stderr_tail()
         if dead:
             self.dead = reason
+            code = self._noted(code)
         return ServerFault(reason, code)
 
 

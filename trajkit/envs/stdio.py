@@ -1,8 +1,10 @@
 """The stdio transport of a server process, spawned (``spawn``) or forked from its zygote (``forks.py``).
 
 The MCP session's streams over the process's stdin and stdout (``Streams``): one message a line, of at most
-``MAX_LINE`` (a longer one ends the session, the server's fault; the SDK's own stdio client reads lines of any
-length); its stderr a pipe whose tail the client keeps for fault reasons (``Stderr``: nothing on disk); and its
+``MAX_LINE`` by default (a server's ``max_message_mib`` sets its own; a longer one ends the session, the server's
+fault, ``line_too_long``; the SDK's own stdio client reads lines of any length). The cap bounds what one message
+holds the client's event loop: its parse and validation (about 10-20 ms a MiB, the loop's one thread and every
+trajectory of the process waiting) run in one go; a line over it costs reads in chunks and is dropped. Its stderr a pipe whose tail the client keeps for fault reasons (``Stderr``: nothing on disk); and its
 end as the SDK's stdio client ends a server: stdin closed, ``STOP_S`` for it to exit, SIGTERM, ``STOP_S``, SIGKILL.
 """
 
@@ -20,7 +22,7 @@ from trajkit.envs.config import ServerConfig, child_environment
 
 STOP_S = 2.0  # as the SDK's stdio client: the wait for the exit after stdin closes, and after SIGTERM
 FLUSH_S = 0.5  # and for the last message to be written
-MAX_LINE = 32 << 20  # one JSON-RPC message from a server (a result with a few screenshots is a few MiB)
+MAX_LINE = 4 << 20  # one JSON-RPC message from a server, by default (a few screenshots of MAX_MEDIA_BYTES)
 STDERR_TAIL_CHARS = 300
 
 
@@ -34,6 +36,7 @@ class Stderr:
     def __init__(self) -> None:
         self.kept = b""
         self.notes: list[str] = []
+        self.code: str | None = None  # a ``schema.REASON_CODES`` value the client's own note gave the fault
         self._r, self._w = os.pipe()
         os.set_blocking(self._r, False)
         self._loop = asyncio.get_running_loop()
@@ -50,9 +53,11 @@ class Stderr:
                 return
             self.kept = (self.kept + chunk[-self.KEEP :])[-self.KEEP :]
 
-    def note(self, text: str) -> None:
-        """A line of the client's own about the server: the tail ends with it, whatever the server wrote after."""
+    def note(self, text: str, code: str | None = None) -> None:
+        """A line of the client's own about the server: the tail ends with it, whatever the server wrote after;
+        ``code``: the reason code of the fault it explains (else the fault's own)."""
         self.notes.append(text)
+        self.code = code or self.code
 
     def fileno(self) -> int:
         return self._w
@@ -73,12 +78,12 @@ class Stderr:
 
 class Streams:
     """The MCP session's streams over a server process's stdin and stdout, and its end; ``process``: its status and
-    signals (``Spawned``, or a forked one's: ``forks.Forked``)."""
+    signals (``Spawned``, or a forked one's: ``forks.Forked``); ``max_line``: the longest message read, in bytes."""
 
-    def __init__(self, process: Any, stdin: int, stdout: int, errlog: Stderr):
+    def __init__(self, process: Any, stdin: int, stdout: int, errlog: Stderr, max_line: int):
         import anyio
 
-        self.loop, self.process, self.errlog = asyncio.get_running_loop(), process, errlog
+        self.loop, self.process, self.errlog, self.max_line = asyncio.get_running_loop(), process, errlog, max_line
         self._stdin, self._stdout = os.fdopen(stdin, "wb", 0), os.fdopen(stdout, "rb", 0)
         self.to_session, self.read = anyio.create_memory_object_stream(0)
         self.write, self.from_session = anyio.create_memory_object_stream(0)
@@ -117,15 +122,16 @@ class Streams:
         from mcp.shared.message import SessionMessage
         from mcp_types import jsonrpc_message_adapter
 
-        reader = asyncio.StreamReader(limit=MAX_LINE)
+        reader = asyncio.StreamReader(limit=self.max_line)
         transport, _ = await self.loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), self._stdout)
         try:
             async with self.to_session:
                 while True:
                     try:
                         line = await reader.readline()
-                    except ValueError:  # over MAX_LINE (not kept): the server's fault, and the end of its session
-                        self.errlog.note(f"trajkit: a message from this server was over {MAX_LINE >> 20} MiB")
+                    except ValueError:  # over the cap (not kept): the server's fault, and the end of its session
+                        cap = f"{self.max_line / (1 << 20):g} MiB (max_message_mib)"
+                        self.errlog.note(f"trajkit: a message from this server was over {cap}", "line_too_long")
                         return
                     if not line:
                         break
@@ -189,10 +195,11 @@ class Spawned:
 
 @contextlib.asynccontextmanager
 async def spawn(
-    argv: list[str], env: dict[str, str], cwd: str | None, errlog: Stderr
+    argv: list[str], env: dict[str, str], cwd: str | None, errlog: Stderr, max_line: int
 ) -> AsyncIterator[tuple[Any, Any]]:
     """A server process started from ``argv``, its stderr written to ``errlog``: the (read, write) streams of an MCP
-    session over its stdin and stdout (``Streams``). OSError when it cannot start."""
+    session over its stdin and stdout (``Streams``, messages of at most ``max_line`` bytes). OSError when it cannot
+    start."""
     stdin, stdout = os.pipe(), os.pipe()
     try:
         proc = subprocess.Popen(  # noqa: ASYNC220 - (asyncio's subprocess_exec forks in the loop too)
@@ -205,7 +212,7 @@ async def spawn(
     finally:
         os.close(stdin[0])
         os.close(stdout[1])
-    async with Streams(Spawned(proc), stdin[1], stdout[0], errlog) as streams:
+    async with Streams(Spawned(proc), stdin[1], stdout[0], errlog, max_line) as streams:
         yield streams
 
 

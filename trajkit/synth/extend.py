@@ -30,7 +30,7 @@ from trajkit.envs.agent import episode_head
 from trajkit.envs.options import ServerPoolOptions
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec, SamplingParams
-from trajkit.prompts import load_prompt, quote_data, render
+from trajkit.prompts import judged_prompt, load_prompt
 from trajkit.runner import StageContext, StageSpec
 from trajkit.store import sql_condition
 from trajkit.synth.transcripts import conversation_text, tool_listing
@@ -69,15 +69,19 @@ class ExtendConfig(ServerPoolOptions):
     rollout_fn: str | None = Field(None, description="Dotted path to a custom rollout function (see synth.rollouts).")
 
 
-def follow_up(text: str | None) -> tuple[str | None, str | None]:
-    """(the user's next message, or None and why) from the simulator's output."""
+def follow_up(text: str | None, nonce: str) -> tuple[str | None, str | None]:
+    """(the user's next message, or None and why) from the simulator's output: only the last
+    ``<follow_up nonce="...">`` carrying the call's ``nonce`` (``prompts.judged_prompt``) counts, so a follow-up
+    or an end marker echoed from the quoted conversation is never read."""
     if not text or not text.strip():
         return None, "user simulator wrote nothing"
     body = re.sub(r"<(think|thinking)>.*?</\1>", "", text, flags=re.DOTALL | re.IGNORECASE)
-    if END in body:
+    found = re.findall(rf'<follow_up\s+nonce="{re.escape(nonce)}"\s*>(.*?)</follow_up\s*>', body, re.DOTALL)
+    if not found:
+        return None, "no follow-up carrying this call's nonce"
+    message = found[-1].strip().strip('"').strip()
+    if message == END:
         return None, ENDED
-    m = re.search(r"<follow_up>(.*?)(?:</follow_up>|$)", body, re.DOTALL | re.IGNORECASE)
-    message = (m[1] if m else body).strip().strip('"').strip()
     return (message, None) if message else (None, "user simulator wrote an empty follow-up")
 
 
@@ -88,7 +92,7 @@ async def run_extend(ctx: StageContext, cfg: ExtendConfig) -> dict[str, Any]:
     servers = ctx.store.rows("servers")
     if not servers:
         raise UserError(f"no servers in {ctx.store.root}: run `trajkit synth harvest` first")
-    prompt = load_prompt("user_simulator.md", cfg.prompts_dir, ("CONVERSATION",))
+    prompt = load_prompt("user_simulator.md", cfg.prompts_dir, ("CONVERSATION", "NONCE"))
     chosen = set(
         ctx.store.sql(f"SELECT traj_id FROM trajectories WHERE {sql_condition(cfg.where, 'where')}")
         .column(0)
@@ -173,16 +177,13 @@ async def _extend(
             tools = tool_listing(rows, tool_routes(servers, task.get("server_ids")))
         except KeyError as e:
             tools = f"(servers unavailable: {e})"
-        text = render(
-            prompt,
-            CONVERSATION=quote_data(conversation_text(parent["messages"] or [], cfg.max_conversation_chars)),
-            TOOLS=quote_data(tools),
-        )
+        conversation = conversation_text(parent["messages"] or [], cfg.max_conversation_chars)
+        text, nonce = judged_prompt(prompt, {"CONVERSATION": conversation, "TOOLS": tools})
         user_params = SamplingParams(n=1, temperature=cfg.user_temperature, max_tokens=cfg.user_max_tokens, seed=seed)
         [c] = await user.generate([{"role": "user", "content": text}], None, user_params)
         if c.error:  # the simulator's request failed: a fault a rerun may cure
             return _declined(parent, agent, params, seed, f"{SIMULATOR_FAILED}: {c.error}"[:500], "model_error")
-        message, why = follow_up(c.text)
+        message, why = follow_up(c.text, nonce)
         if message is None:
             return _declined(
                 parent, agent, params, seed, why, "conversation_ended" if why == ENDED else "extension_failed"

@@ -5,7 +5,11 @@ answer, degenerate repetition; a trajectory whose status is not ``completed``
 is rejected as ``status_<status>``, one whose task verifier did not pass it
 (its ``verdict`` column) as ``verdict_<verdict>``. Thresholds on the judge's scores
 (``trajectory_quality``, and the task's ``task_quality``; defaults from
-``accepted.DEFAULT``) apply where a score exists; a null score fails a threshold only with ``require_scores``. Custom
+``accepted.DEFAULT``) apply where a score exists; a null score fails a threshold only with ``require_scores``.
+A judge answer that could not be read (``judge_reason_code`` ``judge_unreadable``: no verdict carrying the
+call's nonce, say, as when judged text talked the judge out of its format) is not "unjudged": the
+trajectory is rejected as ``judge_unreadable`` where a threshold reads that judgment, unless
+``unreadable_judgments`` is ``keep``. Custom
 filters are dotted paths to ``fn(trajectory: dict) -> str | None`` (a reason
 to reject, or None); one that raises, or returns anything else, is a bug in
 user code: a UserError naming the filter and the trajectory (exit 2), as in
@@ -16,7 +20,7 @@ deleted.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -51,6 +55,11 @@ class TrajectoryFilterConfig(StageConfig):
         DEFAULT.min_task_quality, ge=1, le=5, description="The task's mean judge score (1-5) at least this."
     )
     require_scores: bool = Field(False, description="A missing or unparsed score fails a threshold.")
+    unreadable_judgments: Literal["reject", "keep"] = Field(
+        "reject",
+        description="A judge answer that could not be read (judge_reason_code judge_unreadable), where a threshold "
+        "reads it: reject the trajectory (reason judge_unreadable), or keep it as unjudged.",
+    )
     custom: list[str] = Field(
         default_factory=list, description="Dotted paths to fn(trajectory: dict) -> str | None (a reject reason)."
     )
@@ -99,6 +108,10 @@ def check(
     out += [(reason, None) for reason in rules.check(row, cfg.rules)]
     if cfg.reject_failed_verdicts and row.get("verdict") not in (None, "pass"):
         out.append((f"verdict_{row['verdict']}", row.get("reason")))
+    for table in sorted(scores) if cfg.unreadable_judgments == "reject" else ():
+        judged = scores[table].get(row["task_id"] if table == "task_quality" else row["traj_id"], {})
+        if judged.get("judge_reason_code") == "judge_unreadable":
+            out.append(("judge_unreadable", f"{table}: {judged.get('judge_reason')}"))
     for option, (table, column) in THRESHOLDS.items():
         minimum = getattr(cfg, option)
         if minimum is None:

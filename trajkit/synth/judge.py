@@ -6,10 +6,12 @@ completeness and conciseness in ``trajectory_quality``, plus the share of the
 task's target tools the agent used and whether it used them in order. The
 prompts are ``judge_task.md`` and ``judge_trajectory.md`` (override with
 ``prompts_dir``). A judgment that cannot be read keeps null scores, the judge's
-raw text and the reason: never a default score. A judge request that failed
-(``judge request failed: ...``, a transient failure) is written the same way,
-and the next run of the stage (a resume) drops this rank's rows of those and
-asks again, as every stage retries its transient failures.
+raw text and the reason, with ``judge_reason_code`` ``judge_unreadable`` (which
+``synth.filter`` rejects by default): never a default score. A judge request that
+failed (``judge request failed: ...``, ``model_error``, a transient failure) is
+written the same way, and the next run of the stage (a resume) drops this rank's
+rows of those and asks again, as every stage retries its transient failures: by
+the reason code, never by the reason's text (which quotes the judge).
 """
 
 from __future__ import annotations
@@ -23,11 +25,11 @@ from trajkit.config import StageConfig, Unhashed
 from trajkit.models.base import ModelSpec, SamplingParams
 from trajkit.prompts import judged_prompt, load_prompt
 from trajkit.runner import StageContext, StageSpec
-from trajkit.synth.ratings import TASK_DIMENSIONS, TRAJECTORY_DIMENSIONS, mean_score, parse_judgment
+from trajkit.synth.ratings import TASK_DIMENSIONS, TRAJECTORY_DIMENSIONS, Judgment, mean_score, parse_judgment
 from trajkit.synth.tool_accuracy import tool_accuracy
 from trajkit.synth.transcripts import conversation_text, tool_listing
 
-REQUEST_FAILED = "judge request failed"  # the judge_reason of a failed judge request: retried on resume
+REQUEST_FAILED = "judge request failed"  # the judge_reason of a failed judge request (model_error: retried)
 
 
 class JudgeConfig(StageConfig):
@@ -53,8 +55,8 @@ def retry_failed_requests(ctx: StageContext, _: JudgeConfig) -> int:
     dropped = 0
     for table in ("task_quality", "trajectory_quality"):
         key = S.table(table).key
-        data = ctx.store.read(table, [key, "judge_reason"], stage=ctx.name).to_pylist()
-        again = {r[key] for r in data if (r["judge_reason"] or "").startswith(REQUEST_FAILED) and ctx.mine(r[key])}
+        data = ctx.store.read(table, [key, "judge_reason_code"], stage=ctx.name).to_pylist()
+        again = {r[key] for r in data if r["judge_reason_code"] in S.TRANSIENT and ctx.mine(r[key])}
         dropped += ctx.store.drop_rows(table, ctx.name, again)
     return dropped
 
@@ -132,6 +134,7 @@ def task_quality(
         "quality_score": mean_score(judgment.scores),
         "judge_reason": failure or judgment.reason,
         "judge_raw": raw,
+        "judge_reason_code": _code(failure, judgment),
     }
 
 
@@ -154,7 +157,13 @@ def trajectory_quality(
         "order_correct": in_order,
         "judge_reason": failure or judgment.reason,
         "judge_raw": raw,
+        "judge_reason_code": _code(failure, judgment),
     }
+
+
+def _code(failure: str | None, judgment: Judgment) -> str | None:
+    """A judge row's ``judge_reason_code``: its request failed, or its answer could not be (fully) read."""
+    return "model_error" if failure else "judge_unreadable" if judgment.reason else None
 
 
 def task_prompt(template: str, task: dict[str, Any], tools: str) -> tuple[str, str]:
