@@ -161,7 +161,9 @@ def test_dying_servers_and_models_fail_rows_not_runs(tmp_path, raw_server):
         by_reason.setdefault(r["reason"], set()).add(ids[r["row_id"]])
     assert by_reason["status_failed"] == {"t-crash", "t-hang", "t-echo2"}
     assert by_reason["all_tool_errors"] == {"t-crash", "t-hang", "t-fail"}  # a failed call leaves an error result
-    assert filtered["counts"]["kept"] == 5 - len(set().union(*by_reason.values())) == 1
+    # an unreadable judgment is never taken as a pass: every trajectory's was unreadable
+    assert by_reason["judge_unreadable"] == set(ids.values())
+    assert filtered["counts"]["kept"] == 5 - len(set().union(*by_reason.values())) == 0
 
 
 def test_an_episode_whose_model_request_failed_runs_again_on_resume(tmp_path, calculator_rows, clean_pipeline):
