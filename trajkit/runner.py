@@ -378,6 +378,17 @@ def check_config(store: Store, name: str, cfg: StageConfig, fresh: bool, kind: s
     return chash, previous is None
 
 
+def pin_config(store: Store, name: str, kind: str, cfg: StageConfig, chash: str, fresh: bool, quiet: bool) -> None:
+    """Write the stage's ``_config.json`` (its config and hash); for a ``fresh`` run also the time before which
+    no answer the call cache held is reused (``cache_since``), which every shard's backends read from it."""
+    config = {"stage": name, "kind": kind, "config": hashed_dict(cfg), "config_hash": chash}
+    if fresh:
+        config["cache_since"] = time.time()
+        if (store.root / "_cache").is_dir():
+            _say(quiet, name, "fresh: no answer the call cache held is reused (--reuse-cache reuses them)")
+    store.write_json(store.stage_dir(name) / "_config.json", config)
+
+
 def check_runner_options(
     rank: int, world_size: int, budget_tokens: int | None, budget_cost: float | None, max_failed_calls: float = 0.5
 ) -> None:
@@ -435,12 +446,7 @@ def run_stage(
         store.clean_temp(name, rank)
         _repair(store, name, rank, world_size, quiet)
         if pin:
-            config = {"stage": name, "kind": spec.kind, "config": hashed_dict(cfg), "config_hash": chash}
-            if fresh and not reuse_cache:
-                config["cache_since"] = time.time()
-                if (store.root / "_cache").is_dir():
-                    _say(quiet, name, "fresh: no answer the call cache held is reused (--reuse-cache reuses them)")
-            store.write_json(store.stage_dir(name) / "_config.json", config)
+            pin_config(store, name, spec.kind, cfg, chash, fresh and not reuse_cache, quiet)
         usage = Usage(budget_tokens, budget_cost, served_file=store.stage_dir(name) / "_served.json")
         share = Share(cpus or machine_cpus())
         ctx = StageContext(
