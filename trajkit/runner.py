@@ -478,12 +478,16 @@ def run_stage(
             "usage": ctx.usage.as_dict(),
             **({"summary": extra} if extra else {}),
         }
+        old_answers = ctx.usage.old_answers_only()
+        if old_answers:
+            manifest["warnings"] = [old_answers]
         store.lease.check()
         store.write_json(store.manifest_path(name, rank, world_size), manifest)
         if not quiet:
             console().print(
                 f"[dim]{name}[/]: done in {manifest['seconds']:.1f}s{_summary(manifest, spec)}", highlight=False
             )
+        say_warnings(manifest, quiet)
         return manifest
 
 
@@ -607,6 +611,12 @@ def _check_calls(usage: Usage, name: str, max_failed: float) -> None:
             f"stage {name!r}: {usage.failed_calls} of {answered} model calls failed ({usage.failure}); "
             "fix the endpoint and rerun to retry them (--max-failed-calls sets the share a stage may lose)"
         )
+
+
+def say_warnings(manifest: dict[str, Any], quiet: bool = False) -> None:
+    """A stage's warnings (its manifest's ``warnings``), one line each."""
+    for warning in manifest.get("warnings", []):
+        _say(quiet, manifest["stage"], f"warning: {warning}")
 
 
 def _summary(manifest: dict[str, Any], spec: StageSpec) -> str:

@@ -12,12 +12,16 @@ import pytest
 from tests.fixtures.synth import model, stage, with_servers
 from tests.synth.brain import Brain
 from tests.test_store import ids_map_to_one_row
+from trajkit.config import build
 from trajkit.envs.config import ServerConfig
 from trajkit.envs.discovery import discover
 from trajkit.errors import StageStopped, UserError
 from trajkit.models.scripted_server import Fault, ScriptedServer
 from trajkit.prompts import DEFAULT_DIR
+from trajkit.runner import run_stage
+from trajkit.stages import get_stage
 from trajkit.store import Store
+from trajkit.synth.tasks import TasksConfig
 
 
 def _config(server, **extra):
@@ -193,9 +197,9 @@ def test_prompt_shows_each_tools_parameters(tmp_path):
     assert listing in prompt
 
 
-def test_a_dead_endpoint_fails_the_stage_and_fresh_reuses_no_answer(synth_run, tmp_path):
-    """A wrong port ended "done", exit 0; with the call cache on, a dead endpoint "succeeded" from old answers;
-    ``--fresh`` replayed the cache silently (issue 34 items 3 and 4)."""
+def test_a_dead_endpoint_fails_the_stage_and_fresh_reuses_no_answer(synth_run, capsys):
+    """A wrong port ended "done", exit 0; with the call cache on, a dead endpoint "succeeded" from old answers,
+    without a word; ``--fresh`` replayed the cache silently (issue 34 items 3 and 4)."""
     import socket
 
     with socket.socket() as s:  # a port nothing listens on
@@ -206,7 +210,16 @@ def test_a_dead_endpoint_fails_the_stage_and_fresh_reuses_no_answer(synth_run, t
         first = stage(synth_run, "synth.tasks", cfg)
         assert first["usage"]["calls"] == 2 and first["usage"]["cached_calls"] == 0
         assert first["usage"]["failed_calls"] == 0
+        cached = stage(synth_run, "synth.tasks", cfg, name="cached")  # the cache at work: nothing to warn of
+        assert cached["usage"]["cached_calls"] == 2 and "warnings" not in cached
     gone = _config(server, k=1) | {"model": model(server) | {"base_url": dead, "max_retries": 0}}
+    # not fresh: the cache answers every call, and the stage says the endpoint behind them is gone
+    offline = run_stage(Store(synth_run), get_stage("synth.tasks"), build(TasksConfig, gone), name="offline")
+    assert offline["usage"]["cached_calls"] == 2 and offline["usage"]["calls"] == 0
+    [warning] = offline["warnings"]
+    assert warning.startswith(f"every answered model call (2) came from the call cache, and scripted at {dead} is ")
+    assert "unreachable (" in warning and "--fresh asks the model again" in warning
+    assert f"offline: warning: {warning}" in " ".join(capsys.readouterr().err.split())
     again = stage(synth_run, "synth.tasks", gone, fresh=True, reuse_cache=True)  # the user asked: old answers
     assert again["usage"]["cached_calls"] == 2 and again["usage"]["calls"] == 0
     with pytest.raises(UserError) as e:

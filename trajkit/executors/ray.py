@@ -58,7 +58,7 @@ def run_on_ray(
     no cached answer (unless ``reuse_cache``): the shards find it pinned and run as a resumed stage."""
     from trajkit.progress import SHARD_PROGRESS_S, console, display, read_shards
     from trajkit.redact import Redactor
-    from trajkit.runner import StageContext, check_config, code_version, pin_config
+    from trajkit.runner import StageContext, check_config, code_version, pin_config, say_warnings
     from trajkit.store import Store
 
     ray = _ray()
@@ -107,6 +107,7 @@ def run_on_ray(
                 f"({len(manifests)}/{world_size} shards, {rows} rows, {time.monotonic() - t0:.1f}s)",
                 highlight=False,
             )
+            say_warnings(manifests[rank])
     result = {"stage": name, "world_size": world_size, "shards": [manifests[r] for r in range(world_size)]}
     if spec.report is not None:  # each shard's own summary saw only the rows written by its end
         result["summary"] = spec.report(StageContext(store, name, spec.kind, world_size=world_size, quiet=True), cfg)
