@@ -378,11 +378,14 @@ def check_config(store: Store, name: str, cfg: StageConfig, fresh: bool, kind: s
     return chash, previous is None
 
 
-def pin_config(store: Store, name: str, kind: str, cfg: StageConfig, chash: str, fresh: bool, quiet: bool) -> None:
-    """Write the stage's ``_config.json`` (its config and hash); for a ``fresh`` run also the time before which
-    no answer the call cache held is reused (``cache_since``), which every shard's backends read from it."""
+def pin_config(
+    store: Store, name: str, kind: str, cfg: StageConfig, chash: str, fresh_answers: bool, quiet: bool
+) -> None:
+    """Write the stage's ``_config.json`` (its config and hash); with ``fresh_answers`` (a fresh run without
+    ``--reuse-cache``) also the time before which no answer the call cache held is reused (``cache_since``),
+    which every shard's backends read from it."""
     config = {"stage": name, "kind": kind, "config": hashed_dict(cfg), "config_hash": chash}
-    if fresh:
+    if fresh_answers:
         config["cache_since"] = time.time()
         if (store.root / "_cache").is_dir():
             _say(quiet, name, "fresh: no answer the call cache held is reused (--reuse-cache reuses them)")
