@@ -6,7 +6,8 @@ with trailing commas and percent strings), Toucan-style XML ratings, OpenAI
 tool calls, ``<follow_up>`` messages. A deterministic share of its answers is
 garbage (unparseable text, refusals, a question naming its tool, an unknown
 target tool, an unreadable judgment, an answer without tool calls, a misread
-tool result). Every choice is a function of the request's content, so a
+tool result); a multi-tool request none of whose tools it can phrase gets a
+one-tool sum (``mode_mismatch``), whatever ``garbage`` is. Every choice is a function of the request's content, so a
 resumed run gets the same answers as an uninterrupted one.
 """
 

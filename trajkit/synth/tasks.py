@@ -5,14 +5,18 @@ mode's prompt (``examples/prompts/task_<mode>.md`` plus the method's output
 format) and asks the generator for candidates: ``direct`` takes k completions
 of one task each; ``vs_standard`` and ``vs_cot`` take k candidates with
 verbalized probabilities in one completion; ``vs_multi`` asks in turns of m
-until k. Every candidate becomes a ``tasks`` row; unusable ones (unparseable,
+until k. Every candidate the model returned becomes a ``tasks`` row (one the
+run already holds: a ``duplicate_task`` reject only); unusable ones (unparseable,
 refusal, unknown target tool, a question that names a tool, a bad outcome
 check, a task that does not fit its mode: ``mode_mismatch``) also get a
 ``rejected`` row with the reason.
 
-Ids come from inputs only: a request's id hashes its mode, servers, tools,
-method, k, seed and index; a task's id hashes the request id and the
-candidate's index; the sampling seed of a request's turn t is
+A request's id hashes its mode, servers, tools, method, k, seed and index; a
+task's id hashes what defines it (question, servers, target tools, verifier:
+``task_id``), so a task is one id in a run whichever request wrote it; a
+candidate that holds no task (unparseable output, a refusal, a failed call) or
+does not fit its request's mode keeps its candidate's id (request, index,
+generator). The sampling seed of a request's turn t is
 ``schema.seed_for(request_id, t)``. A resumed run skips the requests whose
 rows exist, except transient failures: a failed model call is a
 ``generation_error`` reject under its candidate's id (never a task row), and
