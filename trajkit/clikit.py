@@ -130,7 +130,18 @@ def run_command(
 
         name = name or spec.kind.split(".")[-1]
         return run_on_ray(
-            run, spec, cfg, name, fresh, world_size, address, budget_tokens, budget_cost, redo_stale, max_failed_calls
+            run,
+            spec,
+            cfg,
+            name,
+            fresh,
+            world_size,
+            address,
+            budget_tokens,
+            budget_cost,
+            redo_stale,
+            max_failed_calls,
+            reuse_cache,
         )
     store = Store(run, create=True)
     return run_stage(

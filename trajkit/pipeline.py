@@ -113,7 +113,9 @@ def run_pipeline(
             return [
                 m
                 for spec, name, cfg in plan
-                for m in run_on_ray(Path(run_dir), spec, cfg, name, fresh, world_size, redo_stale=True)["shards"]
+                for m in run_on_ray(
+                    Path(run_dir), spec, cfg, name, fresh, world_size, redo_stale=True, reuse_cache=reuse_cache
+                )["shards"]
             ]
     if executor not in ("local", "ray"):
         raise UserError(f"--executor must be local or ray, not {executor!r}")

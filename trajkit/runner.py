@@ -379,6 +379,20 @@ def check_config(store: Store, name: str, cfg: StageConfig, fresh: bool, kind: s
     return chash, previous is None
 
 
+def pin_config(
+    store: Store, name: str, kind: str, cfg: StageConfig, chash: str, fresh_answers: bool, quiet: bool
+) -> None:
+    """Write the stage's ``_config.json`` (its config and hash); with ``fresh_answers`` (a fresh run without
+    ``--reuse-cache``) also the time before which no answer the call cache held is reused (``cache_since``),
+    which every shard's backends read from it."""
+    config = {"stage": name, "kind": kind, "config": hashed_dict(cfg), "config_hash": chash}
+    if fresh_answers:
+        config["cache_since"] = time.time()
+        if (store.root / "_cache").is_dir():
+            _say(quiet, name, "fresh: no answer the call cache held is reused (--reuse-cache reuses them)")
+    store.write_json(store.stage_dir(name) / "_config.json", config)
+
+
 def check_runner_options(
     rank: int, world_size: int, budget_tokens: int | None, budget_cost: float | None, max_failed_calls: float = 0.5
 ) -> None:
@@ -438,12 +452,7 @@ def run_stage(
         store.clean_temp(name, rank)
         _repair(store, name, rank, world_size, quiet)
         if pin:
-            config = {"stage": name, "kind": spec.kind, "config": hashed_dict(cfg), "config_hash": chash}
-            if fresh and not reuse_cache:
-                config["cache_since"] = time.time()
-                if (store.root / "_cache").is_dir():
-                    _say(quiet, name, "fresh: no answer the call cache held is reused (--reuse-cache reuses them)")
-            store.write_json(store.stage_dir(name) / "_config.json", config)
+            pin_config(store, name, spec.kind, cfg, chash, fresh and not reuse_cache, quiet)
         usage = Usage(budget_tokens, budget_cost, served_file=store.stage_dir(name) / "_served.json")
         share = Share(cpus or machine_cpus())
         ctx = StageContext(
@@ -475,12 +484,16 @@ def run_stage(
             "usage": ctx.usage.as_dict(),
             **({"summary": extra} if extra else {}),
         }
+        old_answers = ctx.usage.old_answers_only()
+        if old_answers:
+            manifest["warnings"] = [old_answers]
         store.lease.check()
         store.write_json(store.manifest_path(name, rank, world_size), manifest)
         if not quiet:
             console().print(
                 f"[dim]{name}[/]: done in {manifest['seconds']:.1f}s{_summary(manifest, spec)}", highlight=False
             )
+        say_warnings(manifest, quiet)
         return manifest
 
 
@@ -616,6 +629,12 @@ def _faults(manifest: dict[str, Any]) -> str:
     if not faults:
         return ""
     return f"; kept as faults: {', '.join(f'{k} {v}' for k, v in faults.items())} (--fresh redoes the stage)"
+
+
+def say_warnings(manifest: dict[str, Any], quiet: bool = False) -> None:
+    """A stage's warnings (its manifest's ``warnings``), one line each."""
+    for warning in manifest.get("warnings", []):
+        _say(quiet, manifest["stage"], f"warning: {warning}")
 
 
 def _summary(manifest: dict[str, Any], spec: StageSpec) -> str:

@@ -234,11 +234,12 @@ SERVERS = Table(
             _req("status", pa.string()),
             pa.field("reason", pa.string()),
             pa.field("reason_code", pa.string()),  # why a server failed (timeout: retried on resume)
+            pa.field("volatile", pa.list_(pa.string())),  # the config's volatile result fields (envs/volatile.py)
         ]
     ),
     doc="Harvested MCP servers: one row per entry of the mcpServers config.",
-    version=2,
-    added=("reason_code",),
+    version=3,
+    added=("reason_code", "volatile"),
 )
 
 TASKS = Table(

@@ -388,3 +388,56 @@ async def test_an_extension_continues_the_world_its_first_turn_left(
     assert (other["status"], other["reason_code"]) == ("failed", "state_not_reproducible")
     assert "'ok: color = blue', not the recorded 'ok: color = red'" in other["reason"]
     assert len(server.chat_requests) == 2  # the failed extension asked the model nothing
+
+
+async def test_a_replay_ignores_the_fields_a_server_declares_volatile(scripted_openai):
+    """A todo server's results carry a creation time: without ``volatile`` the replay of turn 1 never matches
+    (``state_not_reproducible``); with it, turn 2 sees turn 1's todo. The declaration travels in the servers
+    table, so an env built from the rows alone honours it; a field it does not name still counts."""
+    import sys
+    from pathlib import Path
+
+    from trajkit.envs.config import ServerConfig
+
+    script = Path(__file__).parent / "servers" / "stamped.py"
+    plain = ServerConfig(command=sys.executable, args=["-S", str(script)])  # -S: stdlib only, fast
+    declared = plain.model_copy(update={"volatile": ["$.created_at"]})
+    [row] = await discover({"stamped": declared})
+    assert row["volatile"] == ["$.created_at"]
+    task = {"task_id": "todo-1", "question": "What is on my list?", "server_ids": [row["server_id"]], "verifier": None}
+
+    def history(recorded: dict) -> list[dict]:
+        add = {"id": "c1", "name": "add_todo", "arguments": json.dumps({"title": "milk"})}
+        return [
+            {"role": "user", "content": "Add milk to my todos."},
+            {"role": "assistant", "content": "", "tool_calls": [add]},
+            {"role": "tool", "content": json.dumps(recorded), "tool_call_id": "c1", "name": "add_todo"},
+            {"role": "assistant", "content": "Added."},
+        ]
+
+    milk = {"id": 1, "title": "milk", "created_at": 1764900000000000000}
+    script_ = steps(*[None] * 2, {"tool_calls": [call("list_todos")]}, lambda m: f"You have {tool_results(m)[-1]}.")
+    _, backend = scripted_openai(script_)
+    async with ToolEnv([row]) as env:  # the rows alone: the declaration comes from the table
+        row_ok = await run_episode(task, backend, env, PARAMS, AgentLimits(), history=history(milk))
+        wrong_id = await run_episode(task, backend, env, PARAMS, AgentLimits(), history=history(milk | {"id": 2}))
+    async with ToolEnv([row], config={"stamped": plain}) as env:  # the config's word, without the declaration
+        undeclared = await run_episode(task, backend, env, PARAMS, AgentLimits(), history=history(milk))
+    assert (row_ok["status"], row_ok["final_answer"]) == ("completed", 'You have ["milk"].')
+    assert (wrong_id["status"], wrong_id["reason_code"]) == ("failed", "state_not_reproducible")
+    assert (undeclared["status"], undeclared["reason_code"]) == ("failed", "state_not_reproducible")
+
+
+def test_volatile_fields_are_paths_or_keys():
+    from trajkit.envs.config import ServerConfig
+    from trajkit.envs.volatile import MASK, masked, same_result
+
+    value = {"id": 7, "items": [{"id": 1, "at": 5}, {"id": 2, "at": 6}], "meta": {"at": 9, "n": 2}}
+    assert masked(value, ["$.items[*].at"]) == {**value, "items": [{"id": 1, "at": MASK}, {"id": 2, "at": MASK}]}
+    assert masked(value, ["$.items[1].id", "$.meta.*"])["items"][1] == {"id": MASK, "at": 6}
+    assert masked(value, ["at"]) == masked(value, ["$.items[*].at", "$.meta.at"])  # a bare key: at any depth
+    assert same_result('{"a": 1, "t": 2}', '{"t": 3, "a": 1}', ["t"]) and not same_result('{"a": 1}', '{"a": 2}', ["t"])
+    assert not same_result("at 2", "at 3", ["at"])  # text that is not JSON is compared whole
+    for bad in ("$", "$.a b", "a.b", "$[x]"):
+        with pytest.raises(ValueError, match="volatile field"):
+            ServerConfig(command="x", volatile=[bad])

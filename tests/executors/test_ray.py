@@ -313,6 +313,28 @@ def test_nodes_running_other_code_are_refused(tmp_path, ray_cluster, monkeypatch
         )
 
 
+def test_fresh_on_ray_reuses_no_cached_answer_unless_asked(tmp_path, ray_cluster, calculator_rows, brain):
+    """``--executor ray --fresh`` still answered from the call cache: the shards ran unfresh under the driver's
+    drop (issue 34 item 4). The driver pins the fresh time once; a dead endpoint then fails the stage."""
+    import socket
+
+    run = with_servers(tmp_path / "run", calculator_rows)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    with ScriptedServer(brain) as server:
+        cfg = {"model": model(server), "modes": ["single_tool"], "requests_per_mode": 4, "k": 1}
+        cfg |= {"sampling": "list", "servers": ["calculator"]}
+        calls = stage(run, "synth.tasks", cfg)["usage"]["calls"]  # the answers cached
+    gone = cfg | {"model": model(server) | {"base_url": dead, "max_retries": 0}}
+    with pytest.raises(UserError, match=r"^shard [01] on node .* model calls failed \(scripted at http"):
+        run_command("synth.tasks", run, gone, fresh=True, world_size=2, executor="ray", address=ray_cluster)
+    again = run_command(
+        "synth.tasks", run, gone, fresh=True, reuse_cache=True, world_size=2, executor="ray", address=ray_cluster
+    )
+    assert calls == 4 and sum(m["usage"]["cached_calls"] for m in again["shards"]) == calls
+
+
 def test_a_pipeline_of_a_dotted_path_stage_runs_on_ray(tmp_path, ray_cluster):
     """Shards get the StageSpec itself, so a stage named by a dotted path (no registry kind) runs on nodes too."""
     from trajkit.pipeline import run_pipeline

@@ -6,7 +6,8 @@ with trailing commas and percent strings), Toucan-style XML ratings, OpenAI
 tool calls, ``<follow_up>`` messages. A deterministic share of its answers is
 garbage (unparseable text, refusals, a question naming its tool, an unknown
 target tool, an unreadable judgment, an answer without tool calls, a misread
-tool result). Every choice is a function of the request's content, so a
+tool result); a multi-tool request none of whose tools it can phrase gets a
+one-tool sum (``mode_mismatch``), whatever ``garbage`` is. Every choice is a function of the request's content, so a
 resumed run gets the same answers as an uninterrupted one.
 """
 
@@ -123,9 +124,13 @@ class Brain:
                     "answer": None,
                     "state": [{"tool": "get", "arguments": {"key": key}, "expected": value}],
                 }
-        if not parts:  # a tool this brain has no phrasing for: ask for a sum instead
+        if not parts:  # no tool this brain can phrase: a sum instead (of one tool: a multi_tool request rejects it)
             a, b = rng.randint(2, 99), rng.randint(2, 99)
             parts, answers, calls = [f"{a} plus {b}"], [a + b], ["add"]
+        elif len(targets) > 1 and len(calls) == 1:  # a multi-tool request: a second operation it can phrase
+            op = rng.choice([t for t in OPS if t not in calls])
+            a, b = rng.randint(2, 99), rng.randint(2, 99)
+            parts, answers, calls = [*parts, f"{a} {OPS[op][0]} {b}"], [*answers, OPS[op][1](a, b)], [*calls, op]
         question = "What is " + ", and what is ".join(parts) + "?"
         answer = str(answers[0]) if len(answers) == 1 else None
         return {"question": question, "target_tools": calls, "answer": answer, "answer_match": "number", "state": []}

@@ -97,3 +97,14 @@ def test_bad_verifiers_reject_rather_than_drop_the_check():
     assert reason is None and json.loads(fields["verifier"]["spec"])["answer_match"] == "exact"
     _, reason, detail = to_task({**base, "answer": "about five", "answer_match": "number"}, INDEX)
     assert reason == "bad_verifier" and "expects one number" in detail
+
+
+def test_a_task_must_fit_its_mode():
+    """multi_tool tasks with one target tool and multi_server tasks on one server were kept (issue 34)."""
+    one = {"question": "What is 2 plus 3?", "target_tools": ["add"]}
+    assert to_task(one, INDEX, "single_tool")[1] is None
+    assert to_task(one, INDEX, "multi_tool")[1:] == ("mode_mismatch", "a multi_tool task targets two tools or more")
+    two = {"question": "What is 2 plus 3, and which keys exist?", "target_tools": ["add", "kv.list_keys"]}
+    assert to_task(two, INDEX, "multi_tool")[1] is None and to_task(two, INDEX, "multi_server")[1] is None
+    same_server = {"question": "Remember the color, then read it back.", "target_tools": ["set", "get"]}
+    assert to_task(same_server, INDEX, "multi_server")[1] == "mode_mismatch"

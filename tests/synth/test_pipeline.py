@@ -39,6 +39,8 @@ def test_tasks_keep_rejected_rows_and_count_reasons(clean_pipeline):
     assert good and all(t["vs_method"] == "vs_standard" and 0 <= t["vs_probability"] <= 1 for t in good)
     assert all(t["verifier"]["kind"] in ("tool_outcome", "none") for t in good)
     single = [t for t in good if t["mode"] == "single_tool"]
+    multi = [t for t in good if t["mode"] == "multi_tool"]
+    assert multi and all(len(set(t["target_tools"])) >= 2 for t in multi)  # mode_mismatch otherwise
     assert single and all(json.loads(t["verifier"]["spec"])["answer_match"] == "number" for t in single)
     # three candidates per request at most, indexed 0..k-1
     per_request = Counter(t["source_id"] for t in tasks)

@@ -104,3 +104,41 @@ def test_a_broken_custom_filter_stops_the_stage_with_one_line(run_dir):
             run_stage(store, FILTER, cfg, name=fn, quiet=True)
         assert str(e.value).startswith(message)
     assert not store.rows("rejected")  # a bug in user code rejects nothing
+
+
+def test_a_multi_tool_task_is_kept_only_when_every_target_tool_was_called(run_dir):
+    """A task targeting add and set passed on a trajectory that called add only (its verifier checks the answer
+    only): the filter rejects it as target_tool_not_called, as it does a target call whose result is an error."""
+    from trajkit.config import build
+    from trajkit.runner import run_stage
+    from trajkit.store import Store
+    from trajkit.synth.filters import FILTER
+
+    def calls(*named):  # (tool, result) pairs, each call with its own id
+        out = []
+        for i, (name, text) in enumerate(named):
+            out.append({"role": "assistant", "content": None, "tool_calls": [{"id": f"c{i}", "name": name}]})
+            out.append({"role": "tool", "content": text, "tool_call_id": f"c{i}", "name": name})
+        return out
+
+    store = Store(run_dir)
+    task = {"source": "synth", "question": "Add 2 and 3, then remember the sum.", "target_tools": ["add", "set"]}
+    store.write("tasks", "tasks", [{**task, "task_id": "multi", "mode": "multi_tool"}])
+    store.write("tasks", "tasks", [{**task, "task_id": "single", "mode": "single_tool"}])
+    rows = {
+        "both": ("multi", calls(("add", "5"), ("set", "ok"))),
+        "add_only": ("multi", calls(("add", "5"))),
+        "set_failed": ("multi", calls(("add", "5"), ("set", "Error: no such key"))),
+        "single": ("single", calls(("add", "5"))),  # a single_tool task's targets are not required
+    }
+    store.write(
+        "trajectories",
+        "rollouts",
+        [traj(USER, *m, task_id=t, traj_id=k, status="completed", rollout_index=0) for k, (t, m) in rows.items()],
+    )
+    manifest = run_stage(store, FILTER, build(FILTER.config, {"min_completeness": None}), quiet=True)
+    rejected = {r["row_id"]: (r["reason"], r["detail"]) for r in store.rows("rejected")}
+    assert rejected == {"add_only": ("target_tool_not_called", "set"), "set_failed": ("target_tool_not_called", "set")}
+    assert manifest["counts"]["kept"] == 2
+    off = build(FILTER.config, {"min_completeness": None, "require_target_tools": False})
+    assert run_stage(store, FILTER, off, name="lenient", quiet=True)["counts"]["kept"] == 4

@@ -12,12 +12,16 @@ import pytest
 from tests.fixtures.synth import model, stage, with_servers
 from tests.synth.brain import Brain
 from tests.test_store import ids_map_to_one_row
+from trajkit.config import build
 from trajkit.envs.config import ServerConfig
 from trajkit.envs.discovery import discover
 from trajkit.errors import StageStopped, UserError
 from trajkit.models.scripted_server import Fault, ScriptedServer
 from trajkit.prompts import DEFAULT_DIR
+from trajkit.runner import run_stage
+from trajkit.stages import get_stage
 from trajkit.store import Store
+from trajkit.synth.tasks import TasksConfig
 
 
 def _config(server, **extra):
@@ -118,16 +122,18 @@ def test_prompt_files_can_be_overridden(synth_run, tmp_path, model_server):
         stage(tmp_path / "other", "synth.tasks", _config(model_server, prompts_dir=str(prompts)))
 
 
-def test_a_failing_model_becomes_rows_not_a_crash_and_is_retried_on_resume(synth_run):
+def test_a_failing_model_becomes_rejects_not_a_crash_and_is_retried_on_resume(synth_run):
+    """A failed call is a reject, never a task row (a null question written as a task: issue 34 item 3)."""
     store = Store(synth_run)
     with ScriptedServer(Brain(garbage=0), faults={0: Fault.error(500), 1: Fault.error(500)}) as server:
         cfg = _config(server, k=2, requests_per_mode=3, concurrency=1)
         manifest = stage(synth_run, "synth.tasks", cfg)
         assert manifest["counts"]["rejected.generation_error"] == 1  # one request failed its retry too
-        failed = [r for r in store.rows("tasks") if r["raw_output"] is None]
-        assert len(failed) == 1 and failed[0]["question"] is None
-        reason = store.rows("rejected")
-        assert next(r["detail"] for r in reason if r["reason"] == "generation_error").startswith("HTTP 500")
+        tasks = store.rows("tasks")
+        assert len(tasks) == 2 * 2 and all(t["question"] and t["raw_output"] for t in tasks)
+        [failed] = store.rows("rejected")
+        assert failed["reason"] == "generation_error" and failed["detail"].startswith("HTTP 500")
+        assert failed["row_id"] not in {t["task_id"] for t in tasks}
 
         store.manifest_path("tasks").unlink()  # as a kill before the manifest leaves it: the stage resumes
         again = stage(synth_run, "synth.tasks", cfg)
@@ -136,6 +142,18 @@ def test_a_failing_model_becomes_rows_not_a_crash_and_is_retried_on_resume(synth
     tasks = store.rows("tasks")
     assert len(tasks) == 3 * 2 and all(t["question"] for t in tasks)
     assert len({t["task_id"] for t in tasks}) == 6 and not store.rows("rejected")
+
+
+def test_a_request_whose_later_turn_failed_is_asked_again_whole(synth_run):
+    """VS-Multi: turn 0's tasks are written, turn 1's call fails: the resume drops the request's rows and asks again."""
+    store = Store(synth_run)
+    with ScriptedServer(Brain(garbage=0), faults={1: Fault.error(500), 2: Fault.error(500)}) as server:
+        cfg = _config(server, method="vs_multi", k=4, m=2, requests_per_mode=1)
+        stage(synth_run, "synth.tasks", cfg, max_failed_calls=1.0)
+        assert len(store.rows("tasks")) == 2 and [r["reason"] for r in store.rows("rejected")] == ["generation_error"]
+        store.manifest_path("tasks").unlink()
+        again = stage(synth_run, "synth.tasks", cfg)
+    assert again["counts"]["retried"] == 1 and len(store.rows("tasks")) == 4 and not store.rows("rejected")
 
 
 def test_no_servers_is_a_user_error(tmp_path, model_server):
@@ -179,9 +197,9 @@ def test_prompt_shows_each_tools_parameters(tmp_path):
     assert listing in prompt
 
 
-def test_a_dead_endpoint_fails_the_stage_and_fresh_reuses_no_answer(synth_run, tmp_path):
-    """A wrong port ended "done", exit 0; with the call cache on, a dead endpoint "succeeded" from old answers;
-    ``--fresh`` replayed the cache silently (issue 34 items 3 and 4)."""
+def test_a_dead_endpoint_fails_the_stage_and_fresh_reuses_no_answer(synth_run, capsys):
+    """A wrong port ended "done", exit 0; with the call cache on, a dead endpoint "succeeded" from old answers,
+    without a word; ``--fresh`` replayed the cache silently (issue 34 items 3 and 4)."""
     import socket
 
     with socket.socket() as s:  # a port nothing listens on
@@ -192,7 +210,16 @@ def test_a_dead_endpoint_fails_the_stage_and_fresh_reuses_no_answer(synth_run, t
         first = stage(synth_run, "synth.tasks", cfg)
         assert first["usage"]["calls"] == 2 and first["usage"]["cached_calls"] == 0
         assert first["usage"]["failed_calls"] == 0
+        cached = stage(synth_run, "synth.tasks", cfg, name="cached")  # the cache at work: nothing to warn of
+        assert cached["usage"]["cached_calls"] == 2 and "warnings" not in cached
     gone = _config(server, k=1) | {"model": model(server) | {"base_url": dead, "max_retries": 0}}
+    # not fresh: the cache answers every call, and the stage says the endpoint behind them is gone
+    offline = run_stage(Store(synth_run), get_stage("synth.tasks"), build(TasksConfig, gone), name="offline")
+    assert offline["usage"]["cached_calls"] == 2 and offline["usage"]["calls"] == 0
+    [warning] = offline["warnings"]
+    assert warning.startswith(f"every answered model call (2) came from the call cache, and scripted at {dead} is ")
+    assert "unreachable (" in warning and "--fresh asks the model again" in warning
+    assert f"offline: warning: {warning}" in " ".join(capsys.readouterr().err.split())
     again = stage(synth_run, "synth.tasks", gone, fresh=True, reuse_cache=True)  # the user asked: old answers
     assert again["usage"]["cached_calls"] == 2 and again["usage"]["calls"] == 0
     with pytest.raises(UserError) as e:
@@ -219,3 +246,29 @@ def test_task_ids_are_unique_across_stages_and_generators(synth_run):
     assert {d["detail"].split()[0] for d in dupes} == set(written)  # each names the task it repeats
     assert all("other, request " in d["detail"] and d["row_id"] not in written for d in dupes)
     ids_map_to_one_row(store)
+
+
+def test_tasks_that_do_not_fit_their_mode_are_rejected(synth_run):
+    """multi_tool tasks with one target tool were kept (issue 34): they are rejected as mode_mismatch, under
+    their request's candidate id, so the same task from a single_tool request is still written as a task."""
+    with ScriptedServer(Brain(garbage=0)) as server:
+        stage(synth_run, "synth.tasks", _config(server, modes=["multi_tool"], requests_per_mode=8, k=1))
+    rows = Store(synth_run).rows("tasks")
+    reasons = {r["row_id"]: r["reason"] for r in Store(synth_run).rows("rejected")}
+    valid = [t for t in rows if t["task_id"] not in reasons]
+    assert valid and all(len(t["target_tools"]) >= 2 for t in valid)
+    mismatched = [t for t in rows if reasons.get(t["task_id"]) == "mode_mismatch"]  # the brain's sums for tools
+    assert mismatched and all(t["target_tools"] == ["add"] for t in mismatched)  # it cannot phrase
+
+    def one_sum(messages, tools, body):
+        return json.dumps({"responses": [{"question": "What is 2 plus 3?", "target_tools": ["add"], "answer": "5"}]})
+
+    run = with_servers(synth_run.parent / "same", Store(synth_run).rows("servers"))
+    with ScriptedServer(one_sum) as server:
+        cfg = _config(server, modes=["multi_tool", "single_tool"], requests_per_mode=2, k=1, concurrency=1)
+        manifest = stage(run, "synth.tasks", cfg)
+    assert manifest["counts"]["rejected.mode_mismatch"] == 2 and manifest["counts"]["rejected.duplicate_task"] == 1
+    tasks = Store(run).rows("tasks")
+    assert sorted(t["mode"] for t in tasks) == ["multi_tool", "multi_tool", "single_tool"]
+    mismatched = {r["row_id"] for r in Store(run).rows("rejected") if r["reason"] == "mode_mismatch"}
+    assert mismatched == {t["task_id"] for t in tasks if t["mode"] == "multi_tool"}

@@ -76,13 +76,14 @@ def reply(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) ->
 
 # ---------------------------------------------------------------- task generator
 def generator(prompt: str) -> str:
-    """k world tasks for the drawn tools, best fit first, with verbalized probabilities."""
+    """k world tasks for the drawn tools, best fit first, with verbalized probabilities (fewer where the world
+    has fewer: a multi-tool request gets world tasks of two tools or more only)."""
     first = prompt.split("\n## ", 1)[0]
     drawn = [t.strip() for t in (_BACKTICKS.search(first) or [None, ""])[1].split(",") if t.strip()]
     servers = {s for s in _SERVER_HEADER.findall(prompt) if s in SERVERS}
     k = int(_K.search(prompt)[1]) if _K.search(prompt) else 1
     single = "**one tool**" in first
-    pool = [t for t in TASKS if set(t.servers) == servers]
+    pool = [t for t in TASKS if set(t.servers) == servers and (single or len(t.tools) > 1)]  # fit the mode
     picked = sorted(pool, key=lambda t: -fit(t, drawn, single))[:k]  # stable: ties keep the world's order
     weights = [fit(t, drawn, single) + 0.25 for t in picked]
     total = sum(weights) or 1.0

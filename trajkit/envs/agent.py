@@ -61,6 +61,7 @@ from trajkit import schema as S
 from trajkit.envs.env import Episode, ToolEnv
 from trajkit.envs.session import ServerFault, ToolOutput
 from trajkit.envs.tools import ToolRoute, offered_tools_column
+from trajkit.envs.volatile import same_result
 from trajkit.errors import StageStopped, UserError
 from trajkit.models.base import Backend, Completion, Message, SamplingParams
 from trajkit.models.chat import stored_message as schema_message  # the stored shape, defined once in models.chat
@@ -327,8 +328,9 @@ async def run_episode(
 
 async def _replay(ep: _Episode, sessions: Episode, routes: list[ToolRoute]) -> None:
     """Before an extension's turn, the world its earlier turns left: their calls to this trajectory's stateful
-    stdio servers are replayed in order on its fresh instances, each result compared with the one recorded; any
-    difference (a state the calls do not rebuild) fails the extension as ``state_not_reproducible``. (An HTTP
+    stdio servers are replayed in order on its fresh instances, each result compared with the one recorded, the
+    fields its server's config declares volatile aside (``envs/volatile.py``); any difference (a state the calls do
+    not rebuild) fails the extension as ``state_not_reproducible``. (An HTTP
     server has no fresh instance: its state is the one it kept.)"""
     by_name = {r.name: r for r in routes}
     recorded = {m["tool_call_id"]: m["content"] or "" for m in ep.messages if m["role"] == "tool"}
@@ -339,7 +341,7 @@ async def _replay(ep: _Episode, sessions: Episode, routes: list[ToolRoute]) -> N
         if route is None or sessions.env.stateless[name] or sessions.rows[name]["transport"] != "stdio":
             continue  # a call that failed in its turn, or one whose server keeps no state of its own
         out, *_ = await ep._call(sessions, c["name"], c["arguments"], by_name)  # (its timeline entry: not kept)
-        if out.text != recorded.get(c["id"]):
+        if not same_result(recorded.get(c["id"]), out.text, sessions.env.config_for(sessions.rows[name]).volatile):
             ep.stop(
                 "failed",
                 f"state not reproducible: {c['name']} replayed on a fresh {route.server} gave "

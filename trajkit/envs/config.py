@@ -30,7 +30,9 @@ in ``env`` or ``headers``.
 State. ``state: stateless | stateful`` says whether a server keeps state between calls.
 Without it the state is inferred (``server_state``): stateless only when the server was
 harvested and every tool is annotated ``readOnlyHint: true`` and it uses no
-``${SESSION_DIR}``; anything else, unknown included, is stateful.
+``${SESSION_DIR}``; anything else, unknown included, is stateful. ``volatile`` lists the
+fields of its tool results that differ between two runs of the same call (ids,
+timestamps: ``trajkit.envs.volatile``), which an extension's replay of earlier turns ignores.
 
 Third-party servers run in their own environments, exactly as MCP clients run
 them: ``uvx``/``uv`` resolve next to this Python when not on PATH, and
@@ -54,6 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from trajkit import schema as S
 from trajkit.config import VARIABLE, SecretSource, expand_variables
+from trajkit.envs import volatile
 from trajkit.errors import UserError
 
 # Variables a server (or the uvx/npx that runs it) needs to reach its registry through this
@@ -97,9 +100,12 @@ class ServerConfig(BaseModel):
     state: Literal["stateless", "stateful"] | None = None  # None: inferred at harvest (server_state)
     timeout: float | None = Field(None, gt=0)  # Cline's: seconds per tool call, over the caller's timeout
     max_message_mib: float | None = Field(None, gt=0)  # a stdio server's longest message; None: envs.stdio.MAX_LINE
+    volatile: list[str] = Field(default_factory=list)  # result fields that differ between runs (envs/volatile.py)
 
     @model_validator(mode="after")
     def _one_transport(self) -> ServerConfig:
+        for field in self.volatile:
+            volatile.parse(field)
         if (self.command is None) == (self.url is None):
             raise ValueError("give either 'command' (stdio) or 'url' (streamable HTTP)")
         if self.command is not None and (self.headers or self.type not in (None, "stdio")):

@@ -36,6 +36,7 @@ def base_row(name: str, cfg: ServerConfig) -> dict[str, Any]:
         "args": list(cfg.args) if cfg.command is not None else None,
         "url": cfg.url,
         "env_names": variables(cfg),
+        "volatile": list(cfg.volatile) or None,
     }
 
 

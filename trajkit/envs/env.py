@@ -80,9 +80,10 @@ def row_config(row: dict[str, Any]) -> ServerConfig:
             f"server {row['name']!r} has a secret in its url or args that the servers table does not hold: "
             "pass its mcpServers file (servers_config / --servers-config)"
         )
+    volatile = list(row.get("volatile") or [])
     if row["transport"] == "http":
-        return ServerConfig(url=row["url"])
-    return ServerConfig(command=row["command"], args=list(row.get("args") or []))
+        return ServerConfig(url=row["url"], volatile=volatile)
+    return ServerConfig(command=row["command"], args=list(row.get("args") or []), volatile=volatile)
 
 
 class _Slots:

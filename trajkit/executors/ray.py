@@ -50,17 +50,23 @@ def run_on_ray(
     budget_cost: float | None = None,
     redo_stale: bool = False,
     max_failed_calls: float = 0.5,
+    reuse_cache: bool = False,
 ) -> dict[str, Any]:
     """Run the stage's ``world_size`` shards on Ray (a stale shard redone with ``redo_stale``, else refused); return ``{"stage", "world_size", "shards"}`` (their
-    manifests, rank order) and, for a stage with a report, ``"summary"``: the report over every shard's rows."""
+    manifests, rank order) and, for a stage with a report, ``"summary"``: the report over every shard's rows.
+    A ``fresh`` stage is dropped and its config pinned here, once, with the time before which its shards reuse
+    no cached answer (unless ``reuse_cache``): the shards find it pinned and run as a resumed stage."""
     from trajkit.progress import SHARD_PROGRESS_S, console, display, read_shards
     from trajkit.redact import Redactor
-    from trajkit.runner import StageContext, check_config, code_version
+    from trajkit.runner import StageContext, check_config, code_version, pin_config, say_warnings
     from trajkit.store import Store
 
     ray = _ray()
     store = Store(root, create=True)
-    check_config(store, name, cfg, fresh, spec.kind)  # one-line config errors before anything starts
+    store.redactor = Redactor.for_stage(cfg)
+    chash, _ = check_config(store, name, cfg, fresh, spec.kind)  # one-line config errors before anything starts
+    if fresh:
+        pin_config(store, name, spec.kind, cfg, chash, not reuse_cache, quiet=False)
     version = code_version()
     folder = store.stage_dir(name)
     with cluster(address), display(f"{name} ({world_size} shards)") as show, _progress_files(folder):
@@ -101,9 +107,9 @@ def run_on_ray(
                 f"({len(manifests)}/{world_size} shards, {rows} rows, {time.monotonic() - t0:.1f}s)",
                 highlight=False,
             )
+            say_warnings(manifests[rank])
     result = {"stage": name, "world_size": world_size, "shards": [manifests[r] for r in range(world_size)]}
     if spec.report is not None:  # each shard's own summary saw only the rows written by its end
-        store.redactor = Redactor.for_stage(cfg)
         result["summary"] = spec.report(StageContext(store, name, spec.kind, world_size=world_size, quiet=True), cfg)
     return result
 

@@ -40,6 +40,7 @@ class Usage:
     endpoints: dict[str, dict[str, float]] = field(default_factory=dict)  # openai: url -> requests, errors, seconds
     served: dict[str, str] = field(default_factory=dict)  # openai: model name -> what its endpoints report serving
     served_file: Path | None = None  # where the stage keeps ``served`` across resumes
+    unreachable: dict[str, str] = field(default_factory=dict)  # openai: "model at url" -> why nothing answered there
 
     def serving(self, model: str, reported: str) -> None:
         """Record the model an endpoint reports serving (``/v1/models``) for the configured ``model``. A stage
@@ -73,6 +74,17 @@ class Usage:
         self.failed_calls += 1
         self.failure = f"{where}: {error.splitlines()[0] if error.strip() else 'no error text'}"
 
+    def old_answers_only(self) -> str | None:
+        """One line when every answered call came from the call cache while a model's endpoint was unreachable:
+        the stage "succeeded" on answers kept before, which a changed model or script behind it would not change."""
+        if not self.cached_calls or self.calls > self.failed_calls or not self.unreachable:
+            return None
+        where, why = min(self.unreachable.items())
+        return (
+            f"every answered model call ({self.cached_calls}) came from the call cache, and {where} is unreachable "
+            f"({why}): these are answers kept before (--fresh asks the model again)"
+        )
+
     def check(self) -> None:
         total = self.prompt_tokens + self.completion_tokens
         if self.max_tokens is not None and total > self.max_tokens:
@@ -90,6 +102,7 @@ class Usage:
             "cost": round(self.cost, 6),
             **({"endpoints": _endpoint_summary(self.endpoints)} if self.endpoints else {}),
             **({"served": dict(sorted(self.served.items()))} if self.served else {}),
+            **({"unreachable": dict(sorted(self.unreachable.items()))} if self.unreachable else {}),
         }
 
 

@@ -43,6 +43,7 @@ from trajkit.models.base import Backend, Completion, Message, ModelSpec, Samplin
 from trajkit.models.chat import failed, to_openai, with_tool_media
 from trajkit.models.parsing import parse_openai_tool_calls, parse_tool_calls, split_reasoning
 from trajkit.models.ratelimit import RateLimiter
+from trajkit.redact import clean_endpoint
 
 _RETRY_STATUS = {408, 409, 429}
 CONNECTIONS_PER_CLIENT = 8  # connections per httpx client of an endpoint (its pool scan is linear in them)
@@ -66,6 +67,7 @@ class OpenAIBackend(Backend):
         self._tokens = RateLimiter(spec.tokens_per_minute) if spec.tokens_per_minute else None
         self._semaphore: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.unreachable: dict[str, str] = {}  # url -> why: endpoints ``served`` found nothing answering at
 
     @classmethod
     def build(cls, spec: ModelSpec, usage: Any = None) -> OpenAIBackend:
@@ -85,6 +87,8 @@ class OpenAIBackend(Backend):
             raise UserError(f"model {self.spec.model!r}: the endpoints serve different models ({listed})")
         for reported in set(served.values()):
             usage.serving(self.spec.model, reported)
+        for url, why in self.unreachable.items():
+            usage.unreachable[f"{self.spec.model} at {clean_endpoint(url)}"] = why
 
     def _headers(self) -> dict[str, str]:
         headers = {}
@@ -101,14 +105,19 @@ class OpenAIBackend(Backend):
     def served(self) -> dict[str, str]:
         """What each endpoint reports serving for ``spec.model`` (``GET /v1/models``): the listed entry of that
         name, by its ``root`` (vLLM's weights) or id, or the one model an endpoint lists; endpoints that do not
-        answer, or list several models but not this one, are left out (their requests will say more)."""
+        answer, or list several models but not this one, are left out (their requests will say more), those that
+        cannot be reached at all kept in ``unreachable`` (url -> why: a stage answered from the cache says so)."""
         import httpx
 
         out = {}
+        self.unreachable = {}
         for e in self._endpoints:
             try:
                 response = httpx.get(e.url + "models", headers=self._headers(), timeout=min(self.spec.timeout_s, 10))
                 listed = response.json().get("data") if response.status_code == 200 else None
+            except httpx.TransportError as x:  # refused, timed out, no such host: nothing answers there
+                self.unreachable[e.url.rstrip("/")] = str(x).splitlines()[0] if str(x) else type(x).__name__
+                continue
             except (httpx.HTTPError, ValueError, AttributeError):
                 continue
             if not isinstance(listed, list) or not all(isinstance(m, dict) for m in listed):

@@ -23,6 +23,8 @@ _REFUSAL = re.compile(
     re.IGNORECASE,
 )
 
+MODE_MISMATCH = "mode_mismatch"  # the reject reason of a multi_tool task of one tool, a multi_server one on one server
+
 
 def read_only(route: ToolRoute) -> bool | None:
     """A tool's ``readOnlyHint`` annotation (None when the server does not say)."""
@@ -84,11 +86,14 @@ def named_tool(question: str, index: ToolIndex) -> str | None:
     return None
 
 
-def to_task(candidate: dict[str, Any], index: ToolIndex) -> tuple[dict[str, Any], str | None, str | None]:
-    """(task fields, reject reason or None, detail) for one parsed candidate.
+def to_task(
+    candidate: dict[str, Any], index: ToolIndex, mode: str | None = None
+) -> tuple[dict[str, Any], str | None, str | None]:
+    """(task fields, reject reason or None, detail) for one parsed candidate of a request in ``mode``.
 
     The fields are ``question``, ``target_tools`` and ``verifier``; rejected
-    candidates keep what could be read.
+    candidates keep what could be read. A ``multi_tool`` task targets two tools or more, a ``multi_server``
+    one tools of two servers or more (``mode_mismatch`` otherwise).
     """
     question = candidate.get("question", candidate.get("text"))
     question = utf8(question).strip() if isinstance(question, str) else None
@@ -111,6 +116,10 @@ def to_task(candidate: dict[str, Any], index: ToolIndex) -> tuple[dict[str, Any]
     unknown = [utf8(str(t)) for r, t in zip(resolved, targets) if r is None]
     if unknown:
         return fields, "unknown_target_tool", ", ".join(unknown)[:200]
+    if mode == "multi_tool" and len({r.name for r in resolved}) < 2:
+        return fields, MODE_MISMATCH, "a multi_tool task targets two tools or more"
+    if mode == "multi_server" and len({r.server for r in resolved}) < 2:
+        return fields, MODE_MISMATCH, "a multi_server task targets tools of two servers or more"
     named = named_tool(question, index)
     if named:
         return fields, "question_names_tool", named

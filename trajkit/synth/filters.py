@@ -3,7 +3,10 @@
 Rules (``rules.py``): no tool call, all tool results errors, empty final
 answer, degenerate repetition; a trajectory whose status is not ``completed``
 is rejected as ``status_<status>``, one whose task verifier did not pass it
-(its ``verdict`` column) as ``verdict_<verdict>``. Thresholds on the judge's scores
+(its ``verdict`` column) as ``verdict_<verdict>``, one of a ``multi_tool`` or
+``multi_server`` task that did not call every target tool with a result that is
+not an error as ``target_tool_not_called`` (an answer a verifier accepts is not
+the multi-tool use the task is for). Thresholds on the judge's scores
 (``trajectory_quality``, and the task's ``task_quality``; defaults from
 ``accepted.DEFAULT``) apply where a score exists; a null score fails a threshold only with ``require_scores``.
 A judge answer that could not be read (``judge_reason_code`` ``judge_unreadable``: no verdict carrying the
@@ -30,6 +33,7 @@ from trajkit.plugins import RowFilter, apply_filter, load_filters
 from trajkit.runner import StageContext, StageSpec
 from trajkit.synth import rules
 
+MULTI_TOOL_MODES = ("multi_tool", "multi_server")  # tasks whose trajectories must call every target tool
 THRESHOLDS = {
     "min_completeness": ("trajectory_quality", "completeness"),
     "min_conciseness": ("trajectory_quality", "conciseness"),
@@ -45,6 +49,11 @@ class TrajectoryFilterConfig(StageConfig):
     reject_unfinished: bool = Field(True, description="Reject trajectories whose status is not completed.")
     reject_failed_verdicts: bool = Field(
         True, description="Reject trajectories whose task verifier's verdict is not pass (null: no verifier)."
+    )
+    require_target_tools: bool = Field(
+        True,
+        description="Reject a multi_tool or multi_server task's trajectory unless every target tool was called "
+        "with a result that is not an error (target_tool_not_called).",
     )
     min_completeness: float | None = Field(
         DEFAULT.min_completeness, ge=1, le=5, description="Judge's completeness (1-5) at least this."
@@ -77,6 +86,7 @@ class TrajectoryFilterConfig(StageConfig):
 def run_filter(ctx: StageContext, cfg: TrajectoryFilterConfig) -> dict[str, Any]:
     custom = load_filters(cfg.custom)
     scores = _scores(ctx, cfg)
+    targets = _multi_tool_targets(ctx) if cfg.require_target_tools else {}
     ctx.writer("rejected", rows_per_shard=cfg.flush_rows)
     trajs = sorted(ctx.store.rows("trajectories"), key=lambda r: r["traj_id"])
     mine = [r for r in trajs if ctx.mine(r["traj_id"])]
@@ -84,7 +94,7 @@ def run_filter(ctx: StageContext, cfg: TrajectoryFilterConfig) -> dict[str, Any]
     with ctx.progress(len(mine), "trajectories") as advance:
         for row in mine:
             advance(1)
-            reasons = check(row, cfg, scores, custom)
+            reasons = check(row, cfg, scores, custom, targets.get(row["task_id"]))
             for reason, detail in reasons:
                 ctx.reject("trajectories", row["traj_id"], reason, detail)
             kept += not reasons
@@ -100,12 +110,16 @@ def check(
     cfg: TrajectoryFilterConfig,
     scores: dict[str, dict[str, dict[str, Any]]],
     custom: list[tuple[str, RowFilter]] = (),
+    targets: list[str] | None = None,
 ) -> list[tuple[str, str | None]]:
-    """Every (reason, detail) for which a trajectory is rejected; empty when it is kept."""
+    """Every (reason, detail) for which a trajectory is rejected; empty when it is kept. ``targets``: the target
+    tools its task requires called (a multi_tool or multi_server task's)."""
     out: list[tuple[str, str | None]] = []
     if cfg.reject_unfinished and row["status"] != "completed":
         out.append((f"status_{row['status']}", row.get("reason")))
     out += [(reason, None) for reason in rules.check(row, cfg.rules)]
+    if uncalled := rules.uncalled_targets(row, targets or []):
+        out.append(("target_tool_not_called", ", ".join(uncalled)[:200]))
     if cfg.reject_failed_verdicts and row.get("verdict") not in (None, "pass"):
         out.append((f"verdict_{row['verdict']}", row.get("reason")))
     for table in sorted(scores) if cfg.unreadable_judgments == "reject" else ():
@@ -129,6 +143,12 @@ def check(
     return out
 
 
+def _multi_tool_targets(ctx: StageContext) -> dict[str, list[str]]:
+    """The target tools of every multi_tool and multi_server task, by task id."""
+    rows = ctx.store.rows("tasks", ["task_id", "mode", "target_tools"])
+    return {t["task_id"]: t["target_tools"] for t in rows if t["mode"] in MULTI_TOOL_MODES and t["target_tools"]}
+
+
 def _scores(ctx: StageContext, cfg: TrajectoryFilterConfig) -> dict[str, dict[str, dict[str, Any]]]:
     needed = {table for option, (table, _) in THRESHOLDS.items() if getattr(cfg, option) is not None}
     out = {}
@@ -142,7 +162,7 @@ FILTER = StageSpec(
     "synth.filter",
     TrajectoryFilterConfig,
     run_filter,
-    inputs=("trajectories", "trajectory_quality", "task_quality"),
+    inputs=("trajectories", "tasks", "trajectory_quality", "task_quality"),
     outputs=("rejected",),
-    help="Reject trajectories by rules (no tool call, tool errors, empty answer, repetition) and judge thresholds; reasons counted, rows kept.",
+    help="Reject trajectories by rules (no tool call, tool errors, empty answer, repetition, a multi-tool task's target tool not called) and judge thresholds; reasons counted, rows kept.",
 )

@@ -64,6 +64,13 @@ def degenerate_repetition(row: Row) -> str | None:
     return None
 
 
+def uncalled_targets(row: Row, targets: Iterable[str]) -> list[str]:
+    """The target tools that no call of the conversation used with a result that is not an error."""
+    results = {m.get("tool_call_id"): m for m in row.get("messages") or [] if m.get("role") == "tool"}
+    used = {c.get("name") for c in _tool_calls(row) if c.get("id") in results and not is_tool_error(results[c["id"]])}
+    return [t for t in dict.fromkeys(targets) if t not in used]
+
+
 RULES: dict[str, Rule] = {
     "no_tool_call": no_tool_call,
     "all_tool_errors": all_tool_errors,

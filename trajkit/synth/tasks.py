@@ -5,19 +5,24 @@ mode's prompt (``examples/prompts/task_<mode>.md`` plus the method's output
 format) and asks the generator for candidates: ``direct`` takes k completions
 of one task each; ``vs_standard`` and ``vs_cot`` take k candidates with
 verbalized probabilities in one completion; ``vs_multi`` asks in turns of m
-until k. Every candidate becomes a ``tasks`` row; unusable ones (unparseable,
+until k. Every candidate the model returned becomes a ``tasks`` row (one the
+run already holds: a ``duplicate_task`` reject only); unusable ones (unparseable,
 refusal, unknown target tool, a question that names a tool, a bad outcome
-check) also get a ``rejected`` row with the reason.
+check, a task that does not fit its mode: ``mode_mismatch``) also get a
+``rejected`` row with the reason.
 
-Ids come from inputs only: a request's id hashes its mode, servers, tools,
-method, k, seed and index; a task's id hashes the request id and the
-candidate's index; the sampling seed of a request's turn t is
+A request's id hashes its mode, servers, tools, method, k, seed and index; a
+task's id hashes what defines it (question, servers, target tools, verifier:
+``task_id``), so a task is one id in a run whichever request wrote it; a
+candidate that holds no task (unparseable output, a refusal, a failed call) or
+does not fit its request's mode keeps its candidate's id (request, index,
+generator). The sampling seed of a request's turn t is
 ``schema.seed_for(request_id, t)``. A resumed run skips the requests whose
-rows exist, except transient failures: a request whose model call failed
-(``generation_error``) is written with that reason, and the next run of the
-stage (a resume) drops this rank's rows of such requests, with their
-``rejected`` rows, and asks again — as every stage retries its transient
-failures. Unparseable output and refusals are the model's answer and stay.
+rows exist, except transient failures: a failed model call is a
+``generation_error`` reject under its candidate's id (never a task row), and
+the next run of the stage (a resume) drops this rank's rows of such requests,
+with their ``rejected`` rows, and asks again — as every stage retries its
+transient failures. Unparseable output and refusals are the model's answer and stay.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from trajkit.prompts import load_prompt, render
 from trajkit.runner import StageContext, StageSpec
 from trajkit.synth import sampling as sampling_
 from trajkit.synth import vs
-from trajkit.synth.candidates import ToolIndex, is_refusal, to_task, utf8
+from trajkit.synth.candidates import MODE_MISMATCH, ToolIndex, is_refusal, to_task, utf8
 from trajkit.synth.transcripts import tool_listing
 
 Mode = Literal[S.SYNTH_MODES]  # type: ignore[valid-type]
@@ -111,12 +116,14 @@ def turn_seed(request_id: str, turn: int) -> int:
     return S.seed_for(request_id, turn)
 
 
-def retry_failed_requests(ctx: StageContext, _: TasksConfig) -> int:
+def retry_failed_requests(ctx: StageContext, cfg: TasksConfig) -> int:
     """Drop this rank's rows of requests whose generation failed, and their ``rejected`` rows, so they run again.
 
-    Reads this rank's own shards: the stage's rejects are flushed before its
-    tasks, so a reject whose task is missing was left by a kill between the two
-    and is dropped too (its request runs again and rejects afresh).
+    A failed call leaves a ``generation_error`` reject under its candidate's id and no task row; a request
+    with no task row runs again anyway (it is not done), one with some (a VS-Multi turn after a good one
+    failed) loses them here. Reads this rank's own shards: the stage's rejects are flushed before its
+    tasks, so a reject whose task is missing was left by a kill between the two and is dropped too (its
+    request runs again and rejects afresh).
     """
     import pyarrow.parquet as pq
 
@@ -124,15 +131,20 @@ def retry_failed_requests(ctx: StageContext, _: TasksConfig) -> int:
         shards = ctx.store.shards(table, ctx.name, rank=ctx.rank)
         return [r for p in shards for r in pq.read_table(p, columns=columns).to_pylist()]
 
-    tasks = mine("tasks", ["task_id", "source_id"])
     rejects = mine("rejected", ["reject_id", "row_id", "reason"])
-    failed = {r["row_id"] for r in rejects if r["reason"] == GENERATION_ERROR}
-    requests = {t["source_id"] for t in tasks if t["task_id"] in failed}
-    drop = {t["task_id"] for t in tasks if t["source_id"] in requests}
-    kept = {t["task_id"] for t in tasks} - drop
-    ctx.store.drop_rows("tasks", ctx.name, drop)  # tasks first: a kill here leaves rejects the next run drops
-    ctx.store.drop_rows("rejected", ctx.name, {r["reject_id"] for r in rejects if r["row_id"] not in kept})
-    return len(requests)
+    if not rejects:
+        return 0
+    requests, _ = plan_requests(cfg, sampling_.usable_servers(ctx.store.rows("servers"), cfg.servers))
+    candidates = {candidate_id(r.request_id, i, cfg.model.model): r.request_id for r in requests for i in range(cfg.k)}
+    tasks = mine("tasks", ["task_id", "source_id"])
+    request_of = {**candidates, **{t["task_id"]: t["source_id"] for t in tasks}}
+    failed = {request_of.get(r["row_id"]) for r in rejects if r["reason"] == GENERATION_ERROR} - {None}
+    redo = failed | ({r.request_id for r in requests} - {t["source_id"] for t in tasks})
+    ctx.store.drop_rows("tasks", ctx.name, {t["task_id"] for t in tasks if t["source_id"] in failed})
+    # tasks first: a kill here leaves rejects the next run drops; a reject of no known row lost its task to a kill
+    lost = {r["reject_id"] for r in rejects if request_of.get(r["row_id"]) in redo | {None}}
+    ctx.store.drop_rows("rejected", ctx.name, lost)
+    return len(failed)
 
 
 def plan_requests(cfg: TasksConfig, servers: list[dict[str, Any]]) -> tuple[list[Request], dict[str, int]]:
@@ -186,6 +198,9 @@ async def _generate(
     def keep(req: Request, results: list[tuple[dict[str, Any], str | None, str | None]]) -> int:
         rows = []
         for i, (row, reason, detail) in enumerate(results):
+            if reason == GENERATION_ERROR:  # a failed call is a reject only: it wrote no task
+                ctx.reject("tasks", row["task_id"], reason, detail)
+                continue
             if row["task_id"] in seen:  # the provenance of a task written before: kept as a reject of its own
                 where = f"{row['generator_model']}, request {req.request_id}"
                 ctx.reject(
@@ -248,10 +263,11 @@ async def _request(
         if candidate is None:
             out.append((base, reason, detail))
             return
-        fields, reject, why = to_task(candidate, index)
+        fields, reject, why = to_task(candidate, index, req.mode)
         prob = candidate.get("probability")
         base.update(fields, vs_probability=prob if cfg.method != "direct" else None)
-        base["task_id"] = task_id(base)
+        if reject != MODE_MISMATCH:  # one that does not fit its request's mode is that request's, not a task
+            base["task_id"] = task_id(base)
         if cfg.tail is not None and prob is not None and prob >= cfg.tail:
             base["metadata"] = json.dumps({**json.loads(base["metadata"]), "above_tail": True}, sort_keys=True)
         out.append((base, reject, why))
