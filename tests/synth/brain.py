@@ -170,7 +170,8 @@ class Brain:
     # ------------------------------------------------------------ user simulator
     def user(self, rng: random.Random, prompt: str) -> str:
         nonce = re.findall(r'<follow_up nonce="([0-9a-f]+)">', prompt)[-1]  # what the output format asks for
-        if rng.random() < self.garbage:
+        again = "Thanks! Now what is" in prompt  # a second follow-up: ends half of the time, so some extensions end
+        if rng.random() < self.garbage or (again and rng.random() < 0.5):
             return f'<follow_up nonce="{nonce}"><END_CONVERSATION></follow_up>'
         a, b = rng.randint(2, 99), rng.randint(2, 99)
         return f'<follow_up nonce="{nonce}">Thanks! Now what is {a} times {b}?</follow_up>'
