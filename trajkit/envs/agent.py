@@ -44,7 +44,9 @@ A custom rollout function (``trajkit.plugins.RolloutFn``) replaces this loop
 
 ``kw`` carries ``system_prompt``, ``history``, ``rollout_index``, ``seed``,
 ``policy_version`` and ``parent_id`` as ``run_episode`` takes them; a custom
-function may call ``run_episode`` itself.
+function may call ``run_episode`` itself. A stage runs either through
+``staged_episode``, which sets the row's ``traj_id`` to the stage's own id of the
+episode, so a custom function need not know which stage called it.
 """
 
 from __future__ import annotations
@@ -298,7 +300,8 @@ async def run_episode(
     appended as the next user message. The system message, ``agent_system_prompt(system_prompt)``
     (the stage's prompt, then the ``Answer:`` line the outcome check reads), is prepended unless
     the history starts with a system message. ``seed`` overrides ``params.seed``.
-    ``traj_id = content_id(task_id, rollout_index, seed, model, parent_id)``.
+    Its ``traj_id`` is ``traj_id(task_id, rollout_index, seed, model, parent_id)`` (no stage: a stage's row is
+    stamped by ``staged_episode``).
     """
     t_start = time.monotonic()
     params = dataclasses.replace(params, n=1, seed=seed if seed is not None else params.seed)
@@ -402,17 +405,59 @@ def episode_seed(base: int, task_id: str, index: int) -> int:
     return S.seed_for(base, task_id, index)
 
 
-def traj_id(task_id: str, rollout_index: int, seed: int | None, model: str, parent_id: str | None = None) -> str:
-    """The id of a trajectory: the inputs that define the episode, never what the model said."""
-    return S.content_id(task_id, rollout_index, seed, model, parent_id)
+def traj_id(
+    task_id: str,
+    rollout_index: int,
+    seed: int | None,
+    model: str,
+    parent_id: str | None = None,
+    stage: str | None = None,
+) -> str:
+    """The id of a trajectory: the inputs that define the episode, never what the model said. ``stage`` is the
+    name of the run's stage that ran it: two stages with the same model and seed (another temperature or system
+    prompt, a rerun under another name) run two episodes, with two ids; a resumed stage gives an episode the
+    same id again."""
+    return S.content_id(task_id, rollout_index, seed, model, parent_id, stage)
+
+
+async def staged_episode(
+    rollout: RolloutFn,
+    stage: str | None,
+    task: dict[str, Any],
+    backend: Backend,
+    env: ToolEnv,
+    params: SamplingParams,
+    limits: AgentLimits,
+    *,
+    rollout_index: int,
+    seed: int | None,
+    parent_id: str | None = None,
+    **kw: Any,
+) -> dict[str, Any]:
+    """Episode ``rollout_index`` of ``task`` run by the stage named ``stage``: ``rollout`` (``run_episode`` or a
+    custom ``RolloutFn``) called with the keywords every stage passes (``kw``: ``system_prompt``, ``history``,
+    ``policy_version``), and its row's ``traj_id`` set to the stage's id of the episode (``traj_id`` with
+    ``stage``; a None ``seed`` is ``params.seed``, as in ``run_episode``) whatever the function wrote, so no
+    rollout function can give two stages' episodes one id."""
+    row = await rollout(
+        task, backend, env, params, limits, rollout_index=rollout_index, seed=seed, parent_id=parent_id, **kw
+    )
+    seed = seed if seed is not None else params.seed
+    return {**row, "traj_id": traj_id(task["task_id"], rollout_index, seed, backend.model, parent_id, stage)}
 
 
 def episode_head(
-    task_id: str, rollout_index: int, backend: Backend, params: SamplingParams, seed: int | None, parent_id: str | None
+    task_id: str,
+    rollout_index: int,
+    backend: Backend,
+    params: SamplingParams,
+    seed: int | None,
+    parent_id: str | None,
+    stage: str | None = None,
 ) -> dict[str, Any]:
     """What defines an episode's row, whatever became of it: id, task, parent, model and sampling."""
     return {
-        "traj_id": traj_id(task_id, rollout_index, seed, backend.model, parent_id),
+        "traj_id": traj_id(task_id, rollout_index, seed, backend.model, parent_id, stage),
         "task_id": task_id,
         "parent_id": parent_id,
         "rollout_index": rollout_index,

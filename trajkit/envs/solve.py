@@ -31,12 +31,12 @@ from trajkit.envs.agent import (
     episode_seed,
     is_transient,
     run_episode,
+    staged_episode,
 )
 from trajkit.envs.env import ToolEnv
 from trajkit.envs.options import EpisodeOptions
 from trajkit.errors import StageStopped, UserError
 from trajkit.models.base import Backend, Message, SamplingParams
-from trajkit.schema import content_id
 
 CODE_INSTRUCTION = "Write the complete function{name} in a single ```python code block."
 STDIO_INSTRUCTION = (
@@ -167,18 +167,28 @@ async def attempt(
     seed: int | None,
     system_prompt: str | None = None,
     rollout: RolloutFn | None = None,
+    stage: str | None = None,
 ) -> Attempt:
     """One attempt at a task (``sample_index`` is the rollout index of a tool task).
 
-    Tool tasks run ``rollout`` (default ``run_episode``) in ``env``; others make
-    one chat completion of ``task_prompt(task)``.
+    Tool tasks run ``rollout`` (default ``run_episode``) in ``env`` as an episode of the stage named ``stage``
+    (``staged_episode``: its ``traj_id`` is the stage's); others make one chat completion of ``task_prompt(task)``.
     """
     t0 = time.monotonic()
     if is_tool_task(task):
         if env is None:
             return Attempt(None, error="a tool task needs a ToolEnv (harvested servers)", reason_code="unknown_server")
-        row = await (rollout or run_episode)(
-            task, backend, env, params, limits, system_prompt=system_prompt, rollout_index=sample_index, seed=seed
+        row = await staged_episode(
+            rollout or run_episode,
+            stage,
+            task,
+            backend,
+            env,
+            params,
+            limits,
+            system_prompt=system_prompt,
+            rollout_index=sample_index,
+            seed=seed,
         )
         return episode_attempt(row, time.monotonic() - t0)
     messages: list[Message] = [{"role": "system", "content": system_prompt}] if system_prompt else []
@@ -246,8 +256,10 @@ async def solve(
     system_prompt: str | None = None,
     rollout: RolloutFn | None = None,
     sandbox: Any = None,
+    stage: str | None = None,
 ) -> Solved:
-    """One attempt at a task (``attempt``), judged by the task's verifier (``judge``)."""
+    """One attempt at a task (``attempt``, its episode one of the stage named ``stage``), judged by the task's
+    verifier (``judge``)."""
     a = await attempt(
         task,
         backend,
@@ -258,6 +270,7 @@ async def solve(
         seed=seed,
         system_prompt=system_prompt,
         rollout=rollout,
+        stage=stage,
     )
     return Solved(a, await judge(task, a, sandbox))
 
@@ -303,10 +316,10 @@ class Solver:
         rollout: str | None = None,
         sandbox: str = "local",
         workers: int | None = None,
-        scope: str | None = None,
+        stage: str | None = None,
     ):
         self.models, self.tasks, self.servers = models, tasks, servers
-        self.scope = scope
+        self.stage = stage
         self.params, self.limits, self.seed = params, limits, seed
         self.make_backend, self.share, self.servers_config = backend, share, servers_config
         self.system_prompt, self.rollout_path = system_prompt, rollout
@@ -327,7 +340,7 @@ class Solver:
         rollout: str | None = None,
     ) -> Solver:
         """The solver of a pass@k stage (``curate passk``, ``eval passk``): sampling, limits and servers from
-        the stage's ``EpisodeOptions``, episode ids scoped to the stage."""
+        the stage's ``EpisodeOptions``, its episodes the stage's (``staged_episode``)."""
         return cls(
             models,
             tasks,
@@ -342,7 +355,7 @@ class Solver:
             rollout=rollout,
             sandbox=sandbox,
             workers=workers,
-            scope=ctx.name,
+            stage=ctx.name,
         )
 
     async def __aenter__(self) -> Self:
@@ -375,11 +388,10 @@ class Solver:
         return episode_seed(self.seed, task["task_id"], index)
 
     async def solve(self, task: dict[str, Any], model: str, index: int) -> Solved:
-        """Attempt ``index`` of ``model`` at ``task`` (seeded by ``episode_seed``), judged.
-
-        An episode's ``traj_id`` is ``content_id(<its synth rollouts id>, scope)``: the same task, index, seed
-        and model run by ``synth rollouts`` and by this stage are two trajectories, with two ids."""
-        solved = await solve(
+        """Attempt ``index`` of ``model`` at ``task`` (seeded by ``episode_seed``), judged; a tool task's episode
+        is one of this solver's stage, with the stage's ``traj_id``: the same task, index, seed and model run by
+        ``synth rollouts`` and by this stage are two trajectories, with two ids."""
+        return await solve(
             task,
             self.backends[model],
             self.env,
@@ -390,8 +402,5 @@ class Solver:
             system_prompt=self.system_prompt,
             rollout=self.rollout,
             sandbox=self.sandbox,
+            stage=self.stage,
         )
-        if solved.attempt.trajectory is not None and self.scope:
-            trajectory = solved.attempt.trajectory
-            trajectory["traj_id"] = content_id(trajectory["traj_id"], self.scope)
-        return solved

@@ -26,7 +26,7 @@ from pydantic import Field, model_validator
 
 from trajkit import schema as S
 from trajkit.config import merge
-from trajkit.envs.agent import episode_head
+from trajkit.envs.agent import episode_head, staged_episode
 from trajkit.envs.options import ServerPoolOptions
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec, SamplingParams
@@ -182,14 +182,16 @@ async def _extend(
         user_params = SamplingParams(n=1, temperature=cfg.user_temperature, max_tokens=cfg.user_max_tokens, seed=seed)
         [c] = await user.generate([{"role": "user", "content": text}], None, user_params)
         if c.error:  # the simulator's request failed: a fault a rerun may cure
-            return _declined(parent, agent, params, seed, f"{SIMULATOR_FAILED}: {c.error}"[:500], "model_error")
+            why = f"{SIMULATOR_FAILED}: {c.error}"[:500]
+            return _declined(ctx.name, parent, agent, params, seed, why, "model_error")
         message, why = follow_up(c.text, nonce)
         if message is None:
-            return _declined(
-                parent, agent, params, seed, why, "conversation_ended" if why == ENDED else "extension_failed"
-            )
+            code = "conversation_ended" if why == ENDED else "extension_failed"
+            return _declined(ctx.name, parent, agent, params, seed, why, code)
         continued = {**task, "question": message, "verifier": None}
-        return await rollout(
+        return await staged_episode(
+            rollout,
+            ctx.name,
             continued,
             agent,
             env,
@@ -232,10 +234,10 @@ def conversation_seed(seed: int, parent: dict[str, Any], round_: int) -> int:
 
 
 def _declined(
-    parent: dict[str, Any], agent: Any, params: SamplingParams, seed: int, why: str | None, code: str
+    stage: str, parent: dict[str, Any], agent: Any, params: SamplingParams, seed: int, why: str | None, code: str
 ) -> dict[str, Any]:
     """The row of an extension the user simulator did not give a follow-up for (``code``: why, as a reason code)."""
-    head = episode_head(parent["task_id"], parent["rollout_index"] or 0, agent, params, seed, parent["traj_id"])
+    head = episode_head(parent["task_id"], parent["rollout_index"] or 0, agent, params, seed, parent["traj_id"], stage)
     return {
         **head,
         "status": "aborted" if code == "conversation_ended" else "failed",  # ended on purpose vs. no follow-up

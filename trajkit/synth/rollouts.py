@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from trajkit import schema as S
-from trajkit.envs.agent import episode_head, episode_seed, none_reached
+from trajkit.envs.agent import episode_head, episode_seed, none_reached, staged_episode
 from trajkit.envs.options import ServerPoolOptions
 from trajkit.errors import UserError
 from trajkit.models.base import ModelSpec, SamplingParams
@@ -168,12 +168,14 @@ async def _run(
     env = cfg.tool_env(servers, ctx.share)
 
     def aborted(task_id: str, i: int) -> dict[str, Any]:
-        return aborted_row(task_id, i, backend, params, episode_seed(cfg.seed, task_id, i))
+        return aborted_row(task_id, i, backend, params, episode_seed(cfg.seed, task_id, i), ctx.name)
 
     async def episode(item: tuple[dict[str, Any], int]) -> dict[str, Any]:
         """One episode's row, with its task verifier's verdict."""
         task, i = item
-        row = await rollout(
+        row = await staged_episode(
+            rollout,
+            ctx.name,
             task,
             backend,
             env,
@@ -222,10 +224,12 @@ def _check_budget(ctx: StageContext, row: dict[str, Any]) -> None:
         ctx.usage.check()
 
 
-def aborted_row(task_id: str, rollout_index: int, backend: Any, params: SamplingParams, seed: int) -> dict[str, Any]:
+def aborted_row(
+    task_id: str, rollout_index: int, backend: Any, params: SamplingParams, seed: int, stage: str
+) -> dict[str, Any]:
     """The row of an episode cancelled because the target was reached; its id is the one it would have had."""
     return {
-        **episode_head(task_id, rollout_index, backend, params, seed, None),
+        **episode_head(task_id, rollout_index, backend, params, seed, None, stage),
         "status": "aborted",
         "reason": ABORTED_REASON,
         "reason_code": "target_reached",
