@@ -71,7 +71,7 @@ async def test_episode_with_parallel_calls_state_and_end_state(
         row = await run_episode(task, backend, env, PARAMS, AgentLimits(max_turns=6), system_prompt="Be exact.")
     S.to_batch("trajectories", [row])  # a complete, valid row
     assert (row["status"], row["reason"], row["final_answer"]) == ("completed", None, "The answer is 14.")
-    assert row["traj_id"] == S.content_id("calc-kv-1", 0, None, "scripted", None)
+    assert row["traj_id"] == S.content_id("calc-kv-1", 0, None, "scripted", None, None)  # no parent, no stage
     roles = [
         "system",
         "user",
@@ -285,7 +285,7 @@ async def test_history_continues_a_conversation(raw_env, scripted_openai):
     assert row["roles"] == ["system", "user", "assistant", "tool", "assistant", "user", "assistant"]
     assert row["messages"][2]["tool_calls"] == [{"id": "c1", "name": "echo", "arguments": '{"text": "a"}'}]
     assert (row["parent_id"], row["sampling"]["seed"], row["num_turns"]) == ("p1", 7, 1)
-    assert row["traj_id"] == S.content_id("raw-0", 0, 7, "scripted", "p1")
+    assert row["traj_id"] == S.content_id("raw-0", 0, 7, "scripted", "p1", None)  # no stage: run outside one
     assert server.chat_requests[0]["seed"] == 7
     S.to_batch("trajectories", [row])
 
