@@ -24,11 +24,12 @@ from trajkit.errors import UserError
 
 class RolloutFn(Protocol):
     """``rollout_fn:`` of ``synth rollouts`` and ``synth extend`` (``rollout:`` of ``curate passk``): one
-    episode, as a complete ``trajectories`` row. Called ``await fn(task, backend, env, params, limits, **kw)`` with a ``trajkit.models.Backend``, an
-    ``envs.env.ToolEnv``, ``models.SamplingParams`` and ``envs.agent.AgentLimits``; ``kw`` carries
-    ``system_prompt``, ``history``, ``rollout_index``, ``seed``, ``policy_version`` and ``parent_id`` as
-    ``envs.agent.run_episode`` takes them (a custom function may call it). The stage sets the row's ``traj_id``
-    to its own id of the episode (``envs.agent.staged_episode``), so the function need not know its stage."""
+    episode, as a complete ``trajectories`` row. Called ``await fn(task, backend, env, params, limits, **kw)``
+    with a ``trajkit.models.Backend``, an ``envs.env.ToolEnv``, ``models.SamplingParams`` and
+    ``envs.agent.AgentLimits``; ``kw`` carries ``system_prompt``, ``history``, ``rollout_index``, ``seed``,
+    ``policy_version`` and ``parent_id`` as ``envs.agent.run_episode`` takes them (a custom function may call
+    it). The stage sets the row's ``traj_id`` to its own id of the episode (``envs.agent.staged_episode``), so
+    the function need not know its stage."""
 
     def __call__(
         self, task: dict[str, Any], backend: Any, env: Any, params: Any, limits: Any, /, **kw: Any

@@ -44,7 +44,7 @@ A custom rollout function (``trajkit.plugins.RolloutFn``) replaces this loop
 
 ``kw`` carries ``system_prompt``, ``history``, ``rollout_index``, ``seed``,
 ``policy_version`` and ``parent_id`` as ``run_episode`` takes them; a custom
-function may call ``run_episode`` itself. A stage runs either through
+function may call ``run_episode`` itself. A stage runs the one it uses through
 ``staged_episode``, which sets the row's ``traj_id`` to the stage's own id of the
 episode, so a custom function need not know which stage called it.
 """
