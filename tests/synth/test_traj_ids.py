@@ -27,7 +27,7 @@ async def no_keywords_rollout(task, backend, env, params, limits, **kw):
 
 def test_two_stages_running_the_same_episodes_write_two_ids_each_opened_everywhere(synth_run):
     """Three rollouts stages (one a custom function that knows no stage) and two extend stages over the same
-    episodes: before ids named their stage, 12 rows had 3 ids."""
+    episodes: before ids named their stage, 9 rows had 2 ids."""
     run = synth_run
     server_id = Store(run).rows("servers")[0]["server_id"]
     task = {
@@ -40,7 +40,7 @@ def test_two_stages_running_the_same_episodes_write_two_ids_each_opened_everywhe
     Store(run).write("tasks", "import", [task])
     with ScriptedServer(Brain(garbage=0)) as server:
         m = model(server)
-        rollouts = {"model": m, "rollouts_per_task": 2, "pool_size": 1, "seed": 7}
+        rollouts = {"model": m, "pool_size": 1, "seed": 7}
         stage(run, "synth.rollouts", rollouts, name="rollouts")
         stage(run, "synth.rollouts", {**rollouts, "temperature": 0.2}, name="rollouts_cool")
         stage(run, "synth.rollouts", {**rollouts, "rollout_fn": f"{__name__}:no_keywords_rollout"}, name="custom")
@@ -48,14 +48,14 @@ def test_two_stages_running_the_same_episodes_write_two_ids_each_opened_everywhe
             "model": m,
             "pool_size": 1,
             "seed": 7,
-            "where": "parent_id IS NULL AND rollout_index = 0 AND status = 'completed'",
+            "where": "parent_id IS NULL AND status = 'completed'",
         }
         stage(run, "synth.extend", extend, name="extend")
         stage(run, "synth.extend", extend, name="extend_again")
     store = Store(run)
     rows = store.rows("trajectories")
     n = {name: store.count("trajectories", stage=name) for name in STAGES}
-    assert n["rollouts"] == n["rollouts_cool"] == n["custom"] == 2 and len(rows) == sum(n.values())
+    assert n["rollouts"] == n["rollouts_cool"] == n["custom"] == 1 and len(rows) == sum(n.values())
     assert n["extend"] == n["extend_again"] > 0  # the same parents extended twice
     ids = [r["traj_id"] for r in rows]
     assert len(set(ids)) == len(ids), "a traj_id names several rows"
@@ -66,7 +66,7 @@ def test_two_stages_running_the_same_episodes_write_two_ids_each_opened_everywhe
     for r in rows:
         if r["parent_id"] is None:
             seeds.setdefault((r["task_id"], r["rollout_index"]), set()).add(r["sampling"]["seed"])
-    assert len(seeds) == 2 and all(len(s) == 1 for s in seeds.values())
+    assert len(seeds) == 1 and all(len(s) == 1 for s in seeds.values())
     # extensions link to their parents by the parents' ids
     assert {r["parent_id"] for r in rows if r["parent_id"]} <= set(ids)
     with TestClient(create_app(RunDB(run), "alice"), base_url="http://127.0.0.1") as client:
