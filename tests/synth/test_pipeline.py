@@ -190,8 +190,7 @@ def test_two_shards_give_the_same_rows_as_one(tmp_path, calculator_rows, model_s
     for name, cfg in pipeline_configs(model_server).items():
         for rank in (0, 1):
             stage(run, f"synth.{name}", cfg, rank=rank, world_size=2)
-        parts = [Store(run).manifest(name, r, 2) for r in (0, 1)]
-        assert all(parts) and all(p["counts"] for p in parts)
+        assert all(Store(run).manifest(name, r, 2) for r in (0, 1))  # a shard may hold no work (extend: 5 parents)
         assert_same_output(clean_pipeline, run, name)
     # each shard did part of the work
     halves = [Store(run).manifest("rollouts", r, 2)["counts"]["rows.trajectories"] for r in (0, 1)]
