@@ -122,7 +122,7 @@ def payload_texts(raw: bytes) -> list[str]:
                 if kind in TEXT_CHUNKS
                 for t in chunk_texts(kind, body, MAX_INFLATED)
             ]
-        elif raw.startswith(b"\x1f\x8b"):
+        elif raw.startswith(b"\x1f\x8b\x08"):  # a gzip member, deflated
             out.append(inflate(raw, "gzip", MAX_INFLATED, wbits=16 + zlib.MAX_WBITS).decode("latin-1"))
     except UnreadablePng:
         out.append(UNREADABLE)

@@ -35,8 +35,7 @@ def chunks(data: bytes, strict: bool = True) -> Iterator[tuple[bytes, bytes]]:
         length, kind = struct.unpack(">I4s", data[pos : pos + 8])
         body = data[pos + 8 : pos + 8 + length]
         crc = data[pos + 8 + length : pos + 12 + length]
-        whole = len(body) == length and len(crc) == 4 and struct.unpack(">I", crc)[0] == zlib.crc32(kind + body)
-        if strict and not whole:
+        if strict and not (len(body) == length and len(crc) == 4 and crc == struct.pack(">I", zlib.crc32(kind + body))):
             raise UnreadablePng(f"chunk {kind!r} is truncated or fails its CRC")
         pos += 12 + length
         if kind == b"IEND":
