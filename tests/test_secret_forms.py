@@ -241,3 +241,14 @@ def test_a_token_in_a_tool_images_text_chunk_is_redacted_exported_clean_and_refu
     found = scan_parquet(tmp_path / "t.parquet", "data/t.parquet", literals={"X_TOKEN": VALUE})
     row = [r["traj_id"] for r in raw.to_pylist()].index(content_id("0"))
     assert [(f.column, f.row, f.kind) for f in found] == [("messages.parts.data", row, "Hugging Face token (decoded)")]
+
+
+def test_a_redacted_image_is_not_sent_to_a_model_as_an_image():
+    """A part whose payload was redacted is named in its tool message's text alone, like one over the size cap."""
+    from trajkit.models.chat import with_tool_media
+
+    messages = Redactor({}).table(pa.table({"messages": pa.array([_imaged(PAYLOADS["PNG tEXt"])], pa.list_(MESSAGE))}))
+    sent = with_tool_media(messages.to_pylist()[0]["messages"])
+    assert [m["role"] for m in sent] == ["user", "tool", "assistant"]
+    plain = with_tool_media(_imaged(PLAIN_PNG))
+    assert [m["role"] for m in plain] == ["user", "tool", "user", "assistant"]
