@@ -227,7 +227,6 @@ def test_a_token_in_a_tool_images_text_chunk_is_redacted_exported_clean_and_refu
             store.write("trajectories", "rollouts", rows)
         return store
 
-    monkeypatch.setenv("X_TOKEN", VALUE)
     written = write(tmp_path / "run", redacted=True).read("trajectories")
     parts = {r["traj_id"]: r["messages"][1]["parts"][0]["data"] for r in written.to_pylist()}
     assert parts == {content_id("0"): REDACTED, content_id("1"): base64.b64encode(plain).decode()}
