@@ -1,11 +1,15 @@
 """A secret in another form is still found: behind JSON and URL escapes, in base64 runs (and base64 of an
-escaped one), split across a trajectory's messages, an AWS secret key beside its id. The write-time
+escaped one), split across a trajectory's messages, an AWS secret key beside its id, inside a binary payload
+(a PNG's text chunks, a gzip member, text in the clear). The write-time
 redactor replaces it and the push scan finds it; text that holds none is left as it was."""
 
 from __future__ import annotations
 
 import base64
+import gzip
 import json
+import struct
+import zlib
 from urllib.parse import quote
 
 import pyarrow as pa
@@ -147,3 +151,103 @@ def test_export_and_card_take_a_second_look_at_shards_an_older_trajkit_wrote(tmp
     readme = (tmp_path / "run" / "card" / "README.md").read_text()
     for text in (exported, readme):
         assert REDACTED in text and encoded.split()[1] not in text and TOKEN[:12] not in text and TOKEN[12:] not in text
+
+
+# ---------------------------------------------------------------- a secret inside a binary payload
+def _chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+def _png(*chunks: bytes) -> bytes:
+    """A 1x1 grey PNG with ``chunks`` between its header and its pixels."""
+    header = _chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + header
+        + b"".join(chunks)
+        + _chunk(b"IDAT", zlib.compress(b"\0\x80"))
+        + _chunk(b"IEND", b"")
+    )
+
+
+PLAIN_PNG = _png(_chunk(b"tEXt", b"Software\0trajkit"), _chunk(b"zTXt", b"Title\0\0" + zlib.compress(b"A plot")))
+PAYLOADS = {  # a secret where binary holds text
+    "PNG tEXt": _png(_chunk(b"tEXt", b"Comment\0key " + TOKEN.encode())),
+    "PNG tEXt, bad CRC": _png(_chunk(b"tEXt", b"Comment\0key " + TOKEN.encode())[:-1] + b"!"),
+    "PNG zTXt": _png(_chunk(b"zTXt", b"Comment\0\0" + zlib.compress(f"X_TOKEN={VALUE}".encode()))),
+    "PNG iTXt, compressed": _png(_chunk(b"iTXt", b"Comment\0\1\0en\0\0" + zlib.compress(TOKEN.encode()))),
+    "PNG iTXt holding base64": _png(_chunk(b"iTXt", b"C\0\0\0\0\0" + base64.b64encode(TOKEN.encode()))),
+    "PNG zTXt bomb": _png(_chunk(b"zTXt", b"Comment\0\0" + zlib.compress(bytes(9 * 2**20)))),  # unreadable: refused
+    "after a PNG's end": PLAIN_PNG + b"\0\xff " + TOKEN.encode(),
+    "JPEG comment": b"\xff\xd8\xff\xfe\x00\x2d" + f"key {VALUE}".encode() + b"\xff\xd9" + bytes(range(256)),
+    "gzip": gzip.compress(b"config:\n  token: " + TOKEN.encode() + b"\n" + bytes(range(256))),
+}
+
+
+@pytest.mark.parametrize("payload", sorted(PAYLOADS))
+def test_a_secret_inside_binary_is_found_and_its_payload_redacted_whole(payload):
+    """The token cannot be cut out of an image's bytes and leave an image: the whole base64 payload goes."""
+    encoded = base64.b64encode(PAYLOADS[payload]).decode()
+    text = f"see data:image/png;base64,{encoded} here"
+    assert Redactor({"X_TOKEN": VALUE}).text(text) == f"see data:image/png;base64,{REDACTED} here"
+    found = scan_text(text, "README.md", literals={"X_TOKEN": VALUE})
+    assert len(found) == 1 and "(decoded)" in found[0].kind and VALUE not in str(found[0])
+    plain = f"see data:image/png;base64,{base64.b64encode(PLAIN_PNG).decode()} here"
+    assert Redactor({"X_TOKEN": VALUE}).text(plain) == plain
+    assert scan_text(plain, "README.md", literals={"X_TOKEN": VALUE}) == []
+
+
+def _imaged(png: bytes) -> list[dict]:
+    """A trajectory whose tool returned ``png`` as an image part."""
+    part = {"type": "image", "mime_type": "image/png", "data": base64.b64encode(png).decode(), "size": len(png)}
+    result = _message("tool", f"[image image/png, {len(png)} bytes, part 1]", tool_call_id="c0", name="shot")
+    return [_message("user", "screenshot"), result | {"parts": [part]}, _message("assistant", "done")]
+
+
+def test_a_token_in_a_tool_images_text_chunk_is_redacted_exported_clean_and_refused_by_push(tmp_path, monkeypatch):
+    """Write time, ``export``'s second look (at a shard an older trajkit wrote) and push's scan of a shard."""
+    from tests.test_cli import invoke
+    from trajkit.schema import content_id
+    from trajkit.store import Store
+
+    tokened, plain = PAYLOADS["PNG tEXt"], PLAIN_PNG
+    token_part = base64.b64encode(tokened).decode()
+
+    def write(run, redacted: bool):
+        store = Store(run, create=True)
+        store.write("tasks", "synth_tasks", [{"task_id": "t1", "question": "Shoot", "mode": "single_tool"}])
+        rows = []
+        for i, png in enumerate((tokened, plain)):
+            msgs = _imaged(png)
+            row = {"traj_id": content_id(str(i)), "task_id": "t1", "messages": msgs, "status": "completed"}
+            rows.append(row | {"num_turns": 1, "roles": [m["role"] for m in msgs], "num_tool_calls": 0})
+        with monkeypatch.context() as m:
+            if not redacted:
+                m.setattr(Redactor, "table", lambda self, data: data)  # what a trajkit without these rules wrote
+            store.write("trajectories", "rollouts", rows)
+        return store
+
+    written = write(tmp_path / "run", redacted=True).read("trajectories")
+    parts = {r["traj_id"]: r["messages"][1]["parts"][0]["data"] for r in written.to_pylist()}
+    assert parts == {content_id("0"): REDACTED, content_id("1"): base64.b64encode(plain).decode()}
+    old = write(tmp_path / "old", redacted=False)
+    raw = old.read("trajectories")
+    assert token_part in str(raw.to_pylist())
+    invoke("export", str(tmp_path / "out.jsonl"), "--run", str(tmp_path / "old"), "--all", "-f", "jsonl")
+    exported = (tmp_path / "out.jsonl").read_text()
+    assert token_part not in exported and REDACTED in exported and base64.b64encode(plain).decode() in exported
+    pq.write_table(raw, tmp_path / "t.parquet")
+    found = scan_parquet(tmp_path / "t.parquet", "data/t.parquet", literals={"X_TOKEN": VALUE})
+    row = [r["traj_id"] for r in raw.to_pylist()].index(content_id("0"))
+    assert [(f.column, f.row, f.kind) for f in found] == [("messages.parts.data", row, "Hugging Face token (decoded)")]
+
+
+def test_a_redacted_image_is_not_sent_to_a_model_as_an_image():
+    """A part whose payload was redacted is named in its tool message's text alone, like one over the size cap."""
+    from trajkit.models.chat import with_tool_media
+
+    messages = Redactor({}).table(pa.table({"messages": pa.array([_imaged(PAYLOADS["PNG tEXt"])], pa.list_(MESSAGE))}))
+    sent = with_tool_media(messages.to_pylist()[0]["messages"])
+    assert [m["role"] for m in sent] == ["user", "tool", "assistant"]
+    plain = with_tool_media(_imaged(PLAIN_PNG))
+    assert [m["role"] for m in plain] == ["user", "tool", "user", "assistant"]

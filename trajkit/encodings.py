@@ -5,6 +5,13 @@ push scan look at what these decode to as well as at the text. ``unescaped`` kee
 character, where it came from, so a secret found in the decoded text is replaced in the original.
 ``ENCODED`` finds the strings worth decoding; it reads alike in Python's ``re`` and Arrow's RE2, so a
 column's strings are picked with a vectorized kernel and only those are decoded in Python.
+
+A run that decodes to binary (an image a tool returned, a ``data:`` URL) is searched where binary holds
+text (``payload_texts``): a PNG's text chunks (tEXt, zTXt and iTXt, inflated up to ``MAX_INFLATED``), a
+gzip member's text, and every stretch of printable ASCII in the clear (what ``strings`` shows: JPEG
+comments and EXIF, audio tags, PDF strings, bytes after a PNG's end). A compressed text that cannot be
+read (it does not inflate, or inflates past the cap) reads as ``UNREADABLE``, which the redactor and
+the scan treat as a secret: what cannot be read cannot be vouched for.
 """
 
 from __future__ import annotations
@@ -12,7 +19,10 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import zlib
 from collections.abc import Iterator
+
+from trajkit.pngchunks import SIGNATURE, TEXT_CHUNKS, UnreadablePng, chunk_texts, chunks, inflate
 
 _ESCAPE = r"\\u[0-9A-Fa-f]{4}|\\x[0-9A-Fa-f]{2}|%[0-9A-Fa-f]{2}|&#[0-9]{1,7};|&#[xX][0-9A-Fa-f]{1,6};"
 MIN_RUN = 12  # base64 of 9 bytes: a short configured secret (6 characters, the floor) and a little around it
@@ -26,6 +36,10 @@ _ESCAPE_RX = re.compile(_ESCAPE)
 _RUN_RX = re.compile(BASE64_RUN)
 _MIXED = re.compile(r"[A-Z]").search  # base64 of text has capitals; hex digests and words in lower case do not
 _HEX = re.compile(r"(?:[0-9a-f]{2}){12,}|(?:[0-9A-F]{2}){12,}").fullmatch  # 12 bytes or more, as hex digits
+_TEXT_BYTES = bytes(b for b in range(256) if chr(b).isprintable() or chr(b).isspace())  # as Latin-1
+_IN_THE_CLEAR = re.compile(rb"[\t\x20-\x7e]{6,}")  # printable ASCII in binary, as long as a short secret
+MAX_INFLATED = 8 * 2**20  # compressed text inside a payload (a tool's image is at most 1 MB): more is a bomb
+UNREADABLE = "\0a compressed text inside a binary payload that cannot be read\0"
 
 
 def unescaped(text: str) -> tuple[str, list[int], list[int]] | None:
@@ -59,34 +73,61 @@ def _char(escape: str) -> str:
 
 
 def base64_runs(text: str) -> Iterator[tuple[int, int, str]]:
-    """(start, end, decoded text) for every run of ``text`` that decodes to mostly printable text (bytes read
-    as Latin-1, one character each): as hex digits, or as base64 (standard or URL-safe) from any of its first
-    four characters (a run in binary data may start with a byte that is not part of it)."""
+    """(start, end, decoded text) for every run of ``text`` that decodes, as hex digits or as base64 (standard
+    or URL-safe), to mostly printable text (bytes read as Latin-1, one character each), trying base64 from
+    each of its first four characters (a run in binary data may start with a byte that is not part of it);
+    for a run that decodes to binary, one for each text the binary holds (``payload_texts``)."""
     for m in _RUN_RX.finditer(text):
         whole = m[0].rstrip("=")
         digits = whole[2:] if whole[:2] in ("0x", "0X") else whole
         if _HEX(digits):
-            decoded = _printable(bytes.fromhex(digits))
+            raws = [bytes.fromhex(digits)]
         elif _MIXED(whole):
             altchars = b"-_" if "-" in whole or "_" in whole else None
-            decoded = next((d for skip in range(4) if (d := _base64(whole[skip:], altchars)) is not None), None)
+            tries = (raw for skip in range(4) if (raw := _base64(whole[skip:], altchars)) is not None)
+            raws = [raw for raw in [next(tries, None)] if raw is not None]
+            if raws and not _printable(raws[0]):  # binary from the run's start, or text from a later character
+                raws += [raw for raw in [next(filter(_printable, tries), None)] if raw is not None]
         else:
             continue
-        if decoded is not None:
+        for decoded in (text for raw in raws for text in payload_texts(raw)):
             yield m.start(), m.end(), decoded
 
 
-def _base64(run: str, altchars: bytes | None) -> str | None:
+def _base64(run: str, altchars: bytes | None) -> bytes | None:
     run = run[:-1] if len(run) % 4 == 1 else run  # a lone last character carries no whole byte
     try:
-        return _printable(base64.b64decode(run + "=" * (-len(run) % 4), altchars=altchars))
+        return base64.b64decode(run + "=" * (-len(run) % 4), altchars=altchars)
     except (binascii.Error, ValueError):
         return None
 
 
-def _printable(raw: bytes) -> str | None:
-    decoded = raw.decode("latin-1")
-    return decoded if sum(c.isprintable() or c.isspace() for c in decoded) >= 0.9 * len(decoded) else None
+def _printable(raw: bytes) -> bool:
+    """Whether ``raw``, read as Latin-1, is at least 90% printable characters and spaces."""
+    return len(raw.translate(None, _TEXT_BYTES)) <= 0.1 * len(raw)
+
+
+def payload_texts(raw: bytes) -> list[str]:
+    """The texts decoded bytes hold: themselves, as Latin-1, when mostly printable; else a PNG's text chunks,
+    a gzip member inflated, and the stretches of printable ASCII in the clear (joined by line breaks);
+    ``UNREADABLE`` for a compressed text that does not inflate within ``MAX_INFLATED``."""
+    if _printable(raw):
+        return [raw.decode("latin-1")]
+    out = []
+    try:
+        if raw.startswith(SIGNATURE):
+            out += [
+                t
+                for kind, body in chunks(raw, strict=False)
+                if kind in TEXT_CHUNKS
+                for t in chunk_texts(kind, body, MAX_INFLATED)
+            ]
+        elif raw.startswith(b"\x1f\x8b\x08"):  # a gzip member, deflated
+            out.append(inflate(raw, "gzip", MAX_INFLATED, wbits=16 + zlib.MAX_WBITS).decode("latin-1"))
+    except UnreadablePng:
+        out.append(UNREADABLE)
+    clear = b"\n".join(_IN_THE_CLEAR.findall(raw))
+    return out + ([clear.decode("ascii")] if clear else [])
 
 
 def decoded_views(text: str, depth: int = 2) -> Iterator[str]:

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from trajkit.encodings import ENCODED, base64_runs, unescaped
+from trajkit.encodings import ENCODED, UNREADABLE, base64_runs, unescaped
 
 
 def clean_endpoint(url: str) -> str:
@@ -58,9 +58,9 @@ def _clean_url_value(value: Any) -> Any:
 # ---------------------------------------------------------------- secret values
 REDACTED = "[REDACTED]"
 # Parquet metadata of a shard whose rows went through a Redactor when written; the version names the rules
-# (2: decoded forms, tool results joined, AWS secret beside its id; 3: every message's texts joined), so older
-# shards are redacted again on reading
-SHARD_MARK = b"trajkit.redacted.v3"
+# (2: decoded forms, tool results joined, AWS secret beside its id; 3: every message's texts joined; 4: the texts
+# inside a binary payload, such as a PNG's text chunks), so older shards are redacted again on reading
+SHARD_MARK = b"trajkit.redacted.v4"
 INVISIBLE = "\u200b\u200c\u200d\u2060\ufeff\u00ad"  # zero-width characters and the soft hyphen
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASS(?:W(?:OR)?D|PHRASE)?(?:_|$)|CREDENTIAL", re.IGNORECASE)
 # a header, flag or query parameter named as a secret: Authorization, Cookie, X-Api-Key, --password, ?token=
@@ -220,10 +220,12 @@ class Redactor:
 
     def spans(self, text: str, depth: int = DECODE_DEPTH) -> list[tuple[int, int]]:
         """Where ``text`` holds a secret: a match as written; a base64 run, or a stretch of escapes, whose
-        decoded text holds one (decoded again, ``depth`` levels)."""
+        decoded text holds one (decoded again, ``depth`` levels). A run that decodes to binary (an image)
+        is replaced whole when a text inside it holds one, or when a compressed text in it cannot be read
+        (``encodings.payload_texts``): a secret cannot be cut out of an image's bytes and leave an image."""
         found = [m.span() for rx, _ in self._compiled for m in rx.finditer(text)]
         if depth > 0:
-            found += [(a, b) for a, b, decoded in base64_runs(text) if self.spans(decoded, depth - 1)]
+            found += [(a, b) for a, b, d in base64_runs(text) if d == UNREADABLE or self.spans(d, depth - 1)]
             plain = unescaped(text)
             if plain is not None:
                 found += [(plain[1][a], plain[2][b - 1]) for a, b in self.spans(plain[0], depth - 1) if b > a]

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from trajkit.encodings import SUSPECT_RUN, base64_runs, decoded_views
+from trajkit.encodings import SUSPECT_RUN, UNREADABLE, base64_runs, decoded_views
 from trajkit.redact import CREDENTIALS, INVISIBLE, Redactor, environment_secrets, is_messages
 
 PATTERNS: dict[str, str] = {kind: pattern for kind, (pattern, _) in CREDENTIALS.items()}  # the redactor's list
@@ -65,6 +65,8 @@ def _kind_of(text: str, literals: dict[str, str], raw: bool = False) -> tuple[st
     digits occur by chance in compressed data), and invisible characters mean nothing."""
     views = [d for _, _, d in base64_runs(text)] if raw else list(decoded_views(text))
     for view in (text, *views):
+        if view == UNREADABLE:
+            return "compressed text in a binary payload that cannot be read (decoded)", "not shown"
         plain = view if raw else view.translate(_VISIBLE)
         for kind, rx in _COMPILED.items():
             m = None if raw and kind in _TEXT_ONLY else rx.search(view)

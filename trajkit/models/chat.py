@@ -14,6 +14,7 @@ from typing import Any
 
 from trajkit.models.base import Completion, Message, ToolSchema
 from trajkit.models.parsing import parse_tool_calls, split_reasoning
+from trajkit.redact import REDACTED
 
 _FIELDS = ("role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name")
 
@@ -57,9 +58,9 @@ _AUDIO_FORMATS = {
 
 
 def _media_content(part: dict[str, Any]) -> dict[str, Any] | None:
-    """A stored media part as an OpenAI content part; None for one without data (over the size cap) or
-    audio in a format the API does not take (wav and mp3 only)."""
-    if not part.get("data"):
+    """A stored media part as an OpenAI content part; None for one without data (over the size cap, or
+    redacted: a secret inside it) or audio in a format the API does not take (wav and mp3 only)."""
+    if part.get("data") in (None, "", REDACTED):
         return None
     if part.get("type") == "image":
         return {"type": "image_url", "image_url": {"url": f"data:{part['mime_type']};base64,{part['data']}"}}
