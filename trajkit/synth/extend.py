@@ -1,20 +1,22 @@
 """`synth.extend`: multi-turn extension. A user simulator writes a follow-up; the agent loop continues.
 
 For each parent trajectory (completed, not rejected, matching ``where``), the
-user-simulator model reads the conversation (``user_simulator.md``) and writes
-the next user message; ``run_episode`` continues from the parent's messages
-with it, and the new row's ``parent_id`` is the parent's ``traj_id``. With
-``rounds`` > 1, each round extends the previous round's completed rows. A
-simulator that ends the conversation, writes nothing or fails gives a
-``failed`` row with the reason, so the attempt is recorded and not repeated —
-unless it failed transiently (the simulator's or the agent's model request
-failed, a server timed out): the next run of the stage (a resume) drops this
-rank's rows of those and extends them again, as every stage retries its
-transient failures.
+user-simulator model reads the conversation (``user_simulator.md``, in the call's
+nonce-marked data blocks) and writes the next user message; ``run_episode``
+continues from the parent's messages with it, and the new row's ``parent_id`` is
+the parent's ``traj_id``. With ``rounds`` > 1, each round extends the previous
+round's completed rows. A simulator that ends the conversation gives an
+``aborted`` row; one that writes nothing or fails, a ``failed`` row with the
+reason, so the attempt is recorded and not repeated — unless it failed
+transiently (the simulator's or the agent's model request failed, a server timed
+out): the next run of the stage (a resume) drops this rank's rows of those and
+extends them again, as every stage retries its transient failures.
 
 The follow-up has no outcome check of its own: the new row carries no
-``end_state``. Stateful servers start fresh for the continuation (the parent's
-tool results are in the history, its server state is not).
+``end_state``. The continuation runs on fresh server instances that first
+replay the earlier turns' calls to stateful stdio servers and compare each result
+with the recorded one (the fields a server declares ``volatile`` aside); a
+difference fails the extension as ``state_not_reproducible`` (``envs.agent``).
 """
 
 from __future__ import annotations
