@@ -87,7 +87,7 @@ def memory_server(state: Path) -> ServerConfig:
 def script(messages, tools, body):
     """Scripted model: store this trajectory's marker, read back what the server holds, fetch the marker, answer
     (``set``, ``list_keys``, ``get`` on kv; ``create_entities``, ``read_graph``, ``open_nodes`` on memory)."""
-    marker = messages[0]["content"].split()[-1]
+    marker = next(m for m in messages if m["role"] == "user")["content"].split()[-1]  # the system message is first
     turn = sum(m["role"] == "assistant" for m in messages)
     plan = [("set", {"key": marker, "value": "1"}), ("list_keys", {}), ("get", {"key": marker})]
     if "create_entities" in json.dumps(tools):
@@ -194,6 +194,8 @@ async def trajkit_run(rows, cfg: ServerConfig, base_url: str, n: int, concurrenc
     if bad:
         raise SystemExit(f"{len(bad)} trajectories did not complete: {bad[0]['reason']}")
     leaks = sum(_leaked(r, i) for i, r in enumerate(out))
+    if leaks:  # another's marker seen, or its own lost: the isolation failed, or the bench's own script did
+        raise SystemExit(f"{leaks} of {n} trajectories saw another's marker or lost their own")
     waits.sort()
     return {
         "elapsed": elapsed,

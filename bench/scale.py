@@ -93,7 +93,7 @@ DONE = re.compile(r"shard (\d+) done on (\w+) .*, ([\d.]+)s\)")  # the driver's 
 
 def script(messages, tools, body):
     turn = sum(m["role"] == "assistant" for m in messages)
-    key = messages[0]["content"].split()[-1]
+    key = next(m for m in messages if m["role"] == "user")["content"].split()[-1]  # the system message is first
     if turn == 0:
         return {"tool_calls": [{"name": "set", "arguments": {"key": key, "value": "v"}}]}
     if turn == 1:
