@@ -65,7 +65,7 @@ def sample_seed(task_id: str, index: int) -> int:
 
 
 def _expected_ids(store: Store) -> set[str]:
-    return {content_id(t, "scripted", i, sample_seed(t, i)) for t in store.ids("tasks") for i in range(K)}
+    return {content_id(t, "scripted", i, sample_seed(t, i), "passk") for t in store.ids("tasks") for i in range(K)}
 
 
 def test_passk_samples_verifies_and_tags_difficulty(humaneval_run):

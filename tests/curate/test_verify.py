@@ -67,7 +67,7 @@ def test_outside_completions_become_samples_and_passk(run_dir, tmp_path, problem
         (t0, 0, "pass"), (t0, 1, "fail"), (t0, 2, "pass"), (t1, 0, "pass"), (t1, 1, "pass"),
     ]  # fmt: skip
     assert len({s["sample_id"] for s in samples}) == 5 and {s["model"] for s in samples} == {"gpt-x"}
-    assert samples[0]["sample_id"] == content_id(t0, "gpt-x", 0, "completions")
+    assert samples[0]["sample_id"] == content_id(t0, "gpt-x", 0, "completions", "verify")
     assert "AssertionError" in (samples[1]["output_tail"] or "")
     passk = {r["task_id"]: r for r in store.rows("passk")}
     assert (passk[t0]["samples"], passk[t0]["correct"], passk[t0]["difficulty"]) == (3, 2, "medium")

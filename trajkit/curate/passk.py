@@ -4,7 +4,7 @@ Each task gets ``k`` attempts through ``envs.solve.solve`` (tool tasks run the
 agent loop in a ``ToolEnv`` built from the run's ``servers`` table, with their
 trajectories written to ``trajectories``; other tasks are one chat
 completion), each judged by the task's verifier in the sandbox (``sandbox:``
-local or e2b). ``sample_id = content_id(task_id, model, index, seed)``, where
+local or e2b). ``sample_id = content_id(task_id, model, index, seed, stage)``, where
 the seed (``envs.agent.episode_seed``) derives from the base seed, the task
 and the index (not the model: models draw the same random numbers), so a rerun
 asks for the same samples.
@@ -121,7 +121,7 @@ async def run_passk(ctx: StageContext, cfg: PassKConfig) -> dict[str, Any]:
     for task in tasks:
         for index in range(cfg.k):
             seed = episode_seed(cfg.seed, task["task_id"], index)
-            attempts.append((content_id(task["task_id"], cfg.model.model, index, seed), task, index, seed))
+            attempts.append((content_id(task["task_id"], cfg.model.model, index, seed, ctx.name), task, index, seed))
     work = ctx.todo(attempts, "samples", key=lambda a: a[0], shard=lambda a: a[1]["task_id"])
     if work:
         await _sample_all(ctx, cfg, work)

@@ -5,7 +5,7 @@ The input is a JSONL (gzipped or not) or Parquet file with ``task_id`` and
 task's id or its source id (``HumanEval/0``). Generation can then run on
 another machine (a vLLM cluster, say) and verification here. Every line is a
 sample, identical completions included: the n-th line of a task is its
-sample ``n`` (``sample_id = content_id(task_id, model, n, "completions")``).
+sample ``n`` (``sample_id = content_id(task_id, model, n, "completions", stage)``).
 Samples are verified in parallel in the sandbox (``sandbox:`` local or e2b)
 and written in file order, flushed every ``flush_rows`` rows, so a killed run
 resumes with the samples not yet written; at the end the passk rows of the
@@ -110,7 +110,10 @@ def run_verify(ctx: StageContext, cfg: VerifyConfig) -> dict[str, Any]:
         why = ", ".join(f"{n} {_SKIPPED[r]}" for r, n in sorted(skipped.items()))
         raise UserError(f"{cfg.completions}: no completion matches a task of this run (by task id or source id): {why}")
     check_custom_verifiers({id(t): t["verifier"] for t, _, _ in items}.values())
-    attempts = [(content_id(t["task_id"], cfg.model, i, "completions"), t, i, rec["completion"]) for t, i, rec in items]
+    attempts = [
+        (content_id(t["task_id"], cfg.model, i, "completions", ctx.name), t, i, rec["completion"])
+        for t, i, rec in items
+    ]
     todo = ctx.todo(attempts, "samples", key=lambda a: a[0], shard=lambda a: a[1]["task_id"])
     wrote = ctx.flush_every(cfg.flush_rows, ("samples",))
     with make_sandbox(cfg.sandbox, cfg.workers, ctx.share) as sandbox, ctx.progress(len(todo), "samples") as advance:
