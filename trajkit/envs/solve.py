@@ -218,7 +218,8 @@ def sample_row(
     traj_id: str | None = None,
     reason_code: str | None = None,
 ) -> dict[str, Any]:
-    """A samples row from a verifier's ``trajkit.verify.Result``; ``reason_code`` says why an attempt could not be judged (verdict ``error``)."""
+    """A samples row from a verifier's ``trajkit.verify.Result``; ``reason_code`` says why an attempt could not
+    be judged (verdict ``error``)."""
     return {
         "sample_id": sample_id,
         "task_id": task_id,
